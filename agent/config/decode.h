@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "agent/config/model.h"
+
+namespace simdjson::dom {
+class element;
+}
+
+// Decodes Kubernetes manifests (JSON or YAML) into the object model with kept libraries:
+// simdjson for JSON, yaml-cpp for YAML (converted node by node to the same decoder).
+// Thread-safe (no shared state).
+
+namespace sluice::config {
+
+// One rejected object. `kind` and `id` are filled as far as they could be read, so a caller can
+// keep the last good version of that object.
+struct DecodeError {
+  std::string kind;                   // "Service", "EndpointSlice", or "" if unknown
+  std::optional<NamespacedName> id;   // set when metadata.name could be read
+  std::string location;               // "document 2", "items[3]", "[1]" within the manifest
+  std::string path;                   // field path, e.g. "spec.ports[0].port"
+  std::string message;                // e.g. "must be between 1 and 65535, got 70000"
+  // "Service default/web (document 2): spec.ports[0].port: must be between 1 and 65535, got 70000"
+  std::string ToString() const;
+};
+
+struct Manifest {
+  std::vector<ServicePtr> services;
+  std::vector<EndpointSlicePtr> endpoint_slices;
+  std::vector<DecodeError> errors;  // bad objects; the good ones above still apply
+  int ignored = 0;                  // objects of other kinds (ConfigMap, Deployment, ...)
+};
+
+enum class Format { kAuto, kJson, kYaml };
+
+// Decodes a manifest holding one object, a `kind: List` (or any `*List`) with `items`, a JSON
+// array of objects, or a multi-document YAML stream. kAuto picks JSON when the first non-space
+// byte is '{' or '[', else YAML. A syntax error in the text fails the whole call
+// (InvalidArgument naming the line/position); a semantically bad object only adds a
+// DecodeError. An object without metadata.namespace is placed in "default".
+absl::StatusOr<Manifest> DecodeManifest(std::string_view text, Format format = Format::kAuto);
+
+// Decode one already-parsed object (used by the kube and etcd sources, which parse JSON
+// themselves). The element must be a JSON object of the named kind.
+absl::StatusOr<ServicePtr> DecodeService(const simdjson::dom::element& object);
+absl::StatusOr<EndpointSlicePtr> DecodeEndpointSlice(const simdjson::dom::element& object);
+
+}  // namespace sluice::config

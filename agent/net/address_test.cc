@@ -1,0 +1,36 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "agent/net/address.h"
+
+#include "gtest/gtest.h"
+
+namespace sluice::net {
+namespace {
+
+TEST(AddressTest, ParsesAndFormats) {
+  EXPECT_EQ(IpAddress::Parse("10.0.0.1")->ToString(), "10.0.0.1");
+  EXPECT_EQ(IpAddress::Parse("fd00::1")->ToString(), "fd00::1");
+  EXPECT_TRUE(IpAddress::Parse("::ffff:1.2.3.4")->is_v4());
+  EXPECT_FALSE(IpAddress::Parse("10.0.0.256"));
+  EXPECT_FALSE(IpAddress::Parse(""));
+  EXPECT_FALSE(IpAddress::Parse("not-an-ip"));
+  EXPECT_TRUE(IpAddress::Parse("127.0.0.5")->IsLoopback());
+  EXPECT_EQ(SocketAddress::Parse("[::1]:80")->ToString(), "[::1]:80");
+  EXPECT_EQ(SocketAddress::Parse("0.0.0.0:10256")->port(), 10256);
+  EXPECT_FALSE(SocketAddress::Parse("::1:80"));
+  EXPECT_FALSE(SocketAddress::Parse("1.2.3.4:70000"));
+}
+
+TEST(AddressTest, Cidr) {
+  auto c = Cidr::Parse("10.1.0.0/16");
+  ASSERT_TRUE(c);
+  EXPECT_TRUE(c->Contains(*IpAddress::Parse("10.1.255.3")));
+  EXPECT_FALSE(c->Contains(*IpAddress::Parse("10.2.0.1")));
+  EXPECT_FALSE(c->Contains(*IpAddress::Parse("fd00::1")));
+  EXPECT_TRUE(Cidr::Parse("fd00::/7")->Contains(*IpAddress::Parse("fdff::1")));
+  EXPECT_TRUE(Cidr::Parse("0.0.0.0/0")->Contains(*IpAddress::Parse("8.8.8.8")));
+  EXPECT_FALSE(Cidr::Parse("10.0.0.0/33"));
+  EXPECT_FALSE(Cidr::Parse("10.0.0.0"));
+}
+
+}  // namespace
+}  // namespace sluice::net
