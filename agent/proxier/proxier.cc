@@ -1,0 +1,158 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "agent/proxier/proxier.h"
+
+#include <algorithm>
+
+#include "agent/base/log.h"
+
+namespace sluice::proxier {
+
+namespace {
+
+config::NamespacedName OwnerOf(const config::EndpointSlice& slice) {
+  return {slice.meta.id.ns, slice.service_name};
+}
+
+// kube-proxy's buckets for programming latency run from 250 ms to 30 min; ours start lower
+// because a local proxy programs in milliseconds.
+std::vector<double> ProgrammingBuckets() { return base::ExponentialBuckets(0.001, 2, 22); }
+
+}  // namespace
+
+Proxier::Proxier(ChangeTracker& tracker, NodeInfo node, base::Clock& clock,
+                 base::Registry& metrics)
+    : tracker_(tracker),
+      node_(std::move(node)),
+      clock_(clock),
+      sync_duration_(metrics
+                         .AddHistogram("kubeproxy_sync_proxy_rules_duration_seconds",
+                                       "SyncProxyRules latency in seconds",
+                                       base::ExponentialBuckets(0.0001, 2, 18))
+                         .Get()),
+      programming_duration_(
+          metrics
+              .AddHistogram("kubeproxy_network_programming_duration_seconds",
+                            "In Cluster Network Programming Latency in seconds",
+                            ProgrammingBuckets())
+              .Get()),
+      last_sync_timestamp_(metrics
+                               .AddGauge("kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+                                         "The last time proxy rules were successfully synced")
+                               .Get()),
+      table_(std::make_shared<ServiceTable>()) {}
+
+void Proxier::ApplySliceChange(const config::EndpointSlicePtr& prev,
+                               const config::EndpointSlicePtr& cur,
+                               std::vector<config::NamespacedName>* dirty) {
+  if (prev) {
+    auto owner = OwnerOf(*prev);
+    auto it = slices_.find(owner);
+    if (it != slices_.end()) {
+      it->second.erase(prev->meta.id.name);
+      if (it->second.empty()) {
+        slices_.erase(it);
+      }
+    }
+    dirty->push_back(owner);
+  }
+  // Headless slices are never programmed; a slice may arrive before its Service: keep it.
+  if (cur && !cur->meta.labels.contains(config::kHeadlessLabel)) {
+    slices_[OwnerOf(*cur)][cur->meta.id.name] = cur;
+    dirty->push_back(OwnerOf(*cur));
+  }
+}
+
+void Proxier::Rebuild(const config::NamespacedName& id) {
+  auto svc = services_.find(id);
+  if (svc == services_.end() || !ShouldProgram(*svc->second, node_)) {
+    built_.erase(id);
+    return;
+  }
+  std::vector<config::EndpointSlicePtr> slices;
+  if (auto it = slices_.find(id); it != slices_.end()) {
+    for (const auto& [name, slice] : it->second) {
+      slices.push_back(slice);
+    }
+  }
+  built_[id] = BuildServicePorts(*svc->second, slices, node_);
+}
+
+absl::Status Proxier::Sync() {
+  if (!tracker_.Synced()) {
+    VLOG(2) << "sync: waiting for every source's initial state";
+    return absl::OkStatus();
+  }
+  const absl::Time start = clock_.Now();
+  Changes changes = tracker_.Take();
+  if (changes.empty() && !consumers_failed_ && LastSync() != absl::InfinitePast()) {
+    absl::MutexLock lock(&mu_);
+    last_sync_ = clock_.Now();  // a periodic sync with nothing to do still counts as healthy
+    last_sync_timestamp_.Set(absl::ToDoubleSeconds(last_sync_ - absl::UnixEpoch()));
+    return absl::OkStatus();
+  }
+
+  std::vector<config::NamespacedName> dirty;
+  for (const auto& [id, change] : changes.services) {
+    if (change.second) {
+      services_[id] = change.second;
+    } else {
+      services_.erase(id);
+    }
+    dirty.push_back(id);
+  }
+  for (const auto& [id, change] : changes.slices) {
+    ApplySliceChange(change.first, change.second, &dirty);
+  }
+  std::sort(dirty.begin(), dirty.end());
+  dirty.erase(std::unique(dirty.begin(), dirty.end()), dirty.end());
+  for (const auto& id : dirty) {
+    Rebuild(id);
+  }
+
+  std::map<ServicePortName, ServicePortInfoPtr> ports;
+  for (const auto& [id, entries] : built_) {
+    for (const auto& e : entries) {
+      ports.emplace(e->name, e);
+    }
+  }
+  auto table = std::make_shared<const ServiceTable>(std::move(ports));
+  {
+    absl::MutexLock lock(&mu_);
+    table_ = table;
+  }
+
+  absl::Status result;
+  for (auto* consumer : consumers_) {
+    if (absl::Status st = consumer->Apply(table); !st.ok()) {
+      LOG(ERROR) << "sync: " << st;
+      result.Update(st);
+    }
+  }
+  consumers_failed_ = !result.ok();
+  const absl::Time end = clock_.Now();
+  sync_duration_.Observe(absl::ToDoubleSeconds(end - start));
+  if (!result.ok()) {
+    return result;
+  }
+  for (absl::Time t : changes.trigger_times) {
+    programming_duration_.Observe(std::max(0.0, absl::ToDoubleSeconds(end - t)));
+  }
+  absl::MutexLock lock(&mu_);
+  last_sync_ = end;
+  last_sync_timestamp_.Set(absl::ToDoubleSeconds(end - absl::UnixEpoch()));
+  VLOG(1) << "sync: " << dirty.size() << " services rebuilt, " << table->ports().size()
+          << " service ports in " << absl::FormatDuration(end - start);
+  return absl::OkStatus();
+}
+
+std::shared_ptr<const ServiceTable> Proxier::table() const {
+  absl::MutexLock lock(&mu_);
+  return table_;
+}
+
+absl::Time Proxier::LastSync() const {
+  absl::MutexLock lock(&mu_);
+  return last_sync_;
+}
+
+}  // namespace sluice::proxier

@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "agent/base/clock.h"
+#include "agent/base/metrics.h"
+#include "agent/proxier/change_tracker.h"
+#include "agent/proxier/service_table.h"
+
+namespace sluice::proxier {
+
+// Receives each new table after a sync (the data path, the VIP manager). Thread: control plane.
+class TableConsumer {
+ public:
+  virtual ~TableConsumer() = default;
+  // Makes the kernel state match `table`. An error makes the sync retry.
+  virtual absl::Status Apply(const std::shared_ptr<const ServiceTable>& table) = 0;
+};
+
+// Turns recorded changes into a new ServiceTable: rebuilds only the services whose Service or
+// EndpointSlices changed, publishes the table, and hands it to the consumers.
+// Thread: control plane (Sync); table() and LastSync() are thread-safe.
+class Proxier final {
+ public:
+  Proxier(ChangeTracker& tracker, NodeInfo node, base::Clock& clock, base::Registry& metrics);
+
+  void AddConsumer(TableConsumer* consumer) { consumers_.push_back(consumer); }
+
+  // Applies every pending change. Does nothing until every source has synced once, so a
+  // half-loaded view never removes what is serving.
+  absl::Status Sync();
+
+  std::shared_ptr<const ServiceTable> table() const ABSL_LOCKS_EXCLUDED(mu_);
+  // When the last successful sync ended; InfinitePast before the first.
+  absl::Time LastSync() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  // Rebuilds `id`'s entries from services_ and slices_.
+  void Rebuild(const config::NamespacedName& id);
+  void ApplySliceChange(const config::EndpointSlicePtr& prev, const config::EndpointSlicePtr& cur,
+                        std::vector<config::NamespacedName>* dirty);
+
+  ChangeTracker& tracker_;
+  const NodeInfo node_;
+  base::Clock& clock_;
+  std::vector<TableConsumer*> consumers_;
+
+  std::map<config::NamespacedName, config::ServicePtr> services_;
+  // Slices by the service they belong to (namespace + kubernetes.io/service-name), then by name.
+  std::map<config::NamespacedName, std::map<std::string, config::EndpointSlicePtr>> slices_;
+  std::map<config::NamespacedName, std::vector<ServicePortInfoPtr>> built_;
+  bool consumers_failed_ = false;
+
+  base::Histogram& sync_duration_;
+  base::Histogram& programming_duration_;
+  base::Gauge& last_sync_timestamp_;
+
+  mutable absl::Mutex mu_;
+  std::shared_ptr<const ServiceTable> table_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_sync_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+};
+
+}  // namespace sluice::proxier

@@ -1,0 +1,35 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include "absl/time/time.h"
+
+namespace sluice::proxier {
+
+// When the next sync is due, as kube-proxy's BoundedFrequencyRunner decides it: a requested
+// run happens as soon as `min_interval` has passed since the last run (so bursts of changes
+// coalesce into one sync), a failed run is retried after `retry_interval`, and a run happens at
+// least every `max_interval` even without requests. Pure state, driven by the caller's times.
+// Thread: the owner's.
+class RunPolicy final {
+ public:
+  RunPolicy(absl::Duration min_interval, absl::Duration max_interval,
+            absl::Duration retry_interval);
+
+  void Request() { requested_ = true; }
+  // The run that just ended failed: run again after the retry interval.
+  void Failed(absl::Time now) { retry_at_ = now + retry_interval_; }
+  // When the next run is due (may be in the past: run now).
+  absl::Time Due() const;
+  // Records a run that starts at `now`.
+  void Ran(absl::Time now);
+
+ private:
+  const absl::Duration min_interval_;
+  const absl::Duration max_interval_;
+  const absl::Duration retry_interval_;
+  absl::Time last_run_ = absl::InfinitePast();
+  absl::Time retry_at_ = absl::InfiniteFuture();
+  bool requested_ = false;
+};
+
+}  // namespace sluice::proxier
