@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "agent/admin/debug_services.h"
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace sluice::admin {
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+namespace {
+
+template <typename T, typename Fn>
+std::string Array(const std::vector<T>& items, Fn fn) {
+  std::vector<std::string> parts;
+  for (const auto& item : items) {
+    parts.push_back(fn(item));
+  }
+  return absl::StrCat("[", absl::StrJoin(parts, ", "), "]");
+}
+
+std::string Ips(const std::vector<net::IpAddress>& ips) {
+  return Array(ips, [](const net::IpAddress& ip) { return JsonString(ip.ToString()); });
+}
+
+std::string Addrs(const std::vector<net::SocketAddress>& addrs) {
+  return Array(addrs, [](const net::SocketAddress& a) { return JsonString(a.ToString()); });
+}
+
+const char* Policy(config::TrafficPolicy p) {
+  return p == config::TrafficPolicy::kLocal ? "Local" : "Cluster";
+}
+
+std::string Endpoint(const proxier::EndpointInfo& e) {
+  return absl::StrCat("{\"address\": ", JsonString(e.address.ToString()),
+                      ", \"ready\": ", e.ready ? "true" : "false",
+                      ", \"serving\": ", e.serving ? "true" : "false",
+                      ", \"terminating\": ", e.terminating ? "true" : "false",
+                      ", \"nodeName\": ", JsonString(e.node_name), ", \"zone\": ", JsonString(e.zone),
+                      "}");
+}
+
+std::string Port(const proxier::ServicePortInfo& p) {
+  return absl::StrCat(
+      "{\"service\": ", JsonString(p.name.service.ToString()), ", \"port\": ",
+      JsonString(p.name.port), ", \"protocol\": ", JsonString(config::ProtocolName(p.name.protocol)),
+      ", \"servicePort\": ", p.port, ", \"nodePort\": ", p.node_port,
+      ", \"clusterIPs\": ", Ips(p.cluster_ips), ", \"externalIPs\": ", Ips(p.external_ips),
+      ", \"sessionAffinity\": ", JsonString(p.client_ip_affinity ? "ClientIP" : "None"),
+      ", \"affinityTimeoutSeconds\": ", absl::ToInt64Seconds(p.affinity_timeout),
+      ", \"internalTrafficPolicy\": \"", Policy(p.internal_policy),
+      "\", \"externalTrafficPolicy\": \"", Policy(p.external_policy),
+      "\", \"clusterEndpoints\": ", Addrs(p.cluster_endpoints),
+      ", \"externalEndpoints\": ", Addrs(p.external_endpoints),
+      ", \"endpoints\": ", Array(p.endpoints, Endpoint), "}");
+}
+
+}  // namespace
+
+std::string RenderDebugServices(const proxier::ServiceTable& table) {
+  std::vector<std::string> parts;
+  for (const auto& [name, info] : table.ports()) {
+    parts.push_back(Port(*info));
+  }
+  return absl::StrCat("{\"servicePorts\": [\n  ", absl::StrJoin(parts, ",\n  "), "\n]}\n");
+}
+
+}  // namespace sluice::admin
