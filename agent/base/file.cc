@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "agent/base/file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
+#include "agent/base/status.h"
+#include "agent/base/unique_fd.h"
+
+namespace sluice::base {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) {
+    return ErrnoStatus(errno, absl::StrCat("read ", path));
+  }
+  std::string out;
+  char buf[64 * 1024];
+  while (true) {
+    ssize_t n = ::read(fd.get(), buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n < 0) {
+      return ErrnoStatus(errno, absl::StrCat("read ", path));
+    }
+    if (n == 0) {
+      return out;
+    }
+    if (out.size() + static_cast<size_t>(n) > max_bytes) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("read ", path, ": larger than the limit of ", max_bytes, " bytes"));
+    }
+    out.append(buf, static_cast<size_t>(n));
+  }
+}
+
+}  // namespace sluice::base
