@@ -2,10 +2,11 @@
 #include "agent/admin/admin_server.h"
 
 #include "absl/strings/str_cat.h"
+#include "httplib.h"
+
 #include "agent/base/log.h"
 #include "agent/base/status.h"
 #include "agent/net/address.h"
-#include "httplib.h"
 
 namespace sluice::admin {
 
@@ -24,9 +25,9 @@ void ServeHealth(httplib::Response& res, const HealthReport& report) {
 
 AdminServer::AdminServer(AdminSources sources) : sources_(std::move(sources)) {}
 
-absl::StatusOr<std::unique_ptr<AdminServer>> AdminServer::Create(
-    const std::string& healthz_address, const std::string& metrics_address,
-    AdminSources sources) {
+absl::StatusOr<std::unique_ptr<AdminServer>> AdminServer::Create(const std::string& healthz_address,
+                                                                 const std::string& metrics_address,
+                                                                 AdminSources sources) {
   auto server = std::unique_ptr<AdminServer>(new AdminServer(std::move(sources)));
   const AdminSources& src = server->sources_;
   if (!healthz_address.empty()) {
@@ -85,7 +86,8 @@ absl::StatusOr<int> AdminServer::Start(httplib::Server& server, const std::strin
     port = -1;
   }
   if (port < 0) {
-    return absl::UnavailableError(absl::StrCat("listen on ", address, ": address in use or not local"));
+    return absl::UnavailableError(
+        absl::StrCat("listen on ", address, ": address in use or not local"));
   }
   threads_.emplace_back([&server] { server.listen_after_bind(); });
   // stop() is a no-op until the accept loop runs; wait for it so the destructor cannot hang.

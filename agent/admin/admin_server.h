@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+
 #include "agent/admin/health.h"
 #include "agent/base/metrics.h"
 

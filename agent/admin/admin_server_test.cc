@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "agent/admin/admin_server.h"
 
-#include "agent/admin/debug_services.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
+
+#include "agent/admin/debug_services.h"
 
 namespace sluice::admin {
 namespace {
@@ -12,20 +13,20 @@ TEST(AdminServerTest, ServesEveryEndpointOnLoopback) {
   base::Registry registry;
   registry.AddCounter("sluice_test_total", "t").Get().Inc();
   bool healthy = false;
-  AdminSources sources{
-      .health =
-          [&] {
-            HealthInputs in{.now = absl::Now(),
-                            .started = absl::Now(),
-                            .last_updated = healthy ? absl::Now() : absl::InfinitePast(),
-                            .oldest_pending = absl::InfiniteFuture(),
-                            .sources_synced = healthy,
-                            .timeout = absl::Seconds(60)};
-            return in;
-          },
-      .proxy_mode = [] { return std::string("splice"); },
-      .debug_services = [] { return std::string("{\"servicePorts\": []}"); },
-      .metrics = &registry};
+  AdminSources sources{.health =
+                           [&] {
+                             HealthInputs in{
+                                 .now = absl::Now(),
+                                 .started = absl::Now(),
+                                 .last_updated = healthy ? absl::Now() : absl::InfinitePast(),
+                                 .oldest_pending = absl::InfiniteFuture(),
+                                 .sources_synced = healthy,
+                                 .timeout = absl::Seconds(60)};
+                             return in;
+                           },
+                       .proxy_mode = [] { return std::string("splice"); },
+                       .debug_services = [] { return std::string("{\"servicePorts\": []}"); },
+                       .metrics = &registry};
   auto server = AdminServer::Create("127.0.0.1:0", "127.0.0.1:0", std::move(sources));
   ASSERT_TRUE(server.ok()) << server.status();
   httplib::Client health("127.0.0.1", (*server)->healthz_port());
@@ -51,8 +52,8 @@ TEST(AdminServerTest, BadOrTakenAddressFailsAtCreate) {
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   auto first = AdminServer::Create("127.0.0.1:0", "", sources);
   ASSERT_TRUE(first.ok());
-  auto taken = AdminServer::Create(absl::StrCat("127.0.0.1:", (*first)->healthz_port()), "",
-                                   sources);
+  auto taken =
+      AdminServer::Create(absl::StrCat("127.0.0.1:", (*first)->healthz_port()), "", sources);
   EXPECT_FALSE(taken.ok());
 }
 

@@ -58,18 +58,18 @@ const char* Policy(config::TrafficPolicy p) {
 }
 
 std::string Endpoint(const proxier::EndpointInfo& e) {
-  return absl::StrCat("{\"address\": ", JsonString(e.address.ToString()),
-                      ", \"ready\": ", e.ready ? "true" : "false",
-                      ", \"serving\": ", e.serving ? "true" : "false",
-                      ", \"terminating\": ", e.terminating ? "true" : "false",
-                      ", \"nodeName\": ", JsonString(e.node_name), ", \"zone\": ", JsonString(e.zone),
-                      "}");
+  return absl::StrCat(
+      "{\"address\": ", JsonString(e.address.ToString()),
+      ", \"ready\": ", e.ready ? "true" : "false", ", \"serving\": ", e.serving ? "true" : "false",
+      ", \"terminating\": ", e.terminating ? "true" : "false",
+      ", \"nodeName\": ", JsonString(e.node_name), ", \"zone\": ", JsonString(e.zone), "}");
 }
 
 std::string Port(const proxier::ServicePortInfo& p) {
   return absl::StrCat(
-      "{\"service\": ", JsonString(p.name.service.ToString()), ", \"port\": ",
-      JsonString(p.name.port), ", \"protocol\": ", JsonString(config::ProtocolName(p.name.protocol)),
+      "{\"service\": ", JsonString(p.name.service.ToString()),
+      ", \"port\": ", JsonString(p.name.port),
+      ", \"protocol\": ", JsonString(config::ProtocolName(p.name.protocol)),
       ", \"servicePort\": ", p.port, ", \"nodePort\": ", p.node_port,
       ", \"clusterIPs\": ", Ips(p.cluster_ips), ", \"externalIPs\": ", Ips(p.external_ips),
       ", \"sessionAffinity\": ", JsonString(p.client_ip_affinity ? "ClientIP" : "None"),

@@ -7,7 +7,6 @@
 
 namespace sluice::admin {
 
-
 // /debug/services: the programmed table as JSON, one object per service port, sorted.
 std::string RenderDebugServices(const proxier::ServiceTable& table);
 

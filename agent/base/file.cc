@@ -7,6 +7,7 @@
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
+
 #include "agent/base/status.h"
 #include "agent/base/unique_fd.h"
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+
 #include "agent/base/strings.h"
 
 namespace sluice::base {
@@ -98,7 +99,8 @@ absl::Status FlagSet::Assign(Flag& flag, std::string_view value) {
     }
     case Kind::kDuration: {
       absl::Duration d;
-      if (!absl::ParseDuration(v, &d) || d < absl::ZeroDuration() || d == absl::InfiniteDuration()) {
+      if (!absl::ParseDuration(v, &d) || d < absl::ZeroDuration() ||
+          d == absl::InfiniteDuration()) {
         return absl::InvalidArgumentError(
             "not a non-negative duration such as 30s, 1m30s, 250ms or 1h0m0s");
       }
@@ -216,8 +218,8 @@ std::string FlagSet::Format(const Flag& flag) {
       return absl::FormatDuration(*static_cast<absl::Duration*>(flag.dst));
     case Kind::kList:
     case Kind::kRepeated:
-      return absl::StrCat("[", absl::StrJoin(*static_cast<std::vector<std::string>*>(flag.dst), ","),
-                          "]");
+      return absl::StrCat(
+          "[", absl::StrJoin(*static_cast<std::vector<std::string>*>(flag.dst), ","), "]");
   }
   return "";
 }

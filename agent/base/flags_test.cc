@@ -39,8 +39,8 @@ class FlagSetTest : public ::testing::Test {
 
 TEST_F(FlagSetTest, AcceptsEverySpelling) {
   ASSERT_TRUE(Parse({"--healthz_bind_address=1.2.3.4:1", "-workers", "3", "--keep-vips",
-                     "--sync-period=1m30s", "--nodeport-addresses=10.0.0.0/8, fd00::/8",
-                     "--source", "file:/a", "--source=etcd:http://x:1,http://y:2"})
+                     "--sync-period=1m30s", "--nodeport-addresses=10.0.0.0/8, fd00::/8", "--source",
+                     "file:/a", "--source=etcd:http://x:1,http://y:2"})
                   .ok());
   EXPECT_EQ(o_.bind, "1.2.3.4:1");
   EXPECT_EQ(o_.workers, 3);

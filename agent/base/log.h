@@ -40,11 +40,8 @@ struct LogVoidify {
 #define SLUICE_LOG_ERROR ::sluice::base::Severity::kError
 #define SLUICE_LOG_FATAL ::sluice::base::Severity::kFatal
 
-#define LOG(severity) \
-  ::sluice::base::LogMessage(SLUICE_LOG_##severity, __FILE__, __LINE__).stream()
-#define VLOG(level)                                \
-  (::sluice::base::Verbosity() < (level)) ? (void)0 \
-                                          : ::sluice::base::LogVoidify() & LOG(INFO)
+#define LOG(severity) ::sluice::base::LogMessage(SLUICE_LOG_##severity, __FILE__, __LINE__).stream()
+#define VLOG(level) \
+  (::sluice::base::Verbosity() < (level)) ? (void)0 : ::sluice::base::LogVoidify() & LOG(INFO)
 #define SLUICE_CHECK(cond) \
-  (cond) ? (void)0         \
-         : ::sluice::base::LogVoidify() & LOG(FATAL) << "Check failed: " #cond " "
+  (cond) ? (void)0 : ::sluice::base::LogVoidify() & LOG(FATAL) << "Check failed: " #cond " "

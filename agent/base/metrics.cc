@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+
 #include "agent/base/log.h"
 
 namespace sluice::base {
@@ -102,7 +103,14 @@ Family<Histogram>& Registry::AddHistogram(std::string name, std::string help,
 
 void Registry::AddGaugeFunc(std::string name, std::string help, std::function<double()> fn) {
   absl::MutexLock lock(&mu_);
-  NewEntry(std::move(name), std::move(help)).gauge_fn = std::move(fn);
+  NewEntry(std::move(name), std::move(help)).value_fn = std::move(fn);
+}
+
+void Registry::AddCounterFunc(std::string name, std::string help, std::function<double()> fn) {
+  absl::MutexLock lock(&mu_);
+  Entry& e = NewEntry(std::move(name), std::move(help));
+  e.value_fn = std::move(fn);
+  e.fn_is_counter = true;
 }
 
 namespace {
@@ -145,14 +153,16 @@ std::string Registry::Render() const {
   absl::MutexLock lock(&mu_);
   std::string out;
   for (const auto& e : entries_) {
-    const char* type = e->counter ? "counter" : e->histogram ? "histogram" : "gauge";
+    const char* type = (e->counter || e->fn_is_counter) ? "counter"
+                       : e->histogram                   ? "histogram"
+                                                        : "gauge";
     absl::StrAppend(&out, "# HELP ", e->name, " ", e->help, "\n# TYPE ", e->name, " ", type, "\n");
     if (e->counter) {
       RenderSimple(e->name, *e->counter, &out);
     } else if (e->gauge) {
       RenderSimple(e->name, *e->gauge, &out);
-    } else if (e->gauge_fn) {
-      absl::StrAppend(&out, e->name, " ", FormatValue(e->gauge_fn()), "\n");
+    } else if (e->value_fn) {
+      absl::StrAppend(&out, e->name, " ", FormatValue(e->value_fn()), "\n");
     } else {
       e->histogram->ForEach([&](const std::vector<std::string>& values, const Histogram& h) {
         std::vector<uint64_t> cumulative;
@@ -162,8 +172,8 @@ std::string Registry::Render() const {
         const auto& names = e->histogram->label_names();
         for (size_t i = 0; i < cumulative.size(); ++i) {
           std::string le = i + 1 < cumulative.size()
-                                ? absl::StrCat("le=\"", FormatValue(h.Bound(i)), "\"")
-                                : std::string("le=\"+Inf\"");
+                               ? absl::StrCat("le=\"", FormatValue(h.Bound(i)), "\"")
+                               : std::string("le=\"+Inf\"");
           absl::StrAppend(&out, e->name, "_bucket", Labels(names, values, le), " ", cumulative[i],
                           "\n");
         }

@@ -84,12 +84,13 @@ class Registry final {
  public:
   Family<Counter>& AddCounter(std::string name, std::string help,
                               std::vector<std::string> labels = {});
-  Family<Gauge>& AddGauge(std::string name, std::string help,
-                          std::vector<std::string> labels = {});
+  Family<Gauge>& AddGauge(std::string name, std::string help, std::vector<std::string> labels = {});
   Family<Histogram>& AddHistogram(std::string name, std::string help, std::vector<double> bounds,
                                   std::vector<std::string> labels = {});
   // A gauge computed at scrape time (e.g. a size owned by another thread's atomic).
   void AddGaugeFunc(std::string name, std::string help, std::function<double()> fn);
+  // A counter kept by another component (e.g. behind its own lock), read at scrape time.
+  void AddCounterFunc(std::string name, std::string help, std::function<double()> fn);
 
   std::string Render() const;
 
@@ -100,7 +101,8 @@ class Registry final {
     std::unique_ptr<Family<Counter>> counter;
     std::unique_ptr<Family<Gauge>> gauge;
     std::unique_ptr<Family<Histogram>> histogram;
-    std::function<double()> gauge_fn;
+    std::function<double()> value_fn;
+    bool fn_is_counter = false;
   };
   Entry& NewEntry(std::string name, std::string help) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

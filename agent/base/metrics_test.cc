@@ -11,6 +11,7 @@ TEST(RegistryTest, RendersPrometheusText) {
   r.AddCounter("c_total", "A counter.", {"reason"}).WithLabels({"a\"b"}).Inc(2);
   r.AddGauge("g", "A gauge.").Get().Set(1.5);
   r.AddGaugeFunc("gf", "A func.", [] { return 7.0; });
+  r.AddCounterFunc("cf_total", "A counter func.", [] { return 3.0; });
   auto& h = r.AddHistogram("h_seconds", "A histogram.", {0.1, 1}).Get();
   h.Observe(0.05);
   h.Observe(0.5);
@@ -20,6 +21,7 @@ TEST(RegistryTest, RendersPrometheusText) {
       << text;
   EXPECT_NE(text.find("g 1.5\n"), std::string::npos);
   EXPECT_NE(text.find("gf 7\n"), std::string::npos);
+  EXPECT_NE(text.find("# TYPE cf_total counter\ncf_total 3\n"), std::string::npos) << text;
   EXPECT_NE(text.find("h_seconds_bucket{le=\"0.1\"} 1\n"), std::string::npos) << text;
   EXPECT_NE(text.find("h_seconds_bucket{le=\"1\"} 2\n"), std::string::npos);
   EXPECT_NE(text.find("h_seconds_bucket{le=\"+Inf\"} 3\n"), std::string::npos);

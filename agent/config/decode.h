@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+
 #include "agent/config/model.h"
 
 namespace simdjson::dom {
@@ -22,11 +23,11 @@ namespace sluice::config {
 // One rejected object. `kind` and `id` are filled as far as they could be read, so a caller can
 // keep the last good version of that object.
 struct DecodeError {
-  std::string kind;                   // "Service", "EndpointSlice", or "" if unknown
-  std::optional<NamespacedName> id;   // set when metadata.name could be read
-  std::string location;               // "document 2", "items[3]", "[1]" within the manifest
-  std::string path;                   // field path, e.g. "spec.ports[0].port"
-  std::string message;                // e.g. "must be between 1 and 65535, got 70000"
+  std::string kind;                  // "Service", "EndpointSlice", or "" if unknown
+  std::optional<NamespacedName> id;  // set when metadata.name could be read
+  std::string location;              // "document 2", "items[3]", "[1]" within the manifest
+  std::string path;                  // field path, e.g. "spec.ports[0].port"
+  std::string message;               // e.g. "must be between 1 and 65535, got 70000"
   // "Service default/web (document 2): spec.ports[0].port: must be between 1 and 65535, got 70000"
   std::string ToString() const;
 };

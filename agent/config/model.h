@@ -102,8 +102,8 @@ struct Endpoint {
   std::string hostname;
   std::string node_name;
   std::string zone;
-  bool has_hints = false;                // hints.forZones present
-  std::vector<std::string> hint_zones;   // hints.forZones[].name
+  bool has_hints = false;               // hints.forZones present
+  std::vector<std::string> hint_zones;  // hints.forZones[].name
   friend bool operator==(const Endpoint&, const Endpoint&) = default;
 };
 

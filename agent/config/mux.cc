@@ -11,10 +11,9 @@ void SourceChannel::UpdateServices(Op op, std::vector<ServicePtr> objects) {
 
 void SourceChannel::UpdateEndpointSlices(Op op, std::vector<EndpointSlicePtr> objects) {
   absl::MutexLock lock(&mux_->mu_);
-  mux_->Apply(mux_->slices_, rank_, op, std::move(objects),
-              [this](const EndpointSlicePtr& p, const EndpointSlicePtr& c) {
-                mux_->NotifySlice(p, c);
-              });
+  mux_->Apply(
+      mux_->slices_, rank_, op, std::move(objects),
+      [this](const EndpointSlicePtr& p, const EndpointSlicePtr& c) { mux_->NotifySlice(p, c); });
 }
 
 void SourceChannel::MarkSynced() { mux_->MarkSynced(rank_); }

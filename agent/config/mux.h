@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+
 #include "agent/config/handler.h"
 #include "agent/config/model.h"
 
@@ -33,7 +34,8 @@ class SourceChannel final {
 
  private:
   friend class Mux;
-  SourceChannel(Mux* mux, std::string name, int rank) : mux_(mux), name_(std::move(name)), rank_(rank) {}
+  SourceChannel(Mux* mux, std::string name, int rank)
+      : mux_(mux), name_(std::move(name)), rank_(rank) {}
   Mux* mux_;
   const std::string name_;
   const int rank_;  // registration order; an earlier source wins a namespace/name both provide

@@ -25,7 +25,9 @@ class Recorder final : public ServiceHandler, public EndpointSliceHandler {
   }
   void OnServicesSynced() override { events.push_back("services synced"); }
   void OnEndpointSliceUpdate(const EndpointSlicePtr& prev, const EndpointSlicePtr& cur) override {
-    events.push_back(std::string(!prev ? "add slice " : !cur ? "delete slice " : "update slice ") +
+    events.push_back(std::string(!prev  ? "add slice "
+                                 : !cur ? "delete slice "
+                                        : "update slice ") +
                      (cur ? cur : prev)->meta.id.ToString());
   }
   void OnEndpointSlicesSynced() override { events.push_back("slices synced"); }
@@ -67,7 +69,7 @@ TEST_F(MuxTest, SetReplacesTheSourceState) {
 
 TEST_F(MuxTest, OverlapBetweenSourcesNeverLosesAnObject) {
   b_->UpdateServices(Op::kAdd, {Svc("web", 8080)});
-  a_->UpdateServices(Op::kAdd, {Svc("web", 80)});  // earlier source wins
+  a_->UpdateServices(Op::kAdd, {Svc("web", 80)});    // earlier source wins
   a_->UpdateServices(Op::kRemove, {Svc("web", 0)});  // falls back to b's copy
   b_->UpdateServices(Op::kSet, {});
   EXPECT_EQ(rec_.Take(), (V{"add default/web:8080", "update default/web:80",
@@ -95,7 +97,8 @@ TEST_F(MuxTest, SlicesAreSeparateFromServices) {
   a_->UpdateEndpointSlices(Op::kAdd, {slice});
   a_->UpdateServices(Op::kAdd, {Svc("web", 80)});
   a_->UpdateEndpointSlices(Op::kSet, {});
-  EXPECT_EQ(rec_.Take(), (V{"add slice default/web", "add default/web:80", "delete slice default/web"}));
+  EXPECT_EQ(rec_.Take(),
+            (V{"add slice default/web", "add default/web:80", "delete slice default/web"}));
 }
 
 TEST_F(MuxTest, SyncedOnceEverySourceHasSynced) {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+
 #include "agent/base/strings.h"
 
 namespace sluice::net {
@@ -137,7 +138,8 @@ std::optional<SocketAddress> SocketAddress::Parse(std::string_view text) {
   }
   int port;
   auto ip = IpAddress::Parse(host);
-  if (!ip || !absl::SimpleAtoi(base::Absl(text.substr(colon + 1)), &port) || port < 0 || port > 65535) {
+  if (!ip || !absl::SimpleAtoi(base::Absl(text.substr(colon + 1)), &port) || port < 0 ||
+      port > 65535) {
     return std::nullopt;
   }
   return SocketAddress(*ip, static_cast<uint16_t>(port));

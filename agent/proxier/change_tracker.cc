@@ -27,8 +27,7 @@ void ChangeTracker::Record(ChangeMap<T>& map, const std::shared_ptr<const T>& pr
   }
 }
 
-void ChangeTracker::OnServiceUpdate(const config::ServicePtr& prev,
-                                    const config::ServicePtr& cur) {
+void ChangeTracker::OnServiceUpdate(const config::ServicePtr& prev, const config::ServicePtr& cur) {
   {
     absl::MutexLock lock(&mu_);
     ++service_total_;

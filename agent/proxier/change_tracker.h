@@ -8,6 +8,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+
 #include "agent/base/clock.h"
 #include "agent/config/handler.h"
 
@@ -17,8 +18,8 @@ namespace sluice::proxier {
 // the last sync (nullptr = absent), `second` as it is now. add+delete leaves nothing;
 // delete+add becomes one update; a change back to the synced value disappears.
 template <typename T>
-using ChangeMap = std::map<config::NamespacedName,
-                           std::pair<std::shared_ptr<const T>, std::shared_ptr<const T>>>;
+using ChangeMap =
+    std::map<config::NamespacedName, std::pair<std::shared_ptr<const T>, std::shared_ptr<const T>>>;
 
 struct Changes {
   ChangeMap<config::Service> services;

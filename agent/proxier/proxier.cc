@@ -19,8 +19,7 @@ std::vector<double> ProgrammingBuckets() { return base::ExponentialBuckets(0.001
 
 }  // namespace
 
-Proxier::Proxier(ChangeTracker& tracker, NodeInfo node, base::Clock& clock,
-                 base::Registry& metrics)
+Proxier::Proxier(ChangeTracker& tracker, NodeInfo node, base::Clock& clock, base::Registry& metrics)
     : tracker_(tracker),
       node_(std::move(node)),
       clock_(clock),
@@ -29,12 +28,11 @@ Proxier::Proxier(ChangeTracker& tracker, NodeInfo node, base::Clock& clock,
                                        "SyncProxyRules latency in seconds",
                                        base::ExponentialBuckets(0.0001, 2, 18))
                          .Get()),
-      programming_duration_(
-          metrics
-              .AddHistogram("kubeproxy_network_programming_duration_seconds",
-                            "In Cluster Network Programming Latency in seconds",
-                            ProgrammingBuckets())
-              .Get()),
+      programming_duration_(metrics
+                                .AddHistogram("kubeproxy_network_programming_duration_seconds",
+                                              "In Cluster Network Programming Latency in seconds",
+                                              ProgrammingBuckets())
+                                .Get()),
       last_sync_timestamp_(metrics
                                .AddGauge("kubeproxy_sync_proxy_rules_last_timestamp_seconds",
                                          "The last time proxy rules were successfully synced")

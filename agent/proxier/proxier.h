@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+
 #include "agent/base/clock.h"
 #include "agent/base/metrics.h"
 #include "agent/proxier/change_tracker.h"

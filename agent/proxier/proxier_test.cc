@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "agent/proxier/proxier.h"
 
-#include "agent/config/mux.h"
 #include "gtest/gtest.h"
+
+#include "agent/config/mux.h"
 
 namespace sluice::proxier {
 namespace {

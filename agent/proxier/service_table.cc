@@ -8,9 +8,7 @@ namespace sluice::proxier {
 using config::EndpointSlice;
 using config::Service;
 
-std::string ServicePortName::ToString() const {
-  return service.ToString() + ":" + port;
-}
+std::string ServicePortName::ToString() const { return service.ToString() + ":" + port; }
 
 const ServicePortInfo* ServiceTable::Find(const ServicePortName& name) const {
   auto it = ports_.find(name);
@@ -70,9 +68,10 @@ std::vector<const EndpointInfo*> ApplyHints(
   return out.empty() ? usable : out;  // no endpoint hinted for us: use them all, as kube-proxy
 }
 
-std::vector<net::SocketAddress> Select(const std::vector<EndpointInfo>& endpoints,
-                                       const std::map<net::SocketAddress, const config::Endpoint*>& source,
-                                       config::TrafficPolicy policy, const NodeInfo& node) {
+std::vector<net::SocketAddress> Select(
+    const std::vector<EndpointInfo>& endpoints,
+    const std::map<net::SocketAddress, const config::Endpoint*>& source,
+    config::TrafficPolicy policy, const NodeInfo& node) {
   std::vector<const EndpointInfo*> candidates;
   for (const auto& e : endpoints) {
     if (policy == config::TrafficPolicy::kCluster || e.node_name == node.name) {
@@ -95,8 +94,7 @@ std::string PortKey(const config::ServicePort& p) { return p.name; }
 }  // namespace
 
 std::vector<ServicePortInfoPtr> BuildServicePorts(
-    const Service& svc, const std::vector<config::EndpointSlicePtr>& slices,
-    const NodeInfo& node) {
+    const Service& svc, const std::vector<config::EndpointSlicePtr>& slices, const NodeInfo& node) {
   std::vector<ServicePortInfoPtr> out;
   for (const auto& sp : svc.ports) {
     auto info = std::make_shared<ServicePortInfo>();
@@ -131,9 +129,9 @@ std::vector<ServicePortInfoPtr> BuildServicePorts(
           for (const auto& ip : ep.addresses) {
             net::SocketAddress addr(ip, static_cast<uint16_t>(*ep_port.port));
             if (source.emplace(addr, &ep).second) {
-              info->endpoints.push_back(EndpointInfo{
-                  addr, ep.conditions.IsReady(), ep.conditions.IsServing(),
-                  ep.conditions.IsTerminating(), ep.node_name, ep.zone});
+              info->endpoints.push_back(
+                  EndpointInfo{addr, ep.conditions.IsReady(), ep.conditions.IsServing(),
+                               ep.conditions.IsTerminating(), ep.node_name, ep.zone});
             }
           }
         }

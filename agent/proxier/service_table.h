@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+
 #include "agent/config/model.h"
 #include "agent/net/address.h"
 

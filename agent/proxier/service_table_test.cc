@@ -97,8 +97,8 @@ TEST(ServiceTableTest, TrafficPolicyLocal) {
   Service svc = WebService();
   svc.internal_traffic_policy = config::TrafficPolicy::kLocal;
   NodeInfo node{.name = "n1"};
-  auto ports = BuildServicePorts(svc, {Slice({Ep("10.0.0.1", {}, "n1"), Ep("10.0.0.2", {}, "n2")})},
-                                 node);
+  auto ports =
+      BuildServicePorts(svc, {Slice({Ep("10.0.0.1", {}, "n1"), Ep("10.0.0.2", {}, "n2")})}, node);
   EXPECT_EQ(Strings(ports[0]->cluster_endpoints), (V{"10.0.0.1:8080"}));
   EXPECT_EQ(Strings(ports[0]->external_endpoints), (V{"10.0.0.1:8080", "10.0.0.2:8080"}));
   svc.internal_traffic_policy = config::TrafficPolicy::kCluster;

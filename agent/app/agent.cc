@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "agent/app/agent.h"
+
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+
+#include "agent/admin/debug_services.h"
+#include "agent/base/log.h"
+#include "agent/base/status.h"
+
+namespace sluice::app {
+
+Agent::Agent(const AgentOptions& opts) : opts_(opts) {}
+
+Agent::~Agent() {
+  // Sources and admin threads first: nothing may call into the pipeline while it goes away.
+  admin_.reset();
+  file_sources_.clear();
+}
+
+absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(const AgentOptions& opts) {
+  auto agent = std::unique_ptr<Agent>(new Agent(opts));
+  RETURN_IF_ERROR(agent->Start());
+  return agent;
+}
+
+absl::Status Agent::Start() {
+  ASSIGN_OR_RETURN(loop_, event::EventLoop::Create());
+  tracker_ = std::make_unique<proxier::ChangeTracker>(base::RealClock::Get(), [this] {
+    if (runner_) {
+      runner_->Request();
+    }
+  });
+  mux_.AddServiceHandler(tracker_.get());
+  mux_.AddEndpointSliceHandler(tracker_.get());
+  proxier_ = std::make_unique<proxier::Proxier>(
+      *tracker_, proxier::NodeInfo{opts_.node_name, opts_.zone, opts_.service_proxy_name},
+      base::RealClock::Get(), metrics_);
+  // Failed syncs retry after the min period, but no sooner than 1s, to avoid a hot loop.
+  proxier::RunPolicy policy(opts_.min_sync_period, opts_.sync_period,
+                            std::max(opts_.min_sync_period, absl::Seconds(1)));
+  runner_ =
+      std::make_unique<proxier::SyncRunner>(*loop_, policy, [this] { return proxier_->Sync(); });
+  RegisterMetrics();
+
+  // Every channel exists before any source pushes, so "all synced" waits for all of them.
+  std::vector<config::SourceChannel*> channels;
+  for (const auto& spec : opts_.source_specs) {
+    channels.push_back(mux_.Channel(spec.ToString()));
+  }
+  source_metrics_ = std::make_unique<sources::SourceMetricFamilies>(metrics_);
+  for (size_t i = 0; i < opts_.source_specs.size(); ++i) {
+    ASSIGN_OR_RETURN(auto source,
+                     sources::FileSource::Create(opts_.source_specs[i].path, channels[i], *loop_,
+                                                 *source_metrics_));
+    file_sources_.push_back(std::move(source));
+  }
+
+  admin::AdminSources admin_sources{
+      .health = [this] { return Health(); },
+      .proxy_mode = [] { return std::string("none"); },
+      .debug_services = [this] { return admin::RenderDebugServices(*proxier_->table()); },
+      .metrics = &metrics_};
+  ASSIGN_OR_RETURN(
+      admin_, admin::AdminServer::Create(opts_.healthz_bind_address, opts_.metrics_bind_address,
+                                         std::move(admin_sources)));
+
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGTERM);
+  signal_fd_.Reset(::signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC));
+  if (!signal_fd_) {
+    return base::ErrnoStatus(errno, "signalfd");
+  }
+  ASSIGN_OR_RETURN(signal_watch_, loop_->Watch(signal_fd_.get(), EPOLLIN, [this](uint32_t) {
+    signalfd_siginfo info;
+    if (::read(signal_fd_.get(), &info, sizeof(info)) == sizeof(info)) {
+      LOG(INFO) << "received signal " << info.ssi_signo << ", shutting down";
+    }
+    loop_->Stop();
+  }));
+  return absl::OkStatus();
+}
+
+void Agent::RegisterMetrics() {
+  proxier::ChangeTracker* t = tracker_.get();
+  metrics_.AddGaugeFunc("kubeproxy_sync_proxy_rules_service_changes_pending",
+                        "Pending proxy rules Service changes",
+                        [t] { return static_cast<double>(t->PendingServices()); });
+  metrics_.AddCounterFunc("kubeproxy_sync_proxy_rules_service_changes_total",
+                          "Cumulative proxy rules Service changes",
+                          [t] { return static_cast<double>(t->ServiceChangesTotal()); });
+  metrics_.AddGaugeFunc("kubeproxy_sync_proxy_rules_endpoint_changes_pending",
+                        "Pending proxy rules Endpoint changes",
+                        [t] { return static_cast<double>(t->PendingSlices()); });
+  metrics_.AddCounterFunc("kubeproxy_sync_proxy_rules_endpoint_changes_total",
+                          "Cumulative proxy rules Endpoint changes",
+                          [t] { return static_cast<double>(t->SliceChangesTotal()); });
+  metrics_.AddGauge("sluice_build_info", "sluice version", {"version"})
+      .WithLabels({SLUICE_VERSION})
+      .Set(1);
+}
+
+admin::HealthInputs Agent::Health() const {
+  return admin::HealthInputs{.now = absl::Now(),
+                             .started = started_,
+                             .last_updated = proxier_->LastSync(),
+                             .oldest_pending = tracker_->OldestPending(),
+                             .sources_synced = mux_.AllSynced(),
+                             .timeout = 2 * opts_.sync_period};
+}
+
+absl::Status Agent::Run() {
+  LOG(INFO) << "sluice-agent " << SLUICE_VERSION << " running on node " << opts_.node_name;
+  loop_->Run();
+  return absl::OkStatus();
+}
+
+}  // namespace sluice::app

@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+#include "agent/admin/admin_server.h"
+#include "agent/app/options.h"
+#include "agent/base/metrics.h"
+#include "agent/base/unique_fd.h"
+#include "agent/config/mux.h"
+#include "agent/event/event_loop.h"
+#include "agent/proxier/change_tracker.h"
+#include "agent/proxier/proxier.h"
+#include "agent/proxier/sync_runner.h"
+#include "agent/sources/file_source.h"
+
+namespace sluice::app {
+
+// Wires sluice-agent together: sources -> mux -> change tracker -> sync runner -> proxier ->
+// consumers, plus the admin servers. Owns every component; the control plane runs on the
+// thread that calls Run(). Thread: control plane.
+class Agent final {
+ public:
+  // SIGINT and SIGTERM must already be blocked in every thread (main does it first).
+  static absl::StatusOr<std::unique_ptr<Agent>> Create(const AgentOptions& opts);
+  ~Agent();
+
+  // Serves until SIGINT or SIGTERM, then shuts down cleanly.
+  absl::Status Run();
+
+ private:
+  explicit Agent(const AgentOptions& opts);
+  absl::Status Start();
+  void RegisterMetrics();
+  admin::HealthInputs Health() const;
+
+  const AgentOptions opts_;
+  const absl::Time started_ = absl::Now();
+  base::Registry metrics_;
+  std::unique_ptr<event::EventLoop> loop_;
+  config::Mux mux_;
+  std::unique_ptr<proxier::ChangeTracker> tracker_;
+  std::unique_ptr<proxier::Proxier> proxier_;
+  std::unique_ptr<proxier::SyncRunner> runner_;
+  std::unique_ptr<sources::SourceMetricFamilies> source_metrics_;
+  std::vector<std::unique_ptr<sources::FileSource>> file_sources_;
+  std::unique_ptr<admin::AdminServer> admin_;
+  base::UniqueFd signal_fd_;
+  std::unique_ptr<event::FileEvent> signal_watch_;
+};
+
+}  // namespace sluice::app

@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+#include "agent/base/flags.h"
+
+namespace sluice::app {
+
+// A --source value.
+struct SourceSpec {
+  enum class Kind { kFile, kKube, kEtcd };
+  Kind kind = Kind::kFile;
+  std::string path;               // kFile
+  std::vector<std::string> urls;  // kEtcd
+  std::string ToString() const;
+};
+
+// Every sluice-agent setting. Flag names follow kube-proxy's where one exists.
+struct AgentOptions {
+  std::vector<std::string> sources;
+  std::string config_file;
+  std::string hostname_override;
+  std::string zone;
+  std::string service_proxy_name;
+  std::string healthz_bind_address = "0.0.0.0:10256";
+  std::string metrics_bind_address = "127.0.0.1:10249";
+  absl::Duration sync_period = absl::Seconds(30);
+  absl::Duration min_sync_period = absl::Seconds(1);
+  int64_t v = 0;
+  bool help = false;
+  bool version = false;
+
+  // Derived by Validate().
+  std::vector<SourceSpec> source_specs;
+  std::string node_name;
+};
+
+// Registers every option on `flags` (defaults from `opts`).
+void RegisterFlags(base::FlagSet& flags, AgentOptions& opts);
+
+// Loads --config: a YAML mapping of flag names (any spelling: sync-period, sync_period,
+// syncPeriod) to values or lists. Command-line flags win. Unknown keys are errors naming the
+// key and file.
+absl::Status LoadConfigFile(const std::string& path, base::FlagSet& flags);
+
+// Checks values that flag types cannot (addresses, sources, periods) and fills derived fields.
+absl::Status Validate(AgentOptions& opts);
+
+// Parses argv (then --config if given) and validates. Help and version requests return OK with
+// opts.help / opts.version set.
+absl::Status ParseAgentOptions(int argc, char** argv, base::FlagSet& flags, AgentOptions& opts);
+
+absl::StatusOr<SourceSpec> ParseSourceSpec(const std::string& text);
+
+}  // namespace sluice::app

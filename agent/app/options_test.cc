@@ -1,0 +1,101 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "agent/app/options.h"
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "gtest/gtest.h"
+
+namespace sluice::app {
+namespace {
+
+class OptionsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/sluice-options-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    RegisterFlags(flags_, opts_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  absl::Status Parse(std::vector<std::string> args) {
+    args.insert(args.begin(), "sluice-agent");
+    std::vector<char*> argv;
+    for (auto& a : args) {
+      argv.push_back(a.data());
+    }
+    return ParseAgentOptions(static_cast<int>(argv.size()), argv.data(), flags_, opts_);
+  }
+  std::string WriteConfig(const std::string& text) {
+    std::string path = dir_ + "/config.yaml";
+    std::ofstream(path) << text;
+    return path;
+  }
+  std::string dir_;
+  AgentOptions opts_;
+  base::FlagSet flags_{"sluice-agent"};
+};
+
+TEST_F(OptionsTest, DefaultsMatchKubeProxy) {
+  ASSERT_TRUE(Parse({"--source=file:" + dir_}).ok());
+  EXPECT_EQ(opts_.healthz_bind_address, "0.0.0.0:10256");
+  EXPECT_EQ(opts_.metrics_bind_address, "127.0.0.1:10249");
+  EXPECT_EQ(opts_.sync_period, absl::Seconds(30));
+  EXPECT_EQ(opts_.min_sync_period, absl::Seconds(1));
+  EXPECT_FALSE(opts_.node_name.empty());
+  ASSERT_EQ(opts_.source_specs.size(), 1u);
+  EXPECT_EQ(opts_.source_specs[0].path, dir_);
+}
+
+TEST_F(OptionsTest, RepeatedSourcesAndHostnameOverride) {
+  ASSERT_TRUE(
+      Parse({"--source", "file:" + dir_, "--source=file:/tmp", "--hostname-override=n1"}).ok());
+  EXPECT_EQ(opts_.source_specs.size(), 2u);
+  EXPECT_EQ(opts_.node_name, "n1");
+}
+
+TEST_F(OptionsTest, BadValuesFailWithTheFlagName) {
+  absl::Status st = Parse({"--source=file:" + dir_, "--healthz-bind-address=localhost"});
+  EXPECT_NE(st.message().find("--healthz-bind-address"), std::string::npos) << st;
+  EXPECT_NE(Parse({}).message().find("no --source"), std::string::npos);
+  st = Parse({"--source=file:/does/not/exist"});
+  EXPECT_NE(st.message().find("/does/not/exist does not exist"), std::string::npos) << st;
+  st = Parse({"--source=ftp:x"});
+  EXPECT_NE(st.message().find("want file:PATH"), std::string::npos) << st;
+  st = Parse({"--source=file:" + dir_, "--min-sync-period=1m", "--sync-period=30s"});
+  EXPECT_NE(st.message().find("must not exceed --sync-period"), std::string::npos) << st;
+}
+
+TEST_F(OptionsTest, ConfigFileAnySpellingCommandLineWins) {
+  std::string cfg = WriteConfig("source:\n  - file:" + dir_ +
+                                "\nsyncPeriod: 10s\nmin_sync_period: 2s\nzone: z1\n"
+                                "healthz-bind-address: 127.0.0.1:1\n");
+  ASSERT_TRUE(Parse({"--config=" + cfg, "--zone=z2"}).ok());
+  EXPECT_EQ(opts_.sync_period, absl::Seconds(10));
+  EXPECT_EQ(opts_.min_sync_period, absl::Seconds(2));
+  EXPECT_EQ(opts_.zone, "z2");
+  EXPECT_EQ(opts_.healthz_bind_address, "127.0.0.1:1");
+  EXPECT_EQ(opts_.source_specs.size(), 1u);
+}
+
+TEST_F(OptionsTest, ConfigFileErrorsNameKeyAndLine) {
+  std::string cfg = WriteConfig("zone: z1\nbogus: 1\n");
+  absl::Status st = Parse({"--config=" + cfg});
+  EXPECT_NE(st.message().find("line 2: unknown key \"bogus\""), std::string::npos) << st;
+  cfg = WriteConfig("sync-period: soon\n");
+  st = Parse({"--config=" + cfg, "--source=file:" + dir_});
+  EXPECT_NE(st.message().find("\"soon\" for flag --sync-period"), std::string::npos) << st;
+  cfg = WriteConfig("zone: [unclosed\n");
+  EXPECT_FALSE(Parse({"--config=" + cfg}).ok());
+}
+
+TEST_F(OptionsTest, HelpSkipsValidation) {
+  ASSERT_TRUE(Parse({"--help"}).ok());
+  EXPECT_TRUE(opts_.help);
+  EXPECT_NE(flags_.Help().find("--healthz-bind-address"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sluice::app

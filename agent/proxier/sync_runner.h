@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <memory>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+
+#include "agent/event/event_loop.h"
+#include "agent/proxier/run_policy.h"
+
+namespace sluice::proxier {
+
+// Runs `sync` on the control-plane loop as RunPolicy decides: coalescing requests within the
+// min interval, at least every max interval, retrying failures. Request() is thread-safe
+// (sources and the mux call it from their threads); everything else runs on the loop.
+class SyncRunner final {
+ public:
+  SyncRunner(event::EventLoop& loop, RunPolicy policy, absl::AnyInvocable<absl::Status()> sync);
+
+  void Request();
+
+ private:
+  void Schedule();
+  void Fire();
+
+  event::EventLoop& loop_;
+  RunPolicy policy_;
+  absl::AnyInvocable<absl::Status()> sync_;
+  std::unique_ptr<event::Timer> timer_;
+};
+
+}  // namespace sluice::proxier

@@ -1,0 +1,172 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "agent/sources/manifest_set.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+#include "agent/base/file.h"
+#include "agent/config/decode.h"
+
+namespace sluice::sources {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool IsManifestName(const std::string& name) {
+  // Hidden files cover editor swap files and ConfigMap's "..data" machinery.
+  return !name.empty() && name[0] != '.' &&
+         (absl::EndsWith(name, ".yaml") || absl::EndsWith(name, ".yml") ||
+          absl::EndsWith(name, ".json"));
+}
+
+// Keeps the previous version of an object whose new version was rejected.
+template <typename T>
+void KeepPrevious(const std::vector<std::shared_ptr<const T>>& previous,
+                  const config::NamespacedName& id, std::vector<std::shared_ptr<const T>>& next) {
+  for (const auto& obj : previous) {
+    if (obj->meta.id == id) {
+      next.push_back(obj);
+      return;
+    }
+  }
+}
+
+template <typename T>
+bool SameObjects(const std::vector<std::shared_ptr<const T>>& a,
+                 const std::vector<std::shared_ptr<const T>>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                    [](const auto& x, const auto& y) { return x == y || *x == *y; });
+}
+
+}  // namespace
+
+std::vector<std::string> ManifestSet::ListFiles(std::vector<std::string>* errors) const {
+  std::vector<std::string> out;
+  std::error_code ec;
+  if (!fs::is_directory(path_, ec)) {
+    out.push_back(path_);  // a single file; a missing one is reported by Load
+    return out;
+  }
+  for (fs::directory_iterator it(path_, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code type_ec;
+    if (IsManifestName(it->path().filename().string()) && it->is_regular_file(type_ec)) {
+      out.push_back(it->path().string());
+    }
+  }
+  if (ec) {
+    errors->push_back(absl::StrCat(path_, ": ", ec.message()));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool ManifestSet::Load(const std::string& file, FileState& state,
+                       std::vector<std::string>* errors) const {
+  auto text = base::ReadFile(file, kMaxFileBytes);
+  if (!text.ok()) {
+    errors->push_back(
+        absl::StrCat(text.status().message(), " (keeping this file's last good state)"));
+    return false;
+  }
+  auto manifest = config::DecodeManifest(*text);
+  if (!manifest.ok()) {
+    errors->push_back(absl::StrCat(file, ": ", manifest.status().message(),
+                                   " (keeping this file's last good state)"));
+    return false;
+  }
+  std::vector<config::ServicePtr> services = std::move(manifest->services);
+  std::vector<config::EndpointSlicePtr> slices = std::move(manifest->endpoint_slices);
+  for (const auto& err : manifest->errors) {
+    std::string kept;
+    if (err.id && err.kind == "Service") {
+      size_t before = services.size();
+      KeepPrevious(state.services, *err.id, services);
+      kept = services.size() > before ? " (keeping its last good version)" : "";
+    } else if (err.id && err.kind == "EndpointSlice") {
+      size_t before = slices.size();
+      KeepPrevious(state.slices, *err.id, slices);
+      kept = slices.size() > before ? " (keeping its last good version)" : "";
+    }
+    errors->push_back(absl::StrCat(file, ": ", err.ToString(), kept));
+  }
+  state.services = std::move(services);
+  state.slices = std::move(slices);
+  return true;
+}
+
+ManifestSet::ScanResult ManifestSet::Rescan() {
+  ScanResult result;
+  std::map<std::string, FileState> next;
+  for (const std::string& file : ListFiles(&result.errors)) {
+    struct stat st;
+    FileState& state = next[file];
+    auto old = files_.find(file);
+    if (old != files_.end()) {
+      state = old->second;
+    }
+    if (::stat(file.c_str(), &st) != 0) {
+      result.errors.push_back(absl::StrCat(file, ": ", std::strerror(errno)));
+      next.erase(file);
+      continue;
+    }
+    Identity id{st.st_dev, st.st_ino, st.st_size,
+                st.st_mtim.tv_sec * 1'000'000'000LL + st.st_mtim.tv_nsec,
+                st.st_ctim.tv_sec * 1'000'000'000LL + st.st_ctim.tv_nsec};
+    if (old != files_.end() && old->second.identity == id) {
+      continue;
+    }
+    state.identity = id;  // a failed load is not retried until the file changes again
+    if (Load(file, state, &result.errors)) {
+      ++result.files_loaded;
+    }
+  }
+  const bool files_removed = next.size() < files_.size() ||
+                             std::any_of(files_.begin(), files_.end(),
+                                         [&](const auto& kv) { return !next.contains(kv.first); });
+  files_ = std::move(next);
+  auto old_services = std::move(services_);
+  auto old_slices = std::move(slices_);
+  Merge(&result.errors);
+  result.changed =
+      files_removed || !SameObjects(old_services, services_) || !SameObjects(old_slices, slices_);
+  return result;
+}
+
+void ManifestSet::Merge(std::vector<std::string>* errors) {
+  std::set<config::NamespacedName> seen_services;
+  std::set<config::NamespacedName> seen_slices;
+  services_.clear();
+  slices_.clear();
+  for (const auto& [file, state] : files_) {
+    for (const auto& s : state.services) {
+      if (seen_services.insert(s->meta.id).second) {
+        services_.push_back(s);
+      } else {
+        errors->push_back(absl::StrCat(file, ": Service ", s->meta.id.ToString(),
+                                       " is also defined in an earlier file; ignoring this one"));
+      }
+    }
+    for (const auto& s : state.slices) {
+      if (seen_slices.insert(s->meta.id).second) {
+        slices_.push_back(s);
+      } else {
+        errors->push_back(absl::StrCat(file, ": EndpointSlice ", s->meta.id.ToString(),
+                                       " is also defined in an earlier file; ignoring this one"));
+      }
+    }
+  }
+  auto by_id = [](const auto& a, const auto& b) { return a->meta.id < b->meta.id; };
+  std::sort(services_.begin(), services_.end(), by_id);
+  std::sort(slices_.begin(), slices_.end(), by_id);
+}
+
+}  // namespace sluice::sources

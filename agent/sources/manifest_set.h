@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "agent/config/model.h"
+
+namespace sluice::sources {
+
+// The last good objects of every manifest file under a path (a file, or the *.yaml, *.yml and
+// *.json files of a directory, symlinks followed as in a mounted ConfigMap). Rescan() re-reads
+// only files whose identity (inode, size, mtime, ctime) changed. A file that cannot be read or
+// parsed keeps its last good objects; a bad object in a good file keeps its own last good
+// version. Thread: the owner's.
+class ManifestSet final {
+ public:
+  // Largest manifest file read; bigger ones are rejected (and keep their last good state).
+  static constexpr size_t kMaxFileBytes = 32 << 20;
+
+  struct ScanResult {
+    bool changed = false;             // the merged objects differ from the previous scan's
+    int files_loaded = 0;             // files (re)read and applied
+    std::vector<std::string> errors;  // one line per problem: "<file>: <what>"
+  };
+
+  explicit ManifestSet(std::string path) : path_(std::move(path)) {}
+
+  ScanResult Rescan();
+
+  // The merged objects of every file; for a namespace/name in several files, the file that
+  // sorts first wins (reported as an error).
+  const std::vector<config::ServicePtr>& services() const { return services_; }
+  const std::vector<config::EndpointSlicePtr>& endpoint_slices() const { return slices_; }
+
+ private:
+  struct Identity {
+    dev_t dev = 0;
+    ino_t ino = 0;
+    off_t size = 0;
+    int64_t mtime_ns = 0;
+    int64_t ctime_ns = 0;
+    friend bool operator==(const Identity&, const Identity&) = default;
+  };
+  struct FileState {
+    Identity identity;
+    std::vector<config::ServicePtr> services;
+    std::vector<config::EndpointSlicePtr> slices;
+  };
+
+  std::vector<std::string> ListFiles(std::vector<std::string>* errors) const;
+  // Reads and decodes one file into `state`; false (with errors) keeps `state` as it was.
+  bool Load(const std::string& file, FileState& state, std::vector<std::string>* errors) const;
+  void Merge(std::vector<std::string>* errors);
+
+  const std::string path_;
+  std::map<std::string, FileState> files_;
+  std::vector<config::ServicePtr> services_;
+  std::vector<config::EndpointSlicePtr> slices_;
+};
+
+}  // namespace sluice::sources

@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "agent/sources/source_metrics.h"
+
+namespace sluice::sources {
+
+SourceMetricFamilies::SourceMetricFamilies(base::Registry& r)
+    : updates(r.AddCounter("sluice_source_updates_total",
+                           "Updates a config source pushed into the pipeline", {"source"})),
+      errors(r.AddCounter("sluice_source_errors_total",
+                          "Errors of a config source (read, watch, connection)",
+                          {"source", "reason"})),
+      decode_errors(r.AddCounter("sluice_source_decode_errors_total",
+                                 "Objects or documents a source rejected as malformed",
+                                 {"source"})),
+      reloads(r.AddCounter("sluice_source_reloads_total",
+                           "File reloads by result (success: applied, error: kept last good)",
+                           {"source", "result"})),
+      objects(r.AddGauge("sluice_source_objects", "Objects a source currently provides",
+                         {"source", "kind"})),
+      last_sync(r.AddGauge("sluice_source_last_sync_timestamp_seconds",
+                           "When a source last delivered its state", {"source"})) {}
+
+SourceMetrics::SourceMetrics(SourceMetricFamilies& f, const std::string& src)
+    : updates(f.updates.WithLabels({src})),
+      errors(f.errors),
+      decode_errors(f.decode_errors.WithLabels({src})),
+      reloads_ok(f.reloads.WithLabels({src, "success"})),
+      reloads_failed(f.reloads.WithLabels({src, "error"})),
+      services(f.objects.WithLabels({src, "Service"})),
+      endpoint_slices(f.objects.WithLabels({src, "EndpointSlice"})),
+      last_sync(f.last_sync.WithLabels({src})),
+      source(src) {}
+
+}  // namespace sluice::sources

@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <string>
+
+#include "agent/base/metrics.h"
+
+namespace sluice::sources {
+
+// The metric families every source reports into, labelled by source name. Registered once.
+// Thread-safe.
+struct SourceMetricFamilies {
+  explicit SourceMetricFamilies(base::Registry& registry);
+  base::Family<base::Counter>& updates;
+  base::Family<base::Counter>& errors;
+  base::Family<base::Counter>& decode_errors;
+  base::Family<base::Counter>& reloads;
+  base::Family<base::Gauge>& objects;
+  base::Family<base::Gauge>& last_sync;
+};
+
+// One source's children of those families.
+struct SourceMetrics {
+  SourceMetrics(SourceMetricFamilies& f, const std::string& source);
+  base::Counter& updates;
+  base::Family<base::Counter>& errors;  // by {source, reason}: use Error()
+  base::Counter& decode_errors;
+  base::Counter& reloads_ok;
+  base::Counter& reloads_failed;
+  base::Gauge& services;
+  base::Gauge& endpoint_slices;
+  base::Gauge& last_sync;
+  const std::string source;
+  base::Counter& Error(const std::string& reason) { return errors.WithLabels({source, reason}); }
+};
+
+}  // namespace sluice::sources
