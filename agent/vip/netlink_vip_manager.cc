@@ -1,0 +1,235 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "agent/vip/netlink_vip_manager.h"
+
+#include <linux/if_addr.h>
+#include <linux/rtnetlink.h>
+
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+#include "agent/base/log.h"
+#include "agent/base/status.h"
+#include "agent/base/strings.h"
+#include "agent/vip/address_plan.h"
+
+namespace sluice::vip {
+
+namespace {
+
+constexpr char kLoopback[] = "lo";
+
+// Keeps the first of several errors and counts them, for best-effort loops.
+class ErrorTally final {
+ public:
+  void Add(absl::Status status) {
+    if (!status.ok() && failed_++ == 0) {
+      first_ = std::move(status);
+    }
+  }
+  absl::Status Result(std::string_view op) const {
+    if (failed_ == 0) {
+      return absl::OkStatus();
+    }
+    return absl::Status(first_.code(),
+                        absl::StrCat(base::Absl(op), ": ", failed_,
+                                     " change(s) failed, first: ", first_.message()));
+  }
+
+ private:
+  int failed_ = 0;
+  absl::Status first_;
+};
+
+// The default VIP link: our dummy link, created if missing, else lo. A kernel built without
+// CONFIG_DUMMY (the project's development VMs run one) answers EOPNOTSUPP once
+// request_module("rtnl-link-dummy") fails; iproute2 prints that as "Unknown device type".
+absl::StatusOr<std::string> ChooseDefaultInterface(RouteSocket& socket) {
+  const std::string dummy = NetlinkVipManager::kDefaultInterface;
+  absl::StatusOr<int> existing = socket.LinkIndex(dummy);
+  if (existing.ok()) {
+    return dummy;
+  }
+  if (!absl::IsNotFound(existing.status())) {
+    return existing.status();
+  }
+  absl::Status added = socket.AddLink(dummy, "dummy");
+  if (added.ok()) {
+    LOG(INFO) << "created dummy link " << dummy << " for service VIPs";
+    return dummy;
+  }
+  if (absl::IsAlreadyExists(added)) {  // Created concurrently since the lookup.
+    return dummy;
+  }
+  if (absl::IsUnimplemented(added)) {
+    LOG(WARNING) << "the kernel has no dummy link type (" << added.message()
+                 << "); service VIPs go on " << kLoopback;
+    return std::string(kLoopback);
+  }
+  return added;
+}
+
+}  // namespace
+
+NetlinkVipManager::NetlinkVipManager(std::unique_ptr<RouteSocket> socket,
+                                     std::string interface_name, int ifindex)
+    : socket_(std::move(socket)),
+      interface_name_(std::move(interface_name)),
+      ifindex_(ifindex),
+      label_(LabelFor(interface_name_)) {}
+
+NetlinkVipManager::~NetlinkVipManager() = default;
+
+absl::StatusOr<std::unique_ptr<NetlinkVipManager>> NetlinkVipManager::Create(
+    std::string interface_name) {
+  ASSIGN_OR_RETURN(std::unique_ptr<RouteSocket> socket, RouteSocket::Create());
+  if (interface_name.empty()) {
+    ASSIGN_OR_RETURN(interface_name, ChooseDefaultInterface(*socket));
+  }
+  absl::StatusOr<int> ifindex = socket->LinkIndex(interface_name);
+  if (!ifindex.ok()) {
+    return base::Annotate(ifindex.status(), "VIP interface");
+  }
+  ASSIGN_OR_RETURN(bool was_down, socket->SetUp(interface_name));
+  if (was_down) {
+    LOG(INFO) << "VIP interface " << interface_name << " was down; set it up";
+  }
+  if (LabelFor(interface_name).empty()) {
+    LOG(WARNING) << "VIP interface name " << interface_name
+                 << " is too long for an IPv4 address label; VIPs are marked by IFA_PROTO only";
+  }
+  LOG(INFO) << "service VIPs go on " << interface_name << " (ifindex " << *ifindex << ")";
+  return std::unique_ptr<NetlinkVipManager>(
+      new NetlinkVipManager(std::move(socket), std::move(interface_name), *ifindex));
+}
+
+absl::Status NetlinkVipManager::Ensure(const net::IpAddress& ip) {
+  if (ip.IsUnspecified()) {
+    return absl::InvalidArgumentError(absl::StrCat("ensure VIP ", ip.ToString(), ": unspecified"));
+  }
+  ASSIGN_OR_RETURN(std::vector<KernelAddress> current, socket_->DumpAddresses());
+  switch (Classify(current, ip, ifindex_, owned_)) {
+    case Presence::kOursOnVipLink:
+    case Presence::kOursElsewhere:  // Adopted; the next Reconcile moves it to the VIP link.
+      owned_.insert(ip);
+      return absl::OkStatus();
+    case Presence::kLocal:
+      owned_.erase(ip);
+      VLOG(2) << "VIP " << ip.ToString() << " is already local; not adding it";
+      return absl::OkStatus();
+    case Presence::kAbsent:
+      break;
+  }
+  ASSIGN_OR_RETURN(bool added, Add(ip));
+  if (added) {
+    owned_.insert(ip);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NetlinkVipManager::Release(const net::IpAddress& ip) {
+  ASSIGN_OR_RETURN(std::vector<KernelAddress> current, socket_->DumpAddresses());
+  for (const KernelAddress& address : current) {
+    if (address.ip == ip && IsOurs(address, ifindex_, owned_)) {
+      RETURN_IF_ERROR(Delete(address));
+    }
+  }
+  owned_.erase(ip);
+  return absl::OkStatus();
+}
+
+absl::Status NetlinkVipManager::Reconcile(const absl::flat_hash_set<net::IpAddress>& wanted) {
+  ASSIGN_OR_RETURN(std::vector<KernelAddress> current, socket_->DumpAddresses());
+  ReconcilePlan plan = PlanReconcile(current, wanted, ifindex_, owned_);
+  ErrorTally errors;
+  for (const net::IpAddress& ip : plan.rejected) {
+    errors.Add(absl::InvalidArgumentError(absl::StrCat("VIP ", ip.ToString(), ": unspecified")));
+  }
+  // Adds before removals: a VIP moving from an old interface to the VIP link stays reachable.
+  int added = 0;
+  for (const net::IpAddress& ip : plan.add) {
+    absl::StatusOr<bool> result = Add(ip);
+    if (result.ok() && *result) {
+      ++added;
+      continue;
+    }
+    plan.owned.erase(ip);
+    errors.Add(result.status());
+  }
+  int removed = 0;
+  for (const KernelAddress& address : plan.remove) {
+    absl::Status result = Delete(address);
+    if (result.ok()) {
+      ++removed;
+    } else if (address.ifindex == ifindex_) {
+      plan.owned.insert(address.ip);  // Still there and still ours; the next sync retries.
+    }
+    errors.Add(std::move(result));
+  }
+  owned_ = std::move(plan.owned);
+  if (added > 0 || removed > 0) {
+    LOG(INFO) << "VIPs on " << interface_name_ << ": " << added << " added, " << removed
+              << " removed, " << owned_.size() << " owned";
+  }
+  return errors.Result("reconcile VIPs");
+}
+
+absl::Status NetlinkVipManager::RemoveAll() {
+  ASSIGN_OR_RETURN(std::vector<KernelAddress> current, socket_->DumpAddresses());
+  ErrorTally errors;
+  absl::flat_hash_set<net::IpAddress> remaining;
+  for (const KernelAddress& address : current) {
+    if (!IsOurs(address, ifindex_, owned_)) {
+      continue;
+    }
+    absl::Status result = Delete(address);
+    if (!result.ok()) {
+      remaining.insert(address.ip);
+    }
+    errors.Add(std::move(result));
+  }
+  owned_ = std::move(remaining);
+  return errors.Result("remove all VIPs");
+}
+
+absl::StatusOr<bool> NetlinkVipManager::Add(const net::IpAddress& ip) {
+  const int prefix_len = ip.is_v4() ? 32 : 128;
+  AddressOptions options;
+  options.label = label_;
+  options.protocol = kAddressProtocol;
+  // Scope host (IPv4; IPv6 derives scope from the address and ignores this). The kernel delivers
+  // to a local address whatever its scope: the `local` route in table local decides, so pods
+  // routed through the node still reach the VIP (checked from a second netns over veth). What
+  // the scope changes is source selection: inet_select_addr() never picks a host-scope address
+  // for traffic leaving the node, and a VIP that every node shares must not become one.
+  options.scope = RT_SCOPE_HOST;
+  // Every node holds the same VIP, so Duplicate Address Detection on a link that does it (a NIC
+  // given as --vip-interface) would fail it, and even a passing DAD leaves the address tentative
+  // for about a second, with bind() failing EADDRNOTAVAIL. lo and dummy links skip DAD anyway
+  // (IFF_LOOPBACK, IFF_NOARP: addrconf_dad_begin()).
+  options.flags = ip.is_v4() ? 0 : IFA_F_NODAD;
+  absl::Status status = socket_->AddAddress(ifindex_, ip, prefix_len, options);
+  if (absl::IsAlreadyExists(status)) {
+    LOG(WARNING) << "VIP " << ip.ToString() << " appeared on " << interface_name_
+                 << " while sluice was adding it; leaving it to its owner";
+    return false;
+  }
+  RETURN_IF_ERROR(status);
+  VLOG(2) << "added VIP " << ip.ToString() << "/" << prefix_len << " on " << interface_name_;
+  return true;
+}
+
+absl::Status NetlinkVipManager::Delete(const KernelAddress& address) {
+  absl::Status status = socket_->DeleteAddress(address);
+  if (absl::IsNotFound(status)) {
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(status);
+  VLOG(2) << "removed VIP " << address.ip.ToString() << "/" << address.prefix_len << " (ifindex "
+          << address.ifindex << ")";
+  return absl::OkStatus();
+}
+
+}  // namespace sluice::vip

@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+#include "agent/net/address.h"
+#include "agent/vip/route_socket.h"
+#include "agent/vip/vip_manager.h"
+
+namespace sluice::vip {
+
+// VipManager over rtnetlink (libnl-route). Owns a NETLINK_ROUTE socket, bound to the network
+// namespace of the thread that calls Create(), and the in-memory set of VIPs it owns. Addresses
+// go on one link: --vip-interface, or by default a dummy link "sluice0" (created if missing, like
+// kube-proxy's kube-ipvs0), or `lo` when the kernel has no dummy link type. How it tells its own
+// addresses apart, across restarts too, is described in address_plan.h.
+// Thread: control plane, one caller at a time.
+class NetlinkVipManager final : public VipManager {
+ public:
+  static constexpr char kDefaultInterface[] = "sluice0";
+
+  // `interface_name` must name an existing link; empty selects the default described above. The
+  // link is set up if it is down: IPv6 addresses stay tentative, hence unusable, on a down link.
+  static absl::StatusOr<std::unique_ptr<NetlinkVipManager>> Create(std::string interface_name);
+  // Leaves every address in place (see VipManager). RemoveAll() is the clean-shutdown path.
+  ~NetlinkVipManager() override;
+
+  // VipManager
+  absl::Status Ensure(const net::IpAddress& ip) override;
+  absl::Status Release(const net::IpAddress& ip) override;
+  absl::Status Reconcile(const absl::flat_hash_set<net::IpAddress>& wanted) override;
+  absl::Status RemoveAll() override;
+  absl::flat_hash_set<net::IpAddress> Owned() const override { return owned_; }
+  std::string interface_name() const override { return interface_name_; }
+
+ private:
+  NetlinkVipManager(std::unique_ptr<RouteSocket> socket, std::string interface_name, int ifindex);
+
+  // Adds ip on the VIP link. Returns false if it appeared there since the dump (someone else's).
+  absl::StatusOr<bool> Add(const net::IpAddress& ip);
+  // Deletes one of our addresses; an address that is already gone counts as deleted.
+  absl::Status Delete(const KernelAddress& address);
+
+  std::unique_ptr<RouteSocket> socket_;
+  const std::string interface_name_;
+  const int ifindex_;
+  const std::string label_;  // IPv4 IFA_LABEL, "" if the name is too long for one.
+  absl::flat_hash_set<net::IpAddress> owned_;
+};
+
+}  // namespace sluice::vip
