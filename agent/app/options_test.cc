@@ -17,16 +17,19 @@ class OptionsTest : public ::testing::Test {
     char tmpl[] = "/tmp/sluice-options-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
-    RegisterFlags(flags_, opts_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
+  // Each call starts from fresh options, as a new process would.
   absl::Status Parse(std::vector<std::string> args) {
+    opts_ = AgentOptions{};
+    flags_ = std::make_unique<base::FlagSet>("sluice-agent");
+    RegisterFlags(*flags_, opts_);
     args.insert(args.begin(), "sluice-agent");
     std::vector<char*> argv;
     for (auto& a : args) {
       argv.push_back(a.data());
     }
-    return ParseAgentOptions(static_cast<int>(argv.size()), argv.data(), flags_, opts_);
+    return ParseAgentOptions(static_cast<int>(argv.size()), argv.data(), *flags_, opts_);
   }
   std::string WriteConfig(const std::string& text) {
     std::string path = dir_ + "/config.yaml";
@@ -35,7 +38,7 @@ class OptionsTest : public ::testing::Test {
   }
   std::string dir_;
   AgentOptions opts_;
-  base::FlagSet flags_{"sluice-agent"};
+  std::unique_ptr<base::FlagSet> flags_;
 };
 
 TEST_F(OptionsTest, DefaultsMatchKubeProxy) {
@@ -94,7 +97,7 @@ TEST_F(OptionsTest, ConfigFileErrorsNameKeyAndLine) {
 TEST_F(OptionsTest, HelpSkipsValidation) {
   ASSERT_TRUE(Parse({"--help"}).ok());
   EXPECT_TRUE(opts_.help);
-  EXPECT_NE(flags_.Help().find("--healthz-bind-address"), std::string::npos);
+  EXPECT_NE(flags_->Help().find("--healthz-bind-address"), std::string::npos);
 }
 
 }  // namespace

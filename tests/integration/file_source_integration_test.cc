@@ -169,8 +169,8 @@ TEST_F(FileSourceIntegrationTest, TakenAdminPortFailsAtStart) {
   EXPECT_NE(second->Output().find("listen on 127.0.0.1:"), std::string::npos) << second->Output();
 }
 
-TEST_F(FileSourceIntegrationTest, HealthzFailsUntilSynced) {
-  // An unreadable file does not stop the start; health reflects applied state only.
+TEST_F(FileSourceIntegrationTest, EmptyDirectoryIsHealthy) {
+  // No objects is a valid state: the source has synced and the (empty) table is applied.
   auto agent = StartAgent();
   ASSERT_TRUE(WaitFor(
       [&] {
