@@ -147,6 +147,25 @@ TEST_F(FileSourceIntegrationTest, FollowsEditsAndKeepsLastGoodState) {
   EXPECT_EQ(agent->Wait(absl::Seconds(10)), 0) << agent->Output();
 }
 
+TEST_F(FileSourceIntegrationTest, RepeatedSourcesMergeWithoutLosingOverlaps) {
+  const std::string second = dir_ + "/second";
+  fs::create_directory(second);
+  Write("a.yaml",
+        Service("shared", "10.96.0.20", 80) + "---\n" + Service("only-a", "10.96.0.21", 80));
+  std::ofstream(second + "/b.yaml")
+      << Service("shared", "10.96.0.20", 8080) + "---\n" + Service("only-b", "10.96.0.22", 80);
+  auto agent = StartAgent({"--source=file:" + second});
+  ASSERT_TRUE(WaitFor([&] { return ServicesContain("demo/only-b"); }, kApply)) << agent->Output();
+  EXPECT_TRUE(ServicesContain("demo/only-a"));
+  EXPECT_TRUE(ServicesContain("\"servicePort\": 80, ")) << Services();  // the first source wins
+  EXPECT_FALSE(ServicesContain("\"servicePort\": 8080"));
+  // Removing the shared service from the first source falls back to the second's copy.
+  Write("a.yaml", Service("only-a", "10.96.0.21", 80));
+  ASSERT_TRUE(WaitFor([&] { return ServicesContain("\"servicePort\": 8080"); }, kApply))
+      << Services();
+  EXPECT_TRUE(ServicesContain("demo/shared"));
+}
+
 TEST_F(FileSourceIntegrationTest, BadFlagsFailAtStartWithAClearMessage) {
   std::string out;
   EXPECT_EQ(testutil::RunCommand({SLUICE_AGENT_BINARY, "--no-such-flag"}, &out), 2);
