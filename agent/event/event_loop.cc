@@ -1,0 +1,303 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "agent/event/event_loop.h"
+
+#include <errno.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "agent/base/log.h"
+#include "agent/base/status.h"
+
+namespace sluice::event {
+namespace {
+
+// epoll_event.data.ptr of the wake-up eventfd; never a FileEvent address.
+char kWakeTag;
+
+absl::Duration MonotonicClock() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return absl::DurationFromTimespec(ts);
+}
+
+}  // namespace
+
+// ---- FileEvent ----
+
+FileEvent::FileEvent(EventLoop& loop, int fd, absl::AnyInvocable<void(uint32_t events)> cb)
+    : loop_(loop), fd_(fd), cb_(std::move(cb)) {
+  ++loop_.live_handles_;
+}
+
+FileEvent::~FileEvent() {
+  --loop_.live_handles_;
+  if (!registered_) {
+    return;
+  }
+  if (epoll_ctl(loop_.epoll_fd_.get(), EPOLL_CTL_DEL, fd_, nullptr) != 0) {
+    // EBADF/ENOENT: the fd was closed first, which already dropped it from the epoll set
+    // (unless dup'ed). That is an ordering bug in the owner, but harmless here.
+    LOG(WARNING) << "epoll_ctl(DEL fd " << fd_ << "): " << strerror(errno);
+  }
+  loop_.Forget(this);
+}
+
+absl::Status FileEvent::Modify(uint32_t events) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.ptr = this;
+  if (epoll_ctl(loop_.epoll_fd_.get(), EPOLL_CTL_MOD, fd_, &ev) != 0) {
+    return base::ErrnoStatus(errno, "epoll_ctl(MOD fd " + std::to_string(fd_) + ")");
+  }
+  return absl::OkStatus();
+}
+
+void FileEvent::Activate(uint32_t events) {
+  // Bit 31 (EPOLLET) never appears in reported events, so it marks "queued" even for events == 0.
+  if (activated_events_ == 0) {
+    loop_.activated_.push_back(this);
+  }
+  activated_events_ |= events | EPOLLET;
+}
+
+// ---- Timer ----
+
+Timer::Timer(EventLoop& loop, absl::AnyInvocable<void()> cb) : loop_(loop), cb_(std::move(cb)) {
+  ++loop_.live_handles_;
+}
+
+Timer::~Timer() {
+  Disarm();
+  --loop_.live_handles_;
+}
+
+void Timer::Arm(absl::Duration after) {
+  Disarm();
+  Key key{loop_.MonotonicNow() + std::max(after, absl::ZeroDuration()), loop_.next_timer_seq_++};
+  pos_ = loop_.timers_.emplace(key, this).first;
+  armed_ = true;
+}
+
+void Timer::Disarm() {
+  if (armed_) {
+    loop_.timers_.erase(pos_);
+    armed_ = false;
+  }
+}
+
+// ---- EventLoop ----
+
+absl::StatusOr<std::unique_ptr<EventLoop>> EventLoop::Create() {
+  base::UniqueFd epoll_fd(epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll_fd) {
+    return base::ErrnoStatus(errno, "epoll_create1");
+  }
+  base::UniqueFd wake_fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wake_fd) {
+    return base::ErrnoStatus(errno, "eventfd");
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.ptr = &kWakeTag;
+  if (epoll_ctl(epoll_fd.get(), EPOLL_CTL_ADD, wake_fd.get(), &ev) != 0) {
+    return base::ErrnoStatus(errno, "epoll_ctl(ADD eventfd)");
+  }
+  return std::unique_ptr<EventLoop>(new EventLoop(std::move(epoll_fd), std::move(wake_fd)));
+}
+
+EventLoop::EventLoop(base::UniqueFd epoll_fd, base::UniqueFd wake_fd)
+    : epoll_fd_(std::move(epoll_fd)),
+      wake_fd_(std::move(wake_fd)),
+      loop_thread_(std::this_thread::get_id()) {
+  UpdateTime();
+}
+
+EventLoop::~EventLoop() {
+  RunDeferredDeletes();
+  SLUICE_CHECK(live_handles_ == 0) << live_handles_ << " FileEvents/Timers outlive their loop";
+}
+
+void EventLoop::Run() {
+  loop_thread_.store(std::this_thread::get_id());
+  do {
+    RunOnce();
+  } while (!stop_requested_.load());
+  stop_requested_.store(false);
+}
+
+void EventLoop::Stop() {
+  stop_requested_.store(true);
+  Wake();
+}
+
+void EventLoop::Post(absl::AnyInvocable<void() &&> fn) {
+  bool was_empty;
+  {
+    absl::MutexLock lock(&post_mu_);
+    was_empty = posted_.empty();
+    posted_.push_back(std::move(fn));
+  }
+  // A non-empty queue already has a wake-up pending or is about to be drained by the loop.
+  if (was_empty) {
+    Wake();
+  }
+}
+
+absl::StatusOr<std::unique_ptr<FileEvent>> EventLoop::Watch(
+    int fd, uint32_t epoll_events, absl::AnyInvocable<void(uint32_t events)> cb) {
+  std::unique_ptr<FileEvent> fe(new FileEvent(*this, fd, std::move(cb)));
+  epoll_event ev{};
+  ev.events = epoll_events;
+  ev.data.ptr = fe.get();
+  if (epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
+    fe->registered_ = false;  // so its destructor skips EPOLL_CTL_DEL
+    return base::ErrnoStatus(errno, "epoll_ctl(ADD fd " + std::to_string(fd) + ")");
+  }
+  return fe;
+}
+
+std::unique_ptr<Timer> EventLoop::CreateTimer(absl::AnyInvocable<void()> cb) {
+  return std::unique_ptr<Timer>(new Timer(*this, std::move(cb)));
+}
+
+void EventLoop::DeferDelete(std::unique_ptr<DeferredDeletable> obj) {
+  if (obj != nullptr) {
+    deferred_.push_back(std::move(obj));
+  }
+}
+
+void EventLoop::RunOnce() {
+  int timeout_ms = WaitTimeoutMs();
+  int n = epoll_wait(epoll_fd_.get(), ready_.data(), kMaxEventsPerWait, timeout_ms);
+  if (n < 0) {
+    // EINTR (a signal, a debugger) is routine; anything else means a broken epoll fd.
+    SLUICE_CHECK(errno == EINTR) << "epoll_wait: " << strerror(errno);
+    n = 0;
+  }
+  UpdateTime();
+  DispatchFileEvents(n);
+  DispatchActivated();
+  RunDueTimers();
+  RunPosted();
+  RunDeferredDeletes();
+}
+
+void EventLoop::UpdateTime() {
+  now_ = absl::Now();
+  mono_now_ = MonotonicClock();
+}
+
+int EventLoop::WaitTimeoutMs() {
+  bool posted_pending;
+  {
+    absl::MutexLock lock(&post_mu_);
+    posted_pending = !posted_.empty();
+  }
+  if (posted_pending || !activated_.empty() || !deferred_.empty() || stop_requested_.load()) {
+    return 0;
+  }
+  if (timers_.empty()) {
+    return -1;
+  }
+  absl::Duration wait = timers_.begin()->first.first - MonotonicClock();
+  if (wait <= absl::ZeroDuration()) {
+    return 0;
+  }
+  // Round up: epoll_wait has millisecond resolution, and waking early would spin until due.
+  return static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(absl::Ceil(
+                                                wait, absl::Milliseconds(1))),
+                                            INT32_MAX));
+}
+
+void EventLoop::DispatchFileEvents(int n) {
+  ready_count_ = n;
+  for (int i = 0; i < n; ++i) {
+    void* ptr = ready_[i].data.ptr;
+    if (ptr == &kWakeTag) {
+      uint64_t count;
+      // Drains the eventfd; EAGAIN means another wake-up already drained it.
+      (void)!read(wake_fd_.get(), &count, sizeof(count));
+    } else if (ptr != nullptr) {  // nullptr: its FileEvent died earlier in this batch
+      auto* fe = static_cast<FileEvent*>(ptr);
+      fe->cb_(ready_[i].events);
+    }
+  }
+  ready_count_ = 0;
+}
+
+void EventLoop::DispatchActivated() {
+  // Swap first: callbacks that activate again are served in the next iteration (fairness), which
+  // WaitTimeoutMs() makes non-blocking.
+  activated_running_.swap(activated_);
+  for (FileEvent*& fe : activated_running_) {
+    if (fe == nullptr) {
+      continue;
+    }
+    uint32_t events = std::exchange(fe->activated_events_, 0) & ~static_cast<uint32_t>(EPOLLET);
+    fe->cb_(events);
+  }
+  activated_running_.clear();
+}
+
+void EventLoop::RunDueTimers() {
+  // Timers armed from a callback get a sequence >= this and wait for the next iteration, so a
+  // timer that re-arms itself with a zero delay cannot starve the loop.
+  const uint64_t seq_limit = next_timer_seq_;
+  while (!timers_.empty()) {
+    auto it = timers_.begin();
+    if (it->first.first > mono_now_ || it->first.second >= seq_limit) {
+      break;
+    }
+    Timer* timer = it->second;
+    timers_.erase(it);
+    timer->armed_ = false;
+    timer->cb_();
+  }
+}
+
+void EventLoop::RunPosted() {
+  std::vector<absl::AnyInvocable<void() &&>> tasks;
+  {
+    absl::MutexLock lock(&post_mu_);
+    tasks.swap(posted_);
+  }
+  for (auto& task : tasks) {
+    std::move(task)();
+  }
+}
+
+void EventLoop::RunDeferredDeletes() {
+  // Destructors may defer more objects; keep going until none are left.
+  while (!deferred_.empty()) {
+    std::vector<std::unique_ptr<DeferredDeletable>> batch;
+    batch.swap(deferred_);
+    batch.clear();
+  }
+}
+
+void EventLoop::Wake() {
+  uint64_t one = 1;
+  // EAGAIN only when the counter is near overflow, which means a wake-up is pending anyway.
+  (void)!write(wake_fd_.get(), &one, sizeof(one));
+}
+
+void EventLoop::Forget(FileEvent* fe) {
+  for (int i = 0; i < ready_count_; ++i) {
+    if (ready_[i].data.ptr == fe) {
+      ready_[i].data.ptr = nullptr;
+    }
+  }
+  if (fe->activated_events_ != 0) {
+    std::replace(activated_.begin(), activated_.end(), fe, static_cast<FileEvent*>(nullptr));
+    std::replace(activated_running_.begin(), activated_running_.end(), fe,
+                 static_cast<FileEvent*>(nullptr));
+  }
+}
+
+}  // namespace sluice::event

@@ -1,0 +1,280 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "agent/event/event_loop.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace sluice::event {
+namespace {
+
+class EventLoopTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto loop = EventLoop::Create();
+    ASSERT_TRUE(loop.ok()) << loop.status();
+    loop_ = std::move(*loop);
+    // A test that hangs fails instead of blocking the suite.
+    watchdog_ = loop_->CreateTimer([this] {
+      ADD_FAILURE() << "watchdog fired";
+      loop_->Stop();
+    });
+    watchdog_->Arm(absl::Seconds(10));
+  }
+  void TearDown() override { watchdog_.reset(); }
+
+  struct PipeFds {
+    base::UniqueFd read_end, write_end;
+  };
+  static PipeFds MakePipe() {
+    int fds[2];
+    EXPECT_EQ(pipe2(fds, O_NONBLOCK | O_CLOEXEC), 0);
+    return {base::UniqueFd(fds[0]), base::UniqueFd(fds[1])};
+  }
+
+  std::unique_ptr<EventLoop> loop_;
+  std::unique_ptr<Timer> watchdog_;
+};
+
+TEST_F(EventLoopTest, PostFromAnotherThreadRunsOnLoopThreadInOrder) {
+  std::vector<int> order;
+  bool in_loop_thread = false;
+  std::thread poster([&] {
+    EXPECT_FALSE(loop_->IsInLoopThread());
+    for (int i = 0; i < 100; ++i) {
+      loop_->Post([&order, i] { order.push_back(i); });
+    }
+    loop_->Post([&] {
+      in_loop_thread = loop_->IsInLoopThread();
+      loop_->Stop();
+    });
+  });
+  loop_->Run();
+  poster.join();
+  ASSERT_EQ(order.size(), 100u);
+  for (int i = 0; i < 100; ++i) {
+    EXPECT_EQ(order[i], i);
+  }
+  EXPECT_TRUE(in_loop_thread);
+}
+
+TEST_F(EventLoopTest, StopFromAnotherThread) {
+  std::thread stopper([&] { loop_->Stop(); });
+  loop_->Run();  // returns whether Stop() lands before or during Run()
+  stopper.join();
+  // The stop request was consumed: the loop runs again until the next Stop().
+  bool ran = false;
+  loop_->Post([&] {
+    ran = true;
+    loop_->Stop();
+  });
+  loop_->Run();
+  EXPECT_TRUE(ran);
+}
+
+TEST_F(EventLoopTest, TimersFireInDeadlineThenArmOrder) {
+  std::vector<int> fired;
+  std::vector<std::unique_ptr<Timer>> timers;
+  for (int i = 0; i < 5; ++i) {
+    timers.push_back(loop_->CreateTimer([&fired, i] { fired.push_back(i); }));
+  }
+  timers[0]->Arm(absl::Milliseconds(3));
+  timers[1]->Arm(absl::Milliseconds(1));
+  timers[2]->Arm(absl::Milliseconds(2));
+  timers[3]->Arm(absl::Milliseconds(2));  // same deadline as 2 (same cached time): arm order
+  timers[4]->Arm(absl::Milliseconds(4));
+  auto stop = loop_->CreateTimer([&] { loop_->Stop(); });
+  stop->Arm(absl::Milliseconds(5));
+  loop_->Run();
+  EXPECT_EQ(fired, (std::vector<int>{1, 2, 3, 0, 4}));
+  for (auto& t : timers) {
+    EXPECT_FALSE(t->armed());
+  }
+}
+
+TEST_F(EventLoopTest, DisarmAndRearm) {
+  int a = 0, b = 0;
+  auto ta = loop_->CreateTimer([&] { ++a; });
+  auto tb = loop_->CreateTimer([&] { ++b; });
+  ta->Arm(absl::Milliseconds(1));
+  EXPECT_TRUE(ta->armed());
+  ta->Disarm();
+  EXPECT_FALSE(ta->armed());
+  tb->Arm(absl::Milliseconds(1));
+  tb->Arm(absl::Milliseconds(3));  // moves the deadline; fires once
+  EXPECT_EQ(loop_->armed_timers(), 2u);  // tb + watchdog
+  auto probe = loop_->CreateTimer([&] {
+    EXPECT_EQ(b, 0);  // at 2 ms tb has not fired: its first deadline was replaced
+    ta->Arm(absl::Milliseconds(1));  // re-arm a disarmed timer from a timer callback
+  });
+  probe->Arm(absl::Milliseconds(2));
+  auto stop = loop_->CreateTimer([&] { loop_->Stop(); });
+  stop->Arm(absl::Milliseconds(6));
+  loop_->Run();
+  EXPECT_EQ(a, 1);
+  EXPECT_EQ(b, 1);
+}
+
+TEST_F(EventLoopTest, SelfRearmingZeroDelayTimerFiresOncePerIteration) {
+  int fired = 0, iterations = 0;
+  std::unique_ptr<Timer> t;
+  t = loop_->CreateTimer([&] {
+    if (++fired < 10) {
+      t->Arm(absl::ZeroDuration());
+    } else {
+      loop_->Stop();
+    }
+  });
+  // Count iterations through the deferred-delete hook, which runs once per iteration.
+  struct Counter : DeferredDeletable {
+    explicit Counter(int* n) : n(n) {}
+    ~Counter() override { ++*n; }
+    int* n;
+  };
+  t->Arm(absl::ZeroDuration());
+  std::unique_ptr<Timer> tick;
+  tick = loop_->CreateTimer([&] {
+    loop_->DeferDelete(std::make_unique<Counter>(&iterations));
+    tick->Arm(absl::ZeroDuration());
+  });
+  tick->Arm(absl::ZeroDuration());
+  loop_->Run();
+  EXPECT_EQ(fired, 10);
+  EXPECT_GE(iterations, 9);
+}
+
+TEST_F(EventLoopTest, TenThousandTimersFireInOrder) {
+  constexpr int kTimers = 10'000;
+  std::mt19937 rng(42);
+  std::vector<std::unique_ptr<Timer>> timers;
+  std::vector<int> delay_us(kTimers);
+  int last_delay = -1, fired = 0;
+  bool in_order = true;
+  for (int i = 0; i < kTimers; ++i) {
+    delay_us[i] = static_cast<int>(rng() % 20'000);
+    timers.push_back(loop_->CreateTimer([&, i] {
+      in_order = in_order && delay_us[i] >= last_delay;
+      last_delay = delay_us[i];
+      if (++fired == kTimers) {
+        loop_->Stop();
+      }
+    }));
+    timers.back()->Arm(absl::Microseconds(delay_us[i]));
+  }
+  // Re-arming half of them must not leave stale entries behind.
+  for (int i = 0; i < kTimers; i += 2) {
+    timers[i]->Arm(absl::Microseconds(delay_us[i]));
+  }
+  loop_->Run();
+  EXPECT_EQ(fired, kTimers);
+  EXPECT_TRUE(in_order);
+}
+
+TEST_F(EventLoopTest, FileEventOnPipe) {
+  PipeFds p = MakePipe();
+  std::string got;
+  auto fe = loop_->Watch(p.read_end.get(), EPOLLIN, [&](uint32_t events) {
+    EXPECT_TRUE(events & EPOLLIN);
+    char buf[16];
+    ssize_t n = read(p.read_end.get(), buf, sizeof(buf));
+    ASSERT_GT(n, 0);
+    got.append(buf, n);
+    loop_->Stop();
+  });
+  ASSERT_TRUE(fe.ok()) << fe.status();
+  std::thread writer([&] { ASSERT_EQ(write(p.write_end.get(), "hi", 2), 2); });
+  loop_->Run();
+  writer.join();
+  EXPECT_EQ(got, "hi");
+}
+
+TEST_F(EventLoopTest, ModifyAndActivate) {
+  PipeFds p = MakePipe();
+  std::vector<uint32_t> seen;
+  auto fe = loop_->Watch(p.write_end.get(), 0, [&](uint32_t events) {
+    seen.push_back(events);
+    if (seen.size() == 2) {
+      loop_->Stop();
+    }
+  });
+  ASSERT_TRUE(fe.ok()) << fe.status();
+  (*fe)->Activate(EPOLLIN);
+  (*fe)->Activate(EPOLLPRI);  // merged into one call
+  loop_->Post([&] { ASSERT_TRUE((*fe)->Modify(EPOLLOUT | EPOLLET).ok()); });
+  loop_->Run();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0], static_cast<uint32_t>(EPOLLIN | EPOLLPRI));
+  EXPECT_EQ(seen[1], static_cast<uint32_t>(EPOLLOUT));
+}
+
+TEST_F(EventLoopTest, WatchRejectsRegularFile) {
+  FILE* f = tmpfile();
+  ASSERT_NE(f, nullptr);
+  auto fe = loop_->Watch(fileno(f), EPOLLIN, [](uint32_t) {});
+  EXPECT_FALSE(fe.ok());
+  EXPECT_EQ(fe.status().code(), absl::StatusCode::kPermissionDenied) << fe.status();
+  fclose(f);
+}
+
+// An owner that ends its own life from its FileEvent callback, as TcpSession does.
+struct PipeReader : DeferredDeletable {
+  PipeReader(EventLoop& loop, bool* destroyed) : loop(loop), destroyed(destroyed) {}
+  ~PipeReader() override { *destroyed = true; }
+  EventLoop& loop;
+  bool* destroyed;
+  base::UniqueFd fd;
+  std::unique_ptr<FileEvent> fe;  // after fd: unregistered before the fd closes
+};
+
+TEST_F(EventLoopTest, DeferDeleteFromOwnCallback) {
+  PipeFds p = MakePipe();
+  bool destroyed = false, destroyed_in_callback = false;
+  auto reader = std::make_unique<PipeReader>(*loop_, &destroyed);
+  PipeReader* raw = reader.get();
+  raw->fd = std::move(p.read_end);
+  auto fe = loop_->Watch(raw->fd.get(), EPOLLIN, [&](uint32_t) {
+    loop_->DeferDelete(std::move(reader));
+    destroyed_in_callback = destroyed;
+    loop_->Stop();
+  });
+  ASSERT_TRUE(fe.ok());
+  raw->fe = std::move(*fe);
+  ASSERT_EQ(write(p.write_end.get(), "x", 1), 1);
+  loop_->Run();
+  EXPECT_FALSE(destroyed_in_callback);
+  EXPECT_TRUE(destroyed);
+}
+
+TEST_F(EventLoopTest, FileEventDestroyedByAnotherCallbackInSameBatchIsNotDispatched) {
+  PipeFds p1 = MakePipe(), p2 = MakePipe();
+  std::unique_ptr<FileEvent> fe[2];
+  int calls[2] = {0, 0};
+  auto on_ready = [&](int self) {
+    return [&, self](uint32_t) {
+      ++calls[self];
+      fe[1 - self].reset();  // both are ready in one epoll_wait batch; the other must be dropped
+      loop_->Post([&] { loop_->Stop(); });
+    };
+  };
+  fe[0] = *loop_->Watch(p1.read_end.get(), EPOLLIN, on_ready(0));
+  fe[1] = *loop_->Watch(p2.read_end.get(), EPOLLIN, on_ready(1));
+  ASSERT_EQ(write(p1.write_end.get(), "x", 1), 1);
+  ASSERT_EQ(write(p2.write_end.get(), "x", 1), 1);
+  fe[0]->Activate(EPOLLIN);  // its queued activation must be dropped too
+  fe[1]->Activate(EPOLLIN);
+  loop_->Run();
+  const int dead = fe[0] == nullptr ? 0 : 1;
+  ASSERT_NE(fe[1 - dead], nullptr);
+  EXPECT_EQ(calls[dead], 0);
+  EXPECT_EQ(calls[1 - dead], 2);  // its epoll event and its activation
+}
+
+}  // namespace
+}  // namespace sluice::event
