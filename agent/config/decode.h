@@ -29,6 +29,8 @@ struct DecodeError {
   std::string path;                  // field path, e.g. "spec.ports[0].port"
   std::string message;               // e.g. "must be between 1 and 65535, got 70000"
   // "Service default/web (document 2): spec.ports[0].port: must be between 1 and 65535, got 70000"
+  // Parts that are unknown are left out; an unknown kind reads "object":
+  // "object ([3]): kind: required", "EndpointSlice: metadata.name: required".
   std::string ToString() const;
 };
 
@@ -43,13 +45,21 @@ enum class Format { kAuto, kJson, kYaml };
 
 // Decodes a manifest holding one object, a `kind: List` (or any `*List`) with `items`, a JSON
 // array of objects, or a multi-document YAML stream. kAuto picks JSON when the first non-space
-// byte is '{' or '[', else YAML. A syntax error in the text fails the whole call
-// (InvalidArgument naming the line/position); a semantically bad object only adds a
-// DecodeError. An object without metadata.namespace is placed in "default".
+// byte is '{' or '[', else YAML; text picked as JSON that is not valid JSON is tried as YAML
+// (flow style: `{kind: Service, ...}`) before its JSON error is reported. A syntax error in the
+// text fails the whole call (InvalidArgument naming the line/position); a semantically bad
+// object only adds a DecodeError, whose location counts YAML documents from 1, empty ones
+// included, when the stream has more than one. An object without metadata.namespace is placed
+// in "default".
 absl::StatusOr<Manifest> DecodeManifest(std::string_view text, Format format = Format::kAuto);
 
 // Decode one already-parsed object (used by the kube and etcd sources, which parse JSON
-// themselves). The element must be a JSON object of the named kind.
+// themselves). The element must be a JSON object of the named kind; kind and apiVersion may be
+// absent (items of an API list response carry neither) but must match when present. The error
+// message is DecodeError::ToString() without a location. The element's document must outlive
+// the call only: the result owns its data. simdjson.h must be compiled with the definitions that
+// PkgConfig::SIMDJSON exports (SIMDJSON_THREADS_ENABLED changes dom::parser's layout), which
+// linking sluice_config provides.
 absl::StatusOr<ServicePtr> DecodeService(const simdjson::dom::element& object);
 absl::StatusOr<EndpointSlicePtr> DecodeEndpointSlice(const simdjson::dom::element& object);
 
