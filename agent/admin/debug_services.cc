@@ -65,7 +65,7 @@ std::string Endpoint(const proxier::EndpointInfo& e) {
       ", \"nodeName\": ", JsonString(e.node_name), ", \"zone\": ", JsonString(e.zone), "}");
 }
 
-std::string Port(const proxier::ServicePortInfo& p) {
+std::string Port(const proxier::ServicePortInfo& p, const std::vector<std::string>& listeners) {
   return absl::StrCat(
       "{\"service\": ", JsonString(p.name.service.ToString()),
       ", \"port\": ", JsonString(p.name.port),
@@ -78,15 +78,20 @@ std::string Port(const proxier::ServicePortInfo& p) {
       "\", \"externalTrafficPolicy\": \"", Policy(p.external_policy),
       "\", \"clusterEndpoints\": ", Addrs(p.cluster_endpoints),
       ", \"externalEndpoints\": ", Addrs(p.external_endpoints),
-      ", \"endpoints\": ", Array(p.endpoints, Endpoint), "}");
+      ", \"endpoints\": ", Array(p.endpoints, Endpoint),
+      ", \"listeners\": ", Array(listeners, [](const std::string& l) { return JsonString(l); }),
+      "}");
 }
 
 }  // namespace
 
-std::string RenderDebugServices(const proxier::ServiceTable& table) {
+std::string RenderDebugServices(const proxier::ServiceTable& table,
+                                const std::map<std::string, std::vector<std::string>>& listeners) {
+  static const std::vector<std::string> kNone;
   std::vector<std::string> parts;
   for (const auto& [name, info] : table.ports()) {
-    parts.push_back(Port(*info));
+    auto it = listeners.find(name.ToString());
+    parts.push_back(Port(*info, it == listeners.end() ? kNone : it->second));
   }
   return absl::StrCat("{\"servicePorts\": [\n  ", absl::StrJoin(parts, ",\n  "), "\n]}\n");
 }

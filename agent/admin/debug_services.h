@@ -1,14 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <map>
 #include <string>
+#include <vector>
 
 #include "agent/proxier/service_table.h"
 
 namespace sluice::admin {
 
-// /debug/services: the programmed table as JSON, one object per service port, sorted.
-std::string RenderDebugServices(const proxier::ServiceTable& table);
+// /debug/services: the programmed table as JSON, one object per service port, sorted, with the
+// data path's open listeners per service port ("namespace/name:port" -> ["tcp/IP:PORT", ...]).
+std::string RenderDebugServices(const proxier::ServiceTable& table,
+                                const std::map<std::string, std::vector<std::string>>& listeners);
 
 // A JSON string literal with the required escapes.
 std::string JsonString(const std::string& s);

@@ -3,11 +3,16 @@
 
 #include <signal.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
+
+#include <cstring>
+#include <thread>
 
 #include "agent/admin/debug_services.h"
 #include "agent/base/log.h"
 #include "agent/base/status.h"
+#include "agent/vip/netlink_vip_manager.h"
 
 namespace sluice::app {
 
@@ -17,6 +22,54 @@ Agent::~Agent() {
   // Sources and admin threads first: nothing may call into the pipeline while it goes away.
   admin_.reset();
   file_sources_.clear();
+  data_path_.reset();  // workers stop; listeners and connections close
+  if (vips_ && !opts_.keep_vips) {
+    if (absl::Status st = vips_->RemoveAll(); !st.ok()) {
+      LOG(ERROR) << "removing VIPs: " << st;
+    }
+  }
+}
+
+namespace {
+
+// Each proxied connection holds two sockets and up to two pipes (4 pipe fds), so the default
+// soft limit of 1024 would cap us near 170 connections. Raise the soft limit to the hard one.
+void RaiseFileLimit() {
+  rlimit lim;
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    const rlim_t was = lim.rlim_cur;
+    lim.rlim_cur = lim.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &lim) == 0) {
+      LOG(INFO) << "raised the open file limit from " << was << " to " << lim.rlim_cur;
+    } else {
+      LOG(WARNING) << "cannot raise the open file limit above " << was << ": " << strerror(errno);
+    }
+  }
+}
+
+}  // namespace
+
+absl::Status Agent::StartDataPath() {
+  RaiseFileLimit();
+  auto vips = vip::NetlinkVipManager::Create(opts_.vip_interface);
+  if (!vips.ok()) {
+    return base::Annotate(vips.status(), "VIP interface (needs CAP_NET_ADMIN)");
+  }
+  vips_ = std::move(*vips);
+  data_path_metrics_ = std::make_unique<proxy::DataPathMetrics>(metrics_);
+  proxier::DataPath::Options dp;
+  dp.workers = opts_.workers > 0
+                   ? static_cast<int>(opts_.workers)
+                   : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  dp.nodeport_cidrs = opts_.nodeport_cidrs;
+  dp.worker.dial_budget = opts_.dial_timeout;
+  dp.worker.drain_timeout = opts_.drain_timeout;
+  dp.worker.session.idle_timeout = opts_.tcp_idle_timeout;
+  ASSIGN_OR_RETURN(data_path_, proxier::DataPath::Create(dp, *vips_, *data_path_metrics_));
+  proxier_->AddConsumer(data_path_.get());
+  LOG(INFO) << "data path: splice, " << dp.workers << " workers, VIPs on "
+            << vips_->interface_name();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(const AgentOptions& opts) {
@@ -43,6 +96,7 @@ absl::Status Agent::Start() {
   runner_ =
       std::make_unique<proxier::SyncRunner>(*loop_, policy, [this] { return proxier_->Sync(); });
   RegisterMetrics();
+  RETURN_IF_ERROR(StartDataPath());
 
   // Every channel exists before any source pushes, so "all synced" waits for all of them.
   std::vector<config::SourceChannel*> channels;
@@ -57,11 +111,14 @@ absl::Status Agent::Start() {
     file_sources_.push_back(std::move(source));
   }
 
-  admin::AdminSources admin_sources{
-      .health = [this] { return Health(); },
-      .proxy_mode = [] { return std::string("none"); },
-      .debug_services = [this] { return admin::RenderDebugServices(*proxier_->table()); },
-      .metrics = &metrics_};
+  admin::AdminSources admin_sources{.health = [this] { return Health(); },
+                                    .proxy_mode = [] { return std::string("splice"); },
+                                    .debug_services =
+                                        [this] {
+                                          return admin::RenderDebugServices(
+                                              *proxier_->table(), data_path_->Listeners());
+                                        },
+                                    .metrics = &metrics_};
   ASSIGN_OR_RETURN(
       admin_, admin::AdminServer::Create(opts_.healthz_bind_address, opts_.metrics_bind_address,
                                          std::move(admin_sources)));

@@ -13,9 +13,12 @@
 #include "agent/config/mux.h"
 #include "agent/event/event_loop.h"
 #include "agent/proxier/change_tracker.h"
+#include "agent/proxier/data_path.h"
 #include "agent/proxier/proxier.h"
 #include "agent/proxier/sync_runner.h"
+#include "agent/proxy/data_path_metrics.h"
 #include "agent/sources/file_source.h"
+#include "agent/vip/vip_manager.h"
 
 namespace sluice::app {
 
@@ -35,6 +38,7 @@ class Agent final {
   explicit Agent(const AgentOptions& opts);
   absl::Status Start();
   void RegisterMetrics();
+  absl::Status StartDataPath();
   admin::HealthInputs Health() const;
 
   const AgentOptions opts_;
@@ -45,6 +49,9 @@ class Agent final {
   std::unique_ptr<proxier::ChangeTracker> tracker_;
   std::unique_ptr<proxier::Proxier> proxier_;
   std::unique_ptr<proxier::SyncRunner> runner_;
+  std::unique_ptr<vip::VipManager> vips_;
+  std::unique_ptr<proxy::DataPathMetrics> data_path_metrics_;
+  std::unique_ptr<proxier::DataPath> data_path_;
   std::unique_ptr<sources::SourceMetricFamilies> source_metrics_;
   std::vector<std::unique_ptr<sources::FileSource>> file_sources_;
   std::unique_ptr<admin::AdminServer> admin_;

@@ -40,6 +40,22 @@ void RegisterFlags(base::FlagSet& flags, AgentOptions& o) {
                  "Longest time between syncs; /healthz fails when an update waits 2x this");
   flags.Duration("min-sync-period", &o.min_sync_period,
                  "Shortest time between syncs; changes within it are applied together");
+  flags.Int("workers", &o.workers,
+            "Data-path threads, each with its own listeners (0: one per CPU)");
+  flags.String("vip-interface", &o.vip_interface,
+               "Interface for service VIPs (default: a dummy link sluice0 when the kernel has "
+               "the type, else lo)");
+  flags.Bool("keep-vips", &o.keep_vips,
+             "Leave the VIPs in place at shutdown, so a restart does not interrupt services");
+  flags.List("nodeport-addresses", &o.nodeport_addresses,
+             "CIDRs of the node addresses NodePorts listen on (default: all addresses)");
+  flags.Duration("dial-timeout", &o.dial_timeout,
+                 "Total time to find an answering endpoint for a new TCP connection");
+  flags.Duration("tcp-idle-timeout", &o.tcp_idle_timeout,
+                 "Reset a proxied TCP connection after this long without traffic");
+  flags.Duration(
+      "drain-timeout", &o.drain_timeout,
+      "Reset connections of a removed service port after this long (0: let them finish)");
   flags.Int("v", &o.v, "Log verbosity");
   flags.Bool("help", &o.help, "Show this help and exit");
   flags.Bool("version", &o.version, "Print the version and exit");
@@ -153,6 +169,21 @@ absl::Status Validate(AgentOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--min-sync-period (", absl::FormatDuration(o.min_sync_period),
         ") must not exceed --sync-period (", absl::FormatDuration(o.sync_period), ")"));
+  }
+  if (o.workers < 0 || o.workers > 1024) {
+    return absl::InvalidArgumentError("--workers must be between 0 and 1024");
+  }
+  if (o.dial_timeout <= absl::ZeroDuration() || o.tcp_idle_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--dial-timeout and --tcp-idle-timeout must be positive");
+  }
+  o.nodeport_cidrs.clear();
+  for (const auto& c : o.nodeport_addresses) {
+    auto cidr = net::Cidr::Parse(c);
+    if (!cidr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "invalid value \"", c, "\" for flag --nodeport-addresses: want a CIDR like 10.0.0.0/8"));
+    }
+    o.nodeport_cidrs.push_back(*cidr);
   }
   o.node_name = o.hostname_override;
   if (o.node_name.empty()) {

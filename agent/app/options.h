@@ -8,6 +8,7 @@
 #include "absl/time/time.h"
 
 #include "agent/base/flags.h"
+#include "agent/net/address.h"
 
 namespace sluice::app {
 
@@ -31,6 +32,14 @@ struct AgentOptions {
   std::string metrics_bind_address = "127.0.0.1:10249";
   absl::Duration sync_period = absl::Seconds(30);
   absl::Duration min_sync_period = absl::Seconds(1);
+  // Data path.
+  int64_t workers = 0;  // 0: one per CPU
+  std::string vip_interface;
+  bool keep_vips = false;
+  std::vector<std::string> nodeport_addresses;
+  absl::Duration dial_timeout = absl::Seconds(5);
+  absl::Duration tcp_idle_timeout = absl::Hours(1);
+  absl::Duration drain_timeout = absl::ZeroDuration();
   int64_t v = 0;
   bool help = false;
   bool version = false;
@@ -38,6 +47,7 @@ struct AgentOptions {
   // Derived by Validate().
   std::vector<SourceSpec> source_specs;
   std::string node_name;
+  std::vector<net::Cidr> nodeport_cidrs;
 };
 
 // Registers every option on `flags` (defaults from `opts`).

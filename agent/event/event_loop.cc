@@ -17,9 +17,6 @@
 namespace sluice::event {
 namespace {
 
-// epoll_event.data.ptr of the wake-up eventfd; never a FileEvent address.
-char kWakeTag;
-
 absl::Duration MonotonicClock() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -37,9 +34,14 @@ FileEvent::FileEvent(EventLoop& loop, int fd, absl::AnyInvocable<void(uint32_t e
 
 FileEvent::~FileEvent() {
   --loop_.live_handles_;
+  Cancel();
+}
+
+void FileEvent::Cancel() {
   if (!registered_) {
     return;
   }
+  registered_ = false;
   if (epoll_ctl(loop_.epoll_fd_.get(), EPOLL_CTL_DEL, fd_, nullptr) != 0) {
     // EBADF/ENOENT: the fd was closed first, which already dropped it from the epoll set
     // (unless dup'ed). That is an ordering bug in the owner, but harmless here.
@@ -59,6 +61,9 @@ absl::Status FileEvent::Modify(uint32_t events) {
 }
 
 void FileEvent::Activate(uint32_t events) {
+  if (!registered_) {
+    return;  // cancelled: Forget() has run and would not see a new queue entry
+  }
   // Bit 31 (EPOLLET) never appears in reported events, so it marks "queued" even for events == 0.
   if (activated_events_ == 0) {
     loop_.activated_.push_back(this);
@@ -79,7 +84,9 @@ Timer::~Timer() {
 
 void Timer::Arm(absl::Duration after) {
   Disarm();
-  Key key{loop_.MonotonicNow() + std::max(after, absl::ZeroDuration()), loop_.next_timer_seq_++};
+  // A fresh clock read, not the iteration's cached time: a timer armed outside Run(), or late in
+  // a long iteration, must not fire early.
+  Key key{MonotonicClock() + std::max(after, absl::ZeroDuration()), loop_.next_timer_seq_++};
   pos_ = loop_.timers_.emplace(key, this).first;
   armed_ = true;
 }
@@ -102,13 +109,15 @@ absl::StatusOr<std::unique_ptr<EventLoop>> EventLoop::Create() {
   if (!wake_fd) {
     return base::ErrnoStatus(errno, "eventfd");
   }
+  std::unique_ptr<EventLoop> loop(new EventLoop(std::move(epoll_fd), std::move(wake_fd)));
+  // The loop's own address tags the eventfd: it can never be a FileEvent's.
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.ptr = &kWakeTag;
-  if (epoll_ctl(epoll_fd.get(), EPOLL_CTL_ADD, wake_fd.get(), &ev) != 0) {
+  ev.data.ptr = loop.get();
+  if (epoll_ctl(loop->epoll_fd_.get(), EPOLL_CTL_ADD, loop->wake_fd_.get(), &ev) != 0) {
     return base::ErrnoStatus(errno, "epoll_ctl(ADD eventfd)");
   }
-  return std::unique_ptr<EventLoop>(new EventLoop(std::move(epoll_fd), std::move(wake_fd)));
+  return loop;
 }
 
 EventLoop::EventLoop(base::UniqueFd epoll_fd, base::UniqueFd wake_fd)
@@ -210,16 +219,15 @@ int EventLoop::WaitTimeoutMs() {
     return 0;
   }
   // Round up: epoll_wait has millisecond resolution, and waking early would spin until due.
-  return static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(absl::Ceil(
-                                                wait, absl::Milliseconds(1))),
-                                            INT32_MAX));
+  return static_cast<int>(std::min<int64_t>(
+      absl::ToInt64Milliseconds(absl::Ceil(wait, absl::Milliseconds(1))), INT32_MAX));
 }
 
 void EventLoop::DispatchFileEvents(int n) {
   ready_count_ = n;
   for (int i = 0; i < n; ++i) {
     void* ptr = ready_[i].data.ptr;
-    if (ptr == &kWakeTag) {
+    if (ptr == this) {
       uint64_t count;
       // Drains the eventfd; EAGAIN means another wake-up already drained it.
       (void)!read(wake_fd_.get(), &count, sizeof(count));

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+
 #include "agent/base/unique_fd.h"
 
 namespace sluice::event {
@@ -50,6 +51,10 @@ class FileEvent final {
   // edge-triggered user calls this when it stops early for fairness and must be called back
   // although no new edge will come. Events of repeated calls are merged.
   void Activate(uint32_t events);
+  // Unregisters now (EPOLL_CTL_DEL) and drops events queued for it, so its fd may be closed or
+  // handed to another FileEvent at once, even from inside this event's own callback; the
+  // object itself is freed later by its owner. No-op when already cancelled.
+  void Cancel();
   int fd() const { return fd_; }
 
  private:
@@ -63,11 +68,11 @@ class FileEvent final {
   bool registered_ = true;
 };
 
-// A one-shot timer on the loop's monotonic clock. Re-arming an armed timer moves its deadline.
-// Timers due at the same time fire in the order they were armed. A timer may re-arm, disarm or
-// destroy other timers from its callback, and may re-arm itself (it then fires in a later
-// iteration, never twice in one). Like a FileEvent, never destroy it inside its own callback.
-// Thread: owning loop.
+// A one-shot timer on the loop's monotonic clock, due `after` from the Arm() call. Re-arming an
+// armed timer moves its deadline. Timers with equal deadlines fire in the order they were armed. A
+// timer may re-arm, disarm or destroy other timers from its callback, and may re-arm itself (it
+// then fires in a later iteration, never twice in one). Like a FileEvent, never destroy it inside
+// its own callback. Thread: owning loop.
 class Timer final {
  public:
   Timer(const Timer&) = delete;

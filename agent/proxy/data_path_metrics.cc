@@ -1,0 +1,35 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "agent/proxy/data_path_metrics.h"
+
+namespace sluice::proxy {
+
+DataPathMetrics::DataPathMetrics(base::Registry& r)
+    : connections_total(r.AddCounter("sluice_connections_total", "TCP connections accepted").Get()),
+      connections_active(
+          r.AddGauge("sluice_connections_active", "TCP connections open (dialling included)")
+              .Get()),
+      closed(r.AddCounter("sluice_connections_closed_total",
+                          "TCP connections closed, by data path and reason", {"path", "reason"})),
+      connections_failed(r.AddCounter("sluice_connections_failed_total",
+                                      "TCP connections reset because no endpoint could be "
+                                      "dialled within the dial budget")
+                             .Get()),
+      connections_shed(r.AddCounter("sluice_connections_shed_total",
+                                    "TCP connections reset at accept for lack of file descriptors")
+                           .Get()),
+      dial_failures(r.AddCounter("sluice_dial_failures_total",
+                                 "Failed backend dial attempts, by reason", {"reason"})),
+      bytes(r.AddCounter("sluice_bytes_total", "Bytes proxied, counted when a connection closes",
+                         {"direction"})),
+      bytes_to_backend(bytes.WithLabels({"to_backend"})),
+      bytes_to_client(bytes.WithLabels({"to_client"})),
+      udp_flows(r.AddGauge("sluice_udp_flows", "UDP flows open").Get()),
+      udp_flows_total(r.AddCounter("sluice_udp_flows_total", "UDP flows created").Get()),
+      udp_datagrams(
+          r.AddCounter("sluice_udp_datagrams_total", "UDP datagrams proxied", {"direction"})),
+      udp_datagrams_to_backend(udp_datagrams.WithLabels({"to_backend"})),
+      udp_datagrams_to_client(udp_datagrams.WithLabels({"to_client"})),
+      udp_dropped(r.AddCounter("sluice_udp_dropped_total", "UDP datagrams dropped, by reason",
+                               {"reason"})) {}
+
+}  // namespace sluice::proxy

@@ -1,0 +1,30 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include "agent/base/metrics.h"
+
+namespace sluice::proxy {
+
+// The data path's metrics, resolved once so workers bump atomics without lookups.
+// Thread-safe.
+struct DataPathMetrics {
+  explicit DataPathMetrics(base::Registry& r);
+
+  base::Counter& connections_total;            // accepted TCP connections
+  base::Gauge& connections_active;             // accepted and not yet closed (dialling included)
+  base::Family<base::Counter>& closed;         // {path, reason}: path splice|copy
+  base::Counter& connections_failed;           // no endpoint answered within the dial budget
+  base::Counter& connections_shed;             // refused at accept: out of file descriptors
+  base::Family<base::Counter>& dial_failures;  // {reason}, per failed attempt
+  base::Family<base::Counter>& bytes;          // {direction}, counted when a connection closes
+  base::Counter& bytes_to_backend;
+  base::Counter& bytes_to_client;
+  base::Gauge& udp_flows;
+  base::Counter& udp_flows_total;
+  base::Family<base::Counter>& udp_datagrams;  // {direction}
+  base::Counter& udp_datagrams_to_backend;
+  base::Counter& udp_datagrams_to_client;
+  base::Family<base::Counter>& udp_dropped;  // {reason}
+};
+
+}  // namespace sluice::proxy

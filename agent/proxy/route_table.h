@@ -1,0 +1,36 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <compare>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "agent/net/address.h"
+#include "agent/proxy/load_balancer.h"
+
+namespace sluice::proxy {
+
+enum class Transport { kTcp, kUdp };
+
+// One listening address of the proxy.
+struct ListenKey {
+  net::SocketAddress address;
+  Transport transport = Transport::kTcp;
+  std::string ToString() const;
+  friend bool operator==(const ListenKey&, const ListenKey&) = default;
+  friend auto operator<=>(const ListenKey&, const ListenKey&) = default;
+};
+
+// Where connections to one listening address go. A listener exists only while its route has
+// endpoints: with none, the kernel itself refuses (TCP RST, ICMP port unreachable).
+struct Route {
+  std::string service;  // "namespace/name:port" for logs and /debug
+  std::shared_ptr<Balancer> balancer;
+};
+
+// The data path's view of the service table: immutable, posted to every worker after a sync.
+using RouteTable = std::map<ListenKey, Route>;
+using RouteTablePtr = std::shared_ptr<const RouteTable>;
+
+}  // namespace sluice::proxy

@@ -1,0 +1,252 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "agent/proxy/tcp_session.h"
+
+#include <signal.h>
+#include <sys/socket.h>
+
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "gtest/gtest.h"
+
+#include "agent/net/socket.h"
+#include "agent/proxy/test_sockets.h"
+
+// Real loopback sockets, a real EventLoop on the test thread, and blocking peers on helper
+// threads. Every test runs with splice on and off (copy I/O).
+namespace sluice::proxy {
+namespace {
+
+using testing::Fnv1a;
+using testing::MakeTcpPair;
+using testing::RandomBytes;
+using testing::RecvToEof;
+using testing::SendAll;
+
+class TcpSessionTest : public ::testing::TestWithParam<bool>, public TcpSessionCallbacks {
+ protected:
+  void SetUp() override {
+    signal(SIGPIPE, SIG_IGN);  // as main() does: splice(2) into a reset socket raises SIGPIPE
+    loop_ = std::move(*event::EventLoop::Create());
+    watchdog_ = loop_->CreateTimer([this] {
+      ADD_FAILURE() << "watchdog fired";
+      if (session_ != nullptr) {
+        session_->Abort();  // unblocks the peer threads with RST
+      }
+      loop_->Stop();
+    });
+    watchdog_->Arm(absl::Seconds(20));
+  }
+  void TearDown() override {
+    session_.reset();
+    watchdog_.reset();
+  }
+
+  void StartSession(absl::Duration idle_timeout = absl::Hours(1)) {
+    client_ = MakeTcpPair(/*dialed=*/false);
+    backend_ = MakeTcpPair(/*dialed=*/true);
+    TcpSession::Options options{.idle_timeout = idle_timeout, .use_splice = GetParam()};
+    auto session = TcpSession::Create(*loop_, pool_, std::move(client_.near),
+                                      std::move(backend_.near), options, *this);
+    ASSERT_TRUE(session.ok()) << session.status();
+    session_ = std::move(*session);
+  }
+
+  // TcpSessionCallbacks
+  void OnSessionClosed(TcpSession& session, CloseReason reason) override {
+    EXPECT_EQ(&session, session_.get());
+    EXPECT_FALSE(reason_.has_value()) << "closed twice";
+    reason_ = reason;
+    to_backend_ = session.bytes_to_backend();
+    to_client_ = session.bytes_to_client();
+    path_ = session.path();
+    loop_->DeferDelete(std::move(session_));
+    loop_->Stop();
+  }
+
+  SplicePump::Path expected_path() const {
+    return GetParam() ? SplicePump::Path::kSplice : SplicePump::Path::kCopy;
+  }
+
+  std::unique_ptr<event::EventLoop> loop_;
+  std::unique_ptr<event::Timer> watchdog_;
+  PipePool pool_{PipePool::Options{}};
+  testing::TcpPair client_, backend_;  // .far ends are the test's peers
+  std::unique_ptr<TcpSession> session_;
+  std::optional<CloseReason> reason_;
+  uint64_t to_backend_ = 0, to_client_ = 0;
+  SplicePump::Path path_ = SplicePump::Path::kSplice;
+};
+
+INSTANTIATE_TEST_SUITE_P(SpliceOnOff, TcpSessionTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Splice" : "Copy"; });
+
+TEST_P(TcpSessionTest, EchoesOneMegabyteBothWays) {
+  StartSession();
+  const std::string request = RandomBytes(1 << 20, 7);
+  std::string at_backend, at_client;
+  std::thread writer([&] {
+    EXPECT_TRUE(SendAll(client_.far.get(), request));
+    EXPECT_EQ(shutdown(client_.far.get(), SHUT_WR), 0);
+  });
+  std::thread reader([&] { at_client = RecvToEof(client_.far.get()); });
+  std::thread echo([&] {
+    char buf[32 * 1024];
+    ssize_t n;
+    while ((n = recv(backend_.far.get(), buf, sizeof(buf), 0)) > 0) {
+      at_backend.append(buf, static_cast<size_t>(n));
+      ASSERT_TRUE(SendAll(backend_.far.get(), std::string(buf, static_cast<size_t>(n))));
+    }
+    EXPECT_EQ(n, 0);
+    EXPECT_EQ(shutdown(backend_.far.get(), SHUT_WR), 0);
+  });
+  loop_->Run();
+  writer.join();
+  reader.join();
+  echo.join();
+  EXPECT_EQ(reason_, CloseReason::kDone);
+  EXPECT_EQ(at_backend.size(), request.size());
+  EXPECT_EQ(Fnv1a(at_backend), Fnv1a(request));
+  EXPECT_EQ(at_client.size(), request.size());
+  EXPECT_EQ(Fnv1a(at_client), Fnv1a(request));
+  EXPECT_EQ(to_backend_, request.size());
+  EXPECT_EQ(to_client_, request.size());
+  EXPECT_EQ(path_, expected_path());
+  EXPECT_EQ(pool_.closed_non_empty(), 0u);
+  EXPECT_EQ(pool_.idle(), pool_.created());  // every pipe came back, empty
+  if (!GetParam()) {
+    EXPECT_EQ(pool_.created(), 0u);
+  }
+}
+
+TEST_P(TcpSessionTest, ClientHalfCloseStillReceivesWholeReply) {
+  StartSession();
+  const std::string reply = RandomBytes(size_t{300} * 1024, 9);
+  std::string request, at_client;
+  std::thread client([&] {
+    EXPECT_TRUE(SendAll(client_.far.get(), "GET / HTTP/1.0\r\n\r\n"));
+    EXPECT_EQ(shutdown(client_.far.get(), SHUT_WR), 0);
+    at_client = RecvToEof(client_.far.get());
+  });
+  std::thread backend([&] {
+    request = RecvToEof(backend_.far.get());  // the forwarded FIN ends the request
+    EXPECT_TRUE(SendAll(backend_.far.get(), reply));
+    backend_.far.Reset();  // FIN after the reply
+  });
+  loop_->Run();
+  client.join();
+  backend.join();
+  EXPECT_EQ(request, "GET / HTTP/1.0\r\n\r\n");
+  EXPECT_EQ(at_client.size(), reply.size());
+  EXPECT_EQ(Fnv1a(at_client), Fnv1a(reply));
+  EXPECT_EQ(reason_, CloseReason::kDone);
+}
+
+TEST_P(TcpSessionTest, BackendSpeaksFirst) {
+  client_ = MakeTcpPair(false);
+  backend_ = MakeTcpPair(true);
+  // The greeting is queued before the session exists (SMTP, MySQL): no later edge announces it.
+  ASSERT_TRUE(SendAll(backend_.far.get(), "220 ready\r\n"));
+  TcpSession::Options options{.use_splice = GetParam()};
+  session_ = std::move(*TcpSession::Create(*loop_, pool_, std::move(client_.near),
+                                           std::move(backend_.near), options, *this));
+  std::string greeting;
+  std::thread client([&] {
+    char buf[64];
+    ssize_t n = recv(client_.far.get(), buf, sizeof(buf), 0);
+    greeting.assign(buf, n > 0 ? static_cast<size_t>(n) : 0);
+    client_.far.Reset();
+    backend_.far.Reset();
+  });
+  loop_->Run();
+  client.join();
+  EXPECT_EQ(greeting, "220 ready\r\n");
+  EXPECT_EQ(reason_, CloseReason::kDone);
+}
+
+TEST_P(TcpSessionTest, ClientResetResetsBackend) {
+  StartSession();
+  ASSERT_TRUE(SendAll(client_.far.get(), "partial"));
+  ASSERT_TRUE(net::SetLingerZero(client_.far.get()).ok());
+  client_.far.Reset();
+  loop_->Run();
+  EXPECT_EQ(reason_, CloseReason::kClientReset);
+  int err = 0;
+  RecvToEof(backend_.far.get(), &err);  // may first return "partial"
+  EXPECT_EQ(err, ECONNRESET);
+}
+
+TEST_P(TcpSessionTest, BackendResetResetsClient) {
+  StartSession();
+  ASSERT_TRUE(net::SetLingerZero(backend_.far.get()).ok());
+  backend_.far.Reset();
+  loop_->Run();
+  EXPECT_EQ(reason_, CloseReason::kBackendReset);
+  int err = 0;
+  RecvToEof(client_.far.get(), &err);
+  EXPECT_EQ(err, ECONNRESET);
+}
+
+TEST_P(TcpSessionTest, ResetAfterHalfCloseIsStillPropagated) {
+  StartSession();
+  // The client->backend direction finishes first, so no pump reads the client socket again: the
+  // RST arrives only as EPOLLERR.
+  ASSERT_EQ(shutdown(client_.far.get(), SHUT_WR), 0);
+  std::thread backend([&] {
+    EXPECT_EQ(RecvToEof(backend_.far.get()), "");  // the forwarded FIN
+    ASSERT_TRUE(net::SetLingerZero(client_.far.get()).ok());
+    client_.far.Reset();
+  });
+  loop_->Run();
+  backend.join();
+  EXPECT_EQ(reason_, CloseReason::kClientReset);
+  // recv(2) would return 0: after a FIN, tcp_recvmsg reports EOF (SOCK_DONE) before sk_err. And
+  // a RST in CLOSE_WAIT sets EPIPE, not ECONNRESET (tcp_reset()); a FIN would set nothing.
+  EXPECT_EQ(net::SocketError(backend_.far.get()), EPIPE);
+}
+
+TEST_P(TcpSessionTest, IdleTimeoutResetsBothSides) {
+  StartSession(absl::Milliseconds(50));
+  // Traffic at the start moves the deadline: the timer re-arms for the remainder first.
+  ASSERT_TRUE(SendAll(client_.far.get(), "hello"));
+  const absl::Time start = absl::Now();
+  loop_->Run();
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(50));
+  EXPECT_EQ(reason_, CloseReason::kIdleTimeout);
+  EXPECT_EQ(to_backend_, 5u);
+  int err = 0;
+  EXPECT_EQ(RecvToEof(backend_.far.get(), &err), "hello");
+  EXPECT_EQ(err, ECONNRESET);
+  RecvToEof(client_.far.get(), &err);
+  EXPECT_EQ(err, ECONNRESET);
+}
+
+TEST_P(TcpSessionTest, PipeGoesBackToThePoolOnlyWhenEmpty) {
+  if (!GetParam()) {
+    GTEST_SKIP() << "copy I/O uses no pipes";
+  }
+  StartSession();
+  // The client never reads: its receive queue fills, then the backend->client pipe holds bytes.
+  const std::string flood = RandomBytes(8 << 20, 3);
+  std::thread backend([&] { SendAll(backend_.far.get(), flood); });  // fails once reset
+  // A pump holds a pipe between events only while bytes are in it.
+  std::unique_ptr<event::Timer> check;
+  check = loop_->CreateTimer([&] {
+    if (pool_.created() > 0 && pool_.idle() == 0) {
+      session_->Abort();
+    } else {
+      check->Arm(absl::Milliseconds(1));
+    }
+  });
+  check->Arm(absl::Milliseconds(1));
+  loop_->Run();
+  backend.join();
+  check.reset();
+  EXPECT_EQ(reason_, CloseReason::kAborted);
+  EXPECT_EQ(pool_.closed_non_empty(), 1u);
+  EXPECT_EQ(pool_.idle(), pool_.created() - 1);
+}
+
+}  // namespace
+}  // namespace sluice::proxy

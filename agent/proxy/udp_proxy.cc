@@ -1,0 +1,388 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "agent/proxy/udp_proxy.h"
+
+#include <netinet/in.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+#include <iterator>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+
+#include "agent/base/log.h"
+#include "agent/base/status.h"
+#include "agent/base/strings.h"
+#include "agent/net/socket.h"
+
+namespace sluice::proxy {
+
+// One client's flow: its connected backend socket and idle timer.
+// Thread: owning worker loop.
+class UdpProxy::Flow final : public event::DeferredDeletable {
+ public:
+  Flow(const net::SocketAddress& client, const net::SocketAddress& backend, base::UniqueFd fd)
+      : client(client), backend(backend), fd(std::move(fd)) {}
+
+  const net::SocketAddress client;
+  const net::SocketAddress backend;
+  // The client's address as recvmmsg reported it (keeps an IPv6 scope id), for the replies.
+  sockaddr_storage client_sa{};
+  socklen_t client_sa_len = 0;
+  // IP_PKTINFO/IPV6_PKTINFO naming the reply source; empty unless the listener is a wildcard.
+  alignas(cmsghdr) std::array<char, DatagramArena::kControlSize> control{};
+  size_t control_len = 0;
+  absl::Duration last_active;  // loop monotonic time of the last datagram either way
+  base::UniqueFd fd;
+  std::unique_ptr<event::FileEvent> event;  // after fd
+  std::unique_ptr<event::Timer> idle;
+};
+
+namespace {
+
+constexpr const char* kDropNames[] = {"no_endpoint",   "flow_limit",   "backend_refused",
+                                      "backend_error", "socket_error", "send_failed",
+                                      "truncated"};
+
+// A connected socket makes the kernel filter the backend's replies for us and report its ICMP
+// errors (ECONNREFUSED on port unreachable) on the flow: an unconnected UDP socket without
+// IP_RECVERR never sees them (man 7 udp, "Error handling"). Sets *err on failure.
+base::UniqueFd ConnectUdp(const net::SocketAddress& backend, int* err) {
+  base::UniqueFd fd(socket(backend.ip().is_v4() ? AF_INET : AF_INET6,
+                           SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd) {
+    *err = errno;
+    return fd;
+  }
+  sockaddr_storage ss;
+  const socklen_t len = backend.ToSockaddr(&ss);
+  if (connect(fd.get(), reinterpret_cast<const sockaddr*>(&ss), len) != 0) {
+    *err = errno;  // synchronous only: ENETUNREACH, EADDRNOTAVAIL (no free ephemeral port)
+    fd.Reset();
+  }
+  return fd;
+}
+
+size_t PutCmsg(char* out, int level, int type, const void* data, size_t len) {
+  auto* c = reinterpret_cast<cmsghdr*>(out);
+  c->cmsg_level = level;
+  c->cmsg_type = type;
+  c->cmsg_len = CMSG_LEN(len);
+  std::memcpy(CMSG_DATA(c), data, len);
+  return CMSG_SPACE(len);
+}
+
+// The control message that makes a wildcard socket reply from the address the client sent to,
+// built from the datagram's IP_PKTINFO/IPV6_PKTINFO (man 7 ip, man 7 ipv6). Returns its length,
+// 0 if the datagram carried none.
+size_t ReplySource(msghdr& hdr, char* out) {
+  for (cmsghdr* c = CMSG_FIRSTHDR(&hdr); c != nullptr; c = CMSG_NXTHDR(&hdr, c)) {
+    if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
+      in_pktinfo in;
+      std::memcpy(&in, CMSG_DATA(c), sizeof(in));
+      in_pktinfo reply{};
+      reply.ipi_spec_dst = in.ipi_addr;  // ifindex 0: routing picks the way out
+      return PutCmsg(out, IPPROTO_IP, IP_PKTINFO, &reply, sizeof(reply));
+    }
+    if (c->cmsg_level == IPPROTO_IPV6 && c->cmsg_type == IPV6_PKTINFO) {
+      in6_pktinfo in;
+      std::memcpy(&in, CMSG_DATA(c), sizeof(in));
+      in6_pktinfo reply{};
+      reply.ipi6_addr = in.ipi6_addr;
+      if (IN6_IS_ADDR_LINKLOCAL(&in.ipi6_addr)) {
+        reply.ipi6_ifindex = in.ipi6_ifindex;  // a link-local source needs its interface
+      }
+      return PutCmsg(out, IPPROTO_IPV6, IPV6_PKTINFO, &reply, sizeof(reply));
+    }
+  }
+  return 0;
+}
+
+// Send errors after which the flow stays: the datagram is lost, as UDP allows.
+bool IsTransientSendError(int err) {
+  return err == EAGAIN || err == ENOBUFS || err == ENOMEM || err == EMSGSIZE || err == EPERM;
+}
+
+// Points every message of the arena at its own buffer, optionally with name and control space.
+void PrepareReceive(DatagramArena& a, bool with_name, bool with_control) {
+  for (int i = 0; i < DatagramArena::kBatch; ++i) {
+    a.iov[i] = iovec{a.Buffer(i), DatagramArena::kMaxDatagram};
+    msghdr& h = a.msgs[i].msg_hdr;
+    h = msghdr{};
+    h.msg_iov = &a.iov[i];
+    h.msg_iovlen = 1;
+    if (with_name) {
+      h.msg_name = &a.names[i];
+      h.msg_namelen = sizeof(sockaddr_storage);
+    }
+    if (with_control) {
+      h.msg_control = a.control[i].data();
+      h.msg_controllen = DatagramArena::kControlSize;
+    }
+  }
+}
+
+int ReceiveBatch(int fd, DatagramArena& a) {
+  int n;
+  do {
+    n = recvmmsg(fd, a.msgs.data(), DatagramArena::kBatch, MSG_DONTWAIT, nullptr);
+  } while (n < 0 && errno == EINTR);
+  return n;
+}
+
+}  // namespace
+
+UdpProxy::UdpProxy(event::EventLoop& loop, DatagramArena& arena, base::UniqueFd socket,
+                   net::SocketAddress local, std::shared_ptr<Balancer> balancer,
+                   const UdpOptions& options, DataPathMetrics& metrics)
+    : loop_(loop),
+      arena_(arena),
+      options_(options),
+      metrics_(metrics),
+      local_(local),
+      wildcard_(local.ip().IsUnspecified()),
+      socket_(std::move(socket)),
+      balancer_(std::move(balancer)) {
+  static_assert(std::size(kDropNames) == static_cast<size_t>(Drop::kCount));
+  for (size_t i = 0; i < dropped_.size(); ++i) {
+    dropped_[i] = &metrics_.udp_dropped.WithLabels({kDropNames[i]});  // once: takes a mutex
+  }
+}
+
+absl::StatusOr<std::unique_ptr<UdpProxy>> UdpProxy::Create(
+    event::EventLoop& loop, DatagramArena& arena, base::UniqueFd socket,
+    std::shared_ptr<Balancer> balancer, const UdpOptions& options, DataPathMetrics& metrics) {
+  ASSIGN_OR_RETURN(net::SocketAddress local, net::LocalAddress(socket.get()));
+  auto proxy = std::unique_ptr<UdpProxy>(
+      new UdpProxy(loop, arena, std::move(socket), local, std::move(balancer), options, metrics));
+  // Level-triggered: one batch per wake-up, the rest in the next iteration, after the others.
+  ASSIGN_OR_RETURN(proxy->event_,
+                   loop.Watch(proxy->socket_.get(), EPOLLIN,
+                              [p = proxy.get()](uint32_t) { p->OnListenerReadable(); }));
+  return proxy;
+}
+
+UdpProxy::~UdpProxy() { metrics_.udp_flows.Add(-static_cast<double>(flows_.size())); }
+
+void UdpProxy::SetBalancer(std::shared_ptr<Balancer> balancer) {
+  if (balancer == balancer_) {
+    return;
+  }
+  balancer_ = std::move(balancer);
+  absl::flat_hash_set<net::SocketAddress> live;
+  if (balancer_ != nullptr) {
+    live.insert(balancer_->endpoints().begin(), balancer_->endpoints().end());
+  }
+  std::vector<Flow*> gone;
+  for (const auto& [client, flow] : flows_) {
+    if (!live.contains(flow->backend)) {
+      gone.push_back(flow.get());
+    }
+  }
+  for (Flow* flow : gone) {
+    CloseFlow(*flow);
+  }
+}
+
+void UdpProxy::OnListenerReadable() {
+  PrepareReceive(arena_, /*with_name=*/true, /*with_control=*/wildcard_);
+  const int n = ReceiveBatch(socket_.get(), arena_);
+  if (n < 0) {
+    // EAGAIN: a spurious wake-up. An unconnected socket gets no ICMP errors, so anything
+    // else is unexpected.
+    if (errno != EAGAIN) {
+      LOG(WARNING) << "recvmmsg on udp " << local_.ToString() << ": " << strerror(errno);
+    }
+    return;
+  }
+  int forwarded = 0;
+  for (int i = 0; i < n; ++i) {
+    forwarded += ForwardToBackend(i) ? 1 : 0;
+  }
+  if (forwarded > 0) {
+    metrics_.udp_datagrams_to_backend.Inc(forwarded);  // once per batch: a CAS loop per Inc
+  }
+}
+
+bool UdpProxy::ForwardToBackend(int i) {
+  mmsghdr& m = arena_.msgs[i];
+  if ((m.msg_hdr.msg_flags & MSG_TRUNC) != 0) {
+    Count(Drop::kTruncated);
+    return false;
+  }
+  const auto client = net::SocketAddress::FromSockaddr(
+      reinterpret_cast<const sockaddr*>(&arena_.names[i]), m.msg_hdr.msg_namelen);
+  Flow* flow = client ? FlowFor(*client, m.msg_hdr) : nullptr;
+  if (flow == nullptr) {
+    return false;
+  }
+  flow->last_active = loop_.MonotonicNow();
+  ssize_t sent;
+  do {
+    sent = send(flow->fd.get(), arena_.Buffer(i), m.msg_len, MSG_DONTWAIT);
+  } while (sent < 0 && errno == EINTR);
+  if (sent >= 0) {
+    return true;
+  }
+  if (IsTransientSendError(errno)) {
+    Count(Drop::kSendFailed);
+  } else {
+    // A pending ICMP error of the connected socket is reported here too (ECONNREFUSED).
+    BackendFailed(*flow, errno);
+  }
+  return false;
+}
+
+UdpProxy::Flow* UdpProxy::FlowFor(const net::SocketAddress& client, msghdr& hdr) {
+  if (auto it = flows_.find(client); it != flows_.end()) {
+    return it->second.get();
+  }
+  if (flows_.size() >= options_.max_flows) {
+    Count(Drop::kFlowLimit);
+    return nullptr;
+  }
+  return OpenFlow(client, hdr);
+}
+
+UdpProxy::Flow* UdpProxy::OpenFlow(const net::SocketAddress& client, msghdr& hdr) {
+  std::optional<net::SocketAddress> backend;
+  if (balancer_ != nullptr) {
+    backend = balancer_->Pick(client.ip(), loop_.MonotonicNow());
+  }
+  if (!backend) {
+    Count(Drop::kNoEndpoint);
+    return nullptr;
+  }
+  int err = 0;
+  base::UniqueFd fd = ConnectUdp(*backend, &err);
+  if (!fd) {
+    SocketFailed(*backend, strerror(err));
+    return nullptr;
+  }
+  auto flow = std::make_unique<Flow>(client, *backend, std::move(fd));
+  Flow* raw = flow.get();
+  auto event =
+      loop_.Watch(raw->fd.get(), EPOLLIN, [this, raw](uint32_t) { OnBackendReadable(*raw); });
+  if (!event.ok()) {
+    SocketFailed(*backend, base::Std(event.status().message()));
+    return nullptr;
+  }
+  raw->event = std::move(*event);
+  raw->idle = loop_.CreateTimer([this, raw] { OnIdleTimer(*raw); });
+  raw->idle->Arm(options_.idle_timeout);
+  std::memcpy(&raw->client_sa, hdr.msg_name, hdr.msg_namelen);
+  raw->client_sa_len = hdr.msg_namelen;
+  if (wildcard_) {
+    raw->control_len = ReplySource(hdr, raw->control.data());
+  }
+  flows_.emplace(client, std::move(flow));
+  metrics_.udp_flows.Add(1);
+  metrics_.udp_flows_total.Inc();
+  return raw;
+}
+
+void UdpProxy::SocketFailed(const net::SocketAddress& backend, std::string_view cause) {
+  Count(Drop::kSocketError);
+  if (loop_.Now() - last_error_log_ > absl::Seconds(10)) {  // rate-limited: may fire per datagram
+    last_error_log_ = loop_.Now();
+    LOG(WARNING) << "udp " << local_.ToString() << ": flow to " << backend.ToString() << ": "
+                 << cause;
+  }
+}
+
+void UdpProxy::OnBackendReadable(Flow& flow) {
+  PrepareReceive(arena_, /*with_name=*/false, /*with_control=*/false);
+  const int n = ReceiveBatch(flow.fd.get(), arena_);
+  if (n < 0) {
+    if (errno != EAGAIN) {
+      BackendFailed(flow, errno);  // the ICMP error queued on the socket (sk_err)
+    }
+    return;
+  }
+  flow.last_active = loop_.MonotonicNow();
+  ReplyToClient(flow, n);
+}
+
+void UdpProxy::ReplyToClient(Flow& flow, int n) {
+  DatagramArena& a = arena_;
+  int count = 0;
+  for (int i = 0; i < n; ++i) {
+    // Compacts in place: message `count` <= i is rewritten only after message i was read.
+    const unsigned len = a.msgs[i].msg_len;
+    if ((a.msgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0) {
+      Count(Drop::kTruncated);
+      continue;
+    }
+    a.iov[i].iov_len = len;
+    msghdr& out = a.msgs[count++].msg_hdr;
+    out = msghdr{};
+    out.msg_name = &flow.client_sa;
+    out.msg_namelen = flow.client_sa_len;
+    out.msg_iov = &a.iov[i];
+    out.msg_iovlen = 1;
+    if (flow.control_len > 0) {
+      out.msg_control = flow.control.data();
+      out.msg_controllen = flow.control_len;
+    }
+  }
+  int sent = 0;
+  int delivered = 0;
+  while (sent < count) {
+    const int r = sendmmsg(socket_.get(), a.msgs.data() + sent, count - sent, MSG_DONTWAIT);
+    if (r > 0) {
+      sent += r;
+      delivered += r;
+    } else if (r < 0 && errno == EINTR) {
+      continue;
+    } else if (r == 0 || errno == EAGAIN || errno == ENOBUFS) {
+      Count(Drop::kSendFailed, count - sent);  // the socket buffer is full: drop the rest
+      break;
+    } else {
+      Count(Drop::kSendFailed);  // refused (EMSGSIZE, EPERM): skip this one, send the rest
+      ++sent;
+    }
+  }
+  if (delivered > 0) {
+    metrics_.udp_datagrams_to_client.Inc(delivered);
+  }
+}
+
+void UdpProxy::BackendFailed(Flow& flow, int err) {
+  Count(err == ECONNREFUSED ? Drop::kBackendRefused : Drop::kBackendError);
+  VLOG(2) << "udp " << local_.ToString() << ": " << flow.client.ToString() << " -> "
+          << flow.backend.ToString() << ": " << strerror(err);
+  if (balancer_ != nullptr) {
+    balancer_->DialFailed(flow.client.ip());  // so that affinity does not pick it again
+  }
+  CloseFlow(flow);
+}
+
+void UdpProxy::OnIdleTimer(Flow& flow) {
+  // Armed lazily: datagrams only bump last_active, and the timer re-arms for the remainder.
+  const absl::Duration idle_for = loop_.MonotonicNow() - flow.last_active;
+  if (idle_for < options_.idle_timeout) {
+    flow.idle->Arm(options_.idle_timeout - idle_for);
+    return;
+  }
+  CloseFlow(flow);
+}
+
+void UdpProxy::CloseFlow(Flow& flow) {
+  auto it = flows_.find(flow.client);
+  SLUICE_CHECK(it != flows_.end() && it->second.get() == &flow);
+  std::unique_ptr<Flow> owned = std::move(it->second);
+  flows_.erase(it);
+  owned->event->Cancel();
+  owned->idle->Disarm();
+  owned->fd.Reset();  // unregistered first, so the fd number may be reused at once
+  metrics_.udp_flows.Add(-1);
+  loop_.DeferDelete(std::move(owned));
+}
+
+void UdpProxy::Count(Drop reason, int n) { dropped_[static_cast<size_t>(reason)]->Inc(n); }
+
+}  // namespace sluice::proxy

@@ -1,0 +1,318 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "agent/proxy/udp_proxy.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <functional>
+#include <future>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+#include "agent/net/socket.h"
+#include "agent/proxy/test_sockets.h"
+#include "agent/proxy/worker.h"
+
+// Real loopback UDP sockets and a real EventLoop on a helper thread; the test thread plays
+// client and backend with blocking sockets and inspects the proxy through Post.
+namespace sluice::proxy {
+namespace {
+
+using testing::RandomBytes;
+
+net::SocketAddress Addr(const char* text) { return *net::SocketAddress::Parse(text); }
+
+base::UniqueFd UdpSocket(const char* bind_to = "127.0.0.1:0") {
+  base::UniqueFd fd(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  sockaddr_storage ss;
+  socklen_t len = Addr(bind_to).ToSockaddr(&ss);
+  EXPECT_EQ(bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), len), 0);
+  return fd;
+}
+
+net::SocketAddress Local(int fd) { return *net::LocalAddress(fd); }
+
+void SendTo(int fd, const std::string& data, const net::SocketAddress& to) {
+  sockaddr_storage ss;
+  socklen_t len = to.ToSockaddr(&ss);
+  EXPECT_EQ(sendto(fd, data.data(), data.size(), 0, reinterpret_cast<sockaddr*>(&ss), len),
+            static_cast<ssize_t>(data.size()));
+}
+
+// One datagram and its source, or nullopt after `timeout`.
+std::optional<std::string> RecvFrom(int fd, net::SocketAddress* from, int timeout_ms = 10000) {
+  pollfd p{.fd = fd, .events = POLLIN};
+  if (poll(&p, 1, timeout_ms) != 1) {
+    return std::nullopt;
+  }
+  std::string buf(65536, '\0');
+  sockaddr_storage ss;
+  socklen_t len = sizeof(ss);
+  ssize_t n = recvfrom(fd, buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&ss), &len);
+  if (n < 0) {
+    return std::nullopt;
+  }
+  *from = *net::SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), len);
+  buf.resize(static_cast<size_t>(n));
+  return buf;
+}
+
+std::shared_ptr<Balancer> MakeBalancer(std::vector<net::SocketAddress> endpoints) {
+  return std::make_shared<Balancer>(std::move(endpoints), Balancer::Affinity{}, 1);
+}
+
+// Polls `pred` until it holds or 10 s pass.
+bool WaitUntil(const std::function<bool()>& pred) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+class UdpProxyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    loop_ = std::move(*event::EventLoop::Create());
+    thread_ = std::thread([this] { loop_->Run(); });
+  }
+  void TearDown() override {
+    loop_->Stop();
+    thread_.join();
+    proxy_.reset();  // the loop no longer runs: safe from this thread
+  }
+
+  // Runs fn on the loop thread and returns its result.
+  template <typename F>
+  auto OnLoop(F fn) -> decltype(fn()) {
+    std::packaged_task<decltype(fn())()> task(std::move(fn));
+    auto result = task.get_future();
+    loop_->Post([&task] { task(); });
+    return result.get();
+  }
+
+  void StartProxy(std::shared_ptr<Balancer> balancer, UdpOptions options = {},
+                  const char* bind_to = "127.0.0.1:0") {
+    auto fd = net::BindUdp(Addr(bind_to), /*reuseport=*/false);
+    ASSERT_TRUE(fd.ok()) << fd.status();
+    OnLoop([&] {
+      auto proxy =
+          UdpProxy::Create(*loop_, arena_, std::move(*fd), std::move(balancer), options, metrics_);
+      ASSERT_TRUE(proxy.ok()) << proxy.status();
+      proxy_ = std::move(*proxy);
+    });
+    ASSERT_NE(proxy_, nullptr);
+    service_ = proxy_->local_address();
+  }
+
+  size_t Flows() {
+    return OnLoop([this] { return proxy_->flows(); });
+  }
+  double Dropped(const char* reason) { return metrics_.udp_dropped.WithLabels({reason}).Value(); }
+
+  // Client -> proxy -> backend -> proxy -> client, checking both hops. Returns the flow's
+  // source address as the backend saw it.
+  net::SocketAddress Echo(int client, int backend, const std::string& payload) {
+    SendTo(client, payload, service_);
+    net::SocketAddress flow_addr, from;
+    auto got = RecvFrom(backend, &flow_addr);
+    EXPECT_EQ(got, payload);
+    SendTo(backend, "re:" + payload, flow_addr);
+    EXPECT_EQ(RecvFrom(client, &from), "re:" + payload);
+    EXPECT_EQ(from, service_) << "replies must leave from the service address";
+    return flow_addr;
+  }
+
+  std::unique_ptr<event::EventLoop> loop_;
+  std::thread thread_;
+  DatagramArena arena_;
+  base::Registry registry_;
+  DataPathMetrics metrics_{registry_};
+  std::unique_ptr<UdpProxy> proxy_;
+  net::SocketAddress service_;
+};
+
+TEST_F(UdpProxyTest, EchoesSmallLargeAndMaximalDatagrams) {
+  base::UniqueFd backend = UdpSocket();
+  base::UniqueFd client = UdpSocket();
+  StartProxy(MakeBalancer({Local(backend.get())}));
+  std::optional<net::SocketAddress> flow;
+  for (size_t size : {size_t{1}, size_t{2000}, size_t{65000}}) {
+    net::SocketAddress seen = Echo(client.get(), backend.get(), RandomBytes(size, size));
+    EXPECT_NE(seen, Local(client.get())) << "the backend sees the proxy's flow socket";
+    EXPECT_EQ(flow.value_or(seen), seen) << "one client, one flow";
+    flow = seen;
+  }
+  EXPECT_EQ(Flows(), 1u);
+  EXPECT_EQ(metrics_.udp_flows.Value(), 1);
+  EXPECT_EQ(metrics_.udp_flows_total.Value(), 1);
+  EXPECT_EQ(metrics_.udp_datagrams_to_backend.Value(), 3);
+  EXPECT_EQ(metrics_.udp_datagrams_to_client.Value(), 3);
+}
+
+TEST_F(UdpProxyTest, TwoClientsGetTwoFlows) {
+  base::UniqueFd backend = UdpSocket();
+  base::UniqueFd a = UdpSocket();
+  base::UniqueFd b = UdpSocket();
+  StartProxy(MakeBalancer({Local(backend.get())}));
+  net::SocketAddress flow_a = Echo(a.get(), backend.get(), "from a");
+  net::SocketAddress flow_b = Echo(b.get(), backend.get(), "from b");
+  EXPECT_NE(flow_a, flow_b);
+  EXPECT_EQ(Echo(a.get(), backend.get(), "a again"), flow_a);
+  EXPECT_EQ(Flows(), 2u);
+  EXPECT_EQ(metrics_.udp_flows_total.Value(), 2);
+}
+
+TEST_F(UdpProxyTest, IdleFlowIsClosed) {
+  base::UniqueFd backend = UdpSocket();
+  base::UniqueFd client = UdpSocket();
+  StartProxy(MakeBalancer({Local(backend.get())}),
+             UdpOptions{.idle_timeout = absl::Milliseconds(100)});
+  const auto sent = std::chrono::steady_clock::now();
+  net::SocketAddress first = Echo(client.get(), backend.get(), "ping");
+  ASSERT_TRUE(WaitUntil([&] { return Flows() == 0; }));
+  EXPECT_GE(std::chrono::steady_clock::now() - sent, std::chrono::milliseconds(100));
+  EXPECT_EQ(metrics_.udp_flows.Value(), 0);
+  // The client's next datagram opens a new flow (a new backend-side port).
+  EXPECT_NE(Echo(client.get(), backend.get(), "ping"), first);
+  EXPECT_EQ(metrics_.udp_flows_total.Value(), 2);
+}
+
+TEST_F(UdpProxyTest, ActivityKeepsFlowOpen) {
+  base::UniqueFd backend = UdpSocket();
+  base::UniqueFd client = UdpSocket();
+  StartProxy(MakeBalancer({Local(backend.get())}),
+             UdpOptions{.idle_timeout = absl::Milliseconds(400)});
+  // Sleeps are the point here: datagrams every 50 ms for 2.5 idle timeouts. Each refreshes
+  // last_active, so the lazily armed timer re-arms instead of closing the flow.
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(1000);
+  while (std::chrono::steady_clock::now() < end) {
+    Echo(client.get(), backend.get(), "keepalive");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(Flows(), 1u);
+  EXPECT_EQ(metrics_.udp_flows_total.Value(), 1);
+}
+
+TEST_F(UdpProxyTest, FlowLimitDropsNewClients) {
+  base::UniqueFd backend = UdpSocket();
+  base::UniqueFd a = UdpSocket();
+  base::UniqueFd b = UdpSocket();
+  base::UniqueFd c = UdpSocket();
+  StartProxy(MakeBalancer({Local(backend.get())}), UdpOptions{.max_flows = 2});
+  Echo(a.get(), backend.get(), "a");
+  Echo(b.get(), backend.get(), "b");
+  SendTo(c.get(), "c", service_);
+  ASSERT_TRUE(WaitUntil([&] { return Dropped("flow_limit") == 1; }));
+  EXPECT_EQ(Flows(), 2u);
+  Echo(a.get(), backend.get(), "a still works");
+  EXPECT_EQ(Dropped("flow_limit"), 1);
+}
+
+TEST_F(UdpProxyTest, RouteUpdateDropsFlowsToRemovedEndpoints) {
+  base::UniqueFd old_backend = UdpSocket();
+  base::UniqueFd new_backend = UdpSocket();
+  base::UniqueFd other = UdpSocket();
+  base::UniqueFd client = UdpSocket();
+  StartProxy(MakeBalancer({Local(old_backend.get())}));
+  Echo(client.get(), old_backend.get(), "one");
+  // A new balancer that still has the flow's endpoint keeps the flow.
+  OnLoop([&] {
+    proxy_->SetBalancer(MakeBalancer({Local(old_backend.get()), Local(other.get())}));
+  });
+  EXPECT_EQ(Flows(), 1u);
+  Echo(client.get(), old_backend.get(), "two");
+  OnLoop([&] { proxy_->SetBalancer(MakeBalancer({Local(new_backend.get())})); });
+  EXPECT_EQ(Flows(), 0u);
+  EXPECT_EQ(metrics_.udp_flows.Value(), 0);
+  Echo(client.get(), new_backend.get(), "three");
+  OnLoop([&] { proxy_->SetBalancer(nullptr); });
+  EXPECT_EQ(Flows(), 0u);
+  SendTo(client.get(), "nowhere", service_);
+  ASSERT_TRUE(WaitUntil([&] { return Dropped("no_endpoint") == 1; }));
+}
+
+TEST_F(UdpProxyTest, RefusedBackendDropsFlow) {
+  net::SocketAddress dead;
+  {
+    base::UniqueFd gone = UdpSocket();
+    dead = Local(gone.get());
+  }  // closed: the port now answers ICMP port unreachable
+  base::UniqueFd client = UdpSocket();
+  StartProxy(MakeBalancer({dead}));
+  SendTo(client.get(), "hello?", service_);
+  ASSERT_TRUE(WaitUntil([&] { return Dropped("backend_refused") == 1; }));
+  EXPECT_EQ(Flows(), 0u);
+  // The next datagram picks again: a new flow, refused again.
+  SendTo(client.get(), "hello?", service_);
+  ASSERT_TRUE(WaitUntil([&] { return Dropped("backend_refused") == 2; }));
+  EXPECT_EQ(metrics_.udp_flows_total.Value(), 2);
+  EXPECT_EQ(metrics_.udp_flows.Value(), 0);
+}
+
+TEST_F(UdpProxyTest, WildcardListenerRepliesFromTheAddressTheClientUsed) {
+  base::UniqueFd backend = UdpSocket();
+  base::UniqueFd client = UdpSocket();
+  StartProxy(MakeBalancer({Local(backend.get())}), {}, "0.0.0.0:0");
+  // 127.0.0.2 is local (127/8 on lo); without IP_PKTINFO the reply would come from 127.0.0.1.
+  service_ = net::SocketAddress(*net::IpAddress::Parse("127.0.0.2"), service_.port());
+  Echo(client.get(), backend.get(), "via 127.0.0.2");
+}
+
+// Waits until the worker ran everything posted before.
+void Barrier(Worker& worker) {
+  std::promise<void> done;
+  worker.Post([&done] { done.set_value(); });
+  done.get_future().wait();
+}
+
+TEST(UdpWorkerTest, ProxiesThroughAWorker) {
+  base::Registry registry;
+  DataPathMetrics metrics(registry);
+  base::UniqueFd backend = UdpSocket();
+  base::UniqueFd client = UdpSocket();
+  auto fd = net::BindUdp(Addr("127.0.0.1:0"), /*reuseport=*/true);
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  const ListenKey key{Local(fd->get()), Transport::kUdp};
+  auto worker = Worker::Create(0, Worker::Options{}, metrics);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  auto routes = std::make_shared<RouteTable>();
+  (*routes)[key] = Route{"ns/svc:dns", MakeBalancer({Local(backend.get())})};
+  (*worker)->SetRoutes(routes);
+  (*worker)->AddListener(key, std::move(*fd));
+
+  SendTo(client.get(), RandomBytes(2000, 7), key.address);
+  net::SocketAddress flow_addr, from;
+  ASSERT_EQ(RecvFrom(backend.get(), &flow_addr), RandomBytes(2000, 7));
+  SendTo(backend.get(), "answer", flow_addr);
+  EXPECT_EQ(RecvFrom(client.get(), &from), "answer");
+  EXPECT_EQ(from, key.address);
+  EXPECT_EQ(metrics.udp_flows.Value(), 1);
+
+  // The endpoint leaves the route: the flow closes with the next SetRoutes.
+  auto moved = std::make_shared<RouteTable>();
+  (*moved)[key] = Route{"ns/svc:dns", MakeBalancer({Addr("127.0.0.1:9")})};
+  (*worker)->SetRoutes(moved);
+  ASSERT_TRUE(WaitUntil([&] { return metrics.udp_flows.Value() == 0; }));
+
+  (*worker)->SetRoutes(routes);
+  Barrier(**worker);  // else the datagram may be served before the posted routes
+  SendTo(client.get(), "again", key.address);
+  ASSERT_EQ(RecvFrom(backend.get(), &flow_addr), "again");
+  ASSERT_TRUE(WaitUntil([&] { return metrics.udp_flows.Value() == 1; }));
+  (*worker)->RemoveListener(key);
+  ASSERT_TRUE(WaitUntil([&] { return metrics.udp_flows.Value() == 0; }));
+  worker->reset();
+  EXPECT_EQ(metrics.udp_flows_total.Value(), 2);
+}
+
+}  // namespace
+}  // namespace sluice::proxy

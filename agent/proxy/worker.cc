@@ -1,0 +1,260 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "agent/proxy/worker.h"
+
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+
+#include "agent/base/log.h"
+#include "agent/base/status.h"
+#include "agent/net/socket.h"
+#include "agent/proxy/backend_dialer.h"
+
+namespace sluice::proxy {
+
+namespace {
+
+// Accepts per readiness event before yielding to other listeners (the listener is
+// level-triggered, so the rest are served in the next iteration).
+constexpr int kAcceptBatch = 64;
+
+void Reset(base::UniqueFd& fd) {
+  if (fd) {
+    (void)net::SetLingerZero(fd.get());  // best effort: close() then sends RST
+    fd.Reset();
+  }
+}
+
+}  // namespace
+
+// One accepted client: dials a backend, then hands both sockets to a TcpSession.
+// Thread: owning worker loop.
+class Connection final : public event::DeferredDeletable,
+                         public BackendDialerCallbacks,
+                         public TcpSessionCallbacks {
+ public:
+  Connection(Worker& worker, ListenKey key, base::UniqueFd client, net::IpAddress client_ip,
+             std::shared_ptr<Balancer> balancer)
+      : worker_(worker),
+        key_(std::move(key)),
+        client_(std::move(client)),
+        dialer_(std::make_unique<BackendDialer>(*worker.loop_, std::move(balancer), client_ip,
+                                                worker.options_.dial_budget, *this)) {}
+
+  void Start() { dialer_->Start(); }
+  const ListenKey& key() const { return key_; }
+
+  void Drain(absl::Duration after) {
+    if (drain_timer_ == nullptr) {
+      drain_timer_ = worker_.loop_->CreateTimer([this] { Abort(); });
+      drain_timer_->Arm(after);
+    }
+  }
+
+  void Abort() {
+    if (session_) {
+      session_->Abort();  // reports OnSessionClosed
+    } else if (!finished_) {
+      Reset(client_);
+      Finish();
+    }
+  }
+
+  // BackendDialerCallbacks
+  void OnDialAttemptFailed(DialFailure reason) override {
+    worker_.metrics_.dial_failures.WithLabels({DialFailureName(reason)}).Inc();
+  }
+  void OnDialed(BackendDialer&, base::UniqueFd backend) override {
+    auto session = TcpSession::Create(*worker_.loop_, worker_.pipes_, std::move(client_),
+                                      std::move(backend), worker_.options_.session, *this);
+    if (!session.ok()) {
+      LOG(WARNING) << "session for " << key_.ToString() << ": " << session.status();
+      worker_.metrics_.connections_failed.Inc();
+      Finish();
+      return;
+    }
+    session_ = std::move(*session);
+  }
+  void OnDialGaveUp(BackendDialer&) override {
+    worker_.metrics_.connections_failed.Inc();
+    Reset(client_);
+    Finish();
+  }
+
+  // TcpSessionCallbacks
+  void OnSessionClosed(TcpSession& session, CloseReason reason) override {
+    DataPathMetrics& m = worker_.metrics_;
+    m.bytes_to_backend.Inc(static_cast<double>(session.bytes_to_backend()));
+    m.bytes_to_client.Inc(static_cast<double>(session.bytes_to_client()));
+    const char* path = session.path() == SplicePump::Path::kCopy ? "copy" : "splice";
+    m.closed.WithLabels({path, CloseReasonName(reason)}).Inc();
+    Finish();
+  }
+
+ private:
+  void Finish() {
+    if (!finished_) {
+      finished_ = true;
+      worker_.Finished(this);
+    }
+  }
+
+  Worker& worker_;
+  const ListenKey key_;
+  base::UniqueFd client_;
+  std::unique_ptr<BackendDialer> dialer_;
+  std::unique_ptr<TcpSession> session_;
+  std::unique_ptr<event::Timer> drain_timer_;
+  bool finished_ = false;
+};
+
+Worker::Worker(int id, const Options& options, DataPathMetrics& metrics,
+               std::unique_ptr<event::EventLoop> loop)
+    : id_(id),
+      options_(options),
+      metrics_(metrics),
+      loop_(std::move(loop)),
+      pipes_(options.pipes),
+      routes_(std::make_shared<RouteTable>()),
+      reserve_fd_(::open("/dev/null", O_RDONLY | O_CLOEXEC)) {}
+
+absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(int id, const Options& options,
+                                                       DataPathMetrics& metrics) {
+  ASSIGN_OR_RETURN(auto loop, event::EventLoop::Create());
+  auto worker = std::unique_ptr<Worker>(new Worker(id, options, metrics, std::move(loop)));
+  worker->thread_ = std::thread([w = worker.get()] { w->loop_->Run(); });
+  return worker;
+}
+
+Worker::~Worker() {
+  loop_->Stop();
+  thread_.join();
+  // The loop no longer runs: tear down here, connections first (their sockets reset).
+  const auto open = connections_.size();
+  connections_.clear();
+  listeners_.clear();
+  metrics_.connections_active.Add(-static_cast<double>(open));
+}
+
+void Worker::SetRoutes(RouteTablePtr routes) {
+  loop_->Post([this, routes = std::move(routes)]() mutable {
+    DrainRemoved(*routes);
+    routes_ = std::move(routes);
+    UpdateUdpRoutes();
+  });
+}
+
+void Worker::AddListener(const ListenKey& key, base::UniqueFd fd) {
+  loop_->Post([this, key, fd = std::move(fd)]() mutable {
+    if (key.transport == Transport::kUdp) {
+      AddUdpListener(key, std::move(fd));
+      return;
+    }
+    const int raw = fd.get();
+    auto event = loop_->Watch(raw, EPOLLIN, [this, key, raw](uint32_t) { OnAcceptable(key, raw); });
+    if (!event.ok()) {
+      LOG(ERROR) << "worker " << id_ << ": listen " << key.ToString() << ": " << event.status();
+      return;
+    }
+    listeners_[key] = Listener{std::move(fd), std::move(*event)};
+  });
+}
+
+void Worker::AddUdpListener(const ListenKey& key, base::UniqueFd fd) {
+  auto route = routes_->find(key);
+  auto udp = UdpProxy::Create(*loop_, udp_arena_, std::move(fd),
+                              route == routes_->end() ? nullptr : route->second.balancer,
+                              options_.udp, metrics_);
+  if (!udp.ok()) {
+    LOG(ERROR) << "worker " << id_ << ": listen " << key.ToString() << ": " << udp.status();
+    return;
+  }
+  listeners_[key] = Listener{.udp = std::move(*udp)};
+}
+
+// Flows to endpoints that left the route close here; a listener whose route is gone keeps
+// no flows until the control plane removes it.
+void Worker::UpdateUdpRoutes() {
+  for (auto& [key, listener] : listeners_) {
+    if (listener.udp != nullptr) {
+      auto route = routes_->find(key);
+      listener.udp->SetBalancer(route == routes_->end() ? nullptr : route->second.balancer);
+    }
+  }
+}
+
+void Worker::RemoveListener(const ListenKey& key) {
+  loop_->Post([this, key] { listeners_.erase(key); });
+}
+
+void Worker::OnAcceptable(const ListenKey& key, int listen_fd) {
+  for (int i = 0; i < kAcceptBatch; ++i) {
+    sockaddr_storage peer;
+    socklen_t len = sizeof(peer);
+    base::UniqueFd client(::accept4(listen_fd, reinterpret_cast<sockaddr*>(&peer), &len,
+                                    SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!client) {
+      if (errno == EINTR || errno == ECONNABORTED) {
+        continue;
+      }
+      if (errno == EMFILE || errno == ENFILE) {
+        Shed(listen_fd);
+        continue;
+      }
+      if (errno != EAGAIN) {
+        LOG(WARNING) << "accept on " << key.ToString() << ": " << strerror(errno);
+      }
+      return;
+    }
+    metrics_.connections_total.Inc();
+    auto route = routes_->find(key);
+    auto client_addr = net::SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&peer), len);
+    if (route == routes_->end() || !client_addr) {
+      Reset(client);  // the route went away between sync steps
+      continue;
+    }
+    auto conn = std::make_unique<Connection>(*this, key, std::move(client), client_addr->ip(),
+                                             route->second.balancer);
+    Connection* raw = conn.get();
+    connections_.emplace(raw, std::move(conn));
+    metrics_.connections_active.Add(1);
+    raw->Start();
+  }
+}
+
+void Worker::Shed(int listen_fd) {
+  metrics_.connections_shed.Inc();
+  reserve_fd_.Reset();
+  base::UniqueFd victim(::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC));
+  Reset(victim);
+  reserve_fd_.Reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (loop_->Now() - last_shed_log_ > absl::Seconds(10)) {  // rate-limited: may fire per accept
+    last_shed_log_ = loop_->Now();
+    LOG(WARNING) << "worker " << id_ << ": out of file descriptors, resetting new connections";
+  }
+}
+
+void Worker::Finished(Connection* conn) {
+  auto it = connections_.find(conn);
+  if (it == connections_.end()) {
+    return;
+  }
+  metrics_.connections_active.Add(-1);
+  loop_->DeferDelete(std::move(it->second));
+  connections_.erase(it);
+}
+
+void Worker::DrainRemoved(const RouteTable& next) {
+  if (options_.drain_timeout <= absl::ZeroDuration()) {
+    return;
+  }
+  for (auto& [raw, conn] : connections_) {
+    if (!next.contains(conn->key())) {
+      conn->Drain(options_.drain_timeout);
+    }
+  }
+}
+
+}  // namespace sluice::proxy

@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <memory>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+
+#include "agent/base/unique_fd.h"
+#include "agent/event/event_loop.h"
+#include "agent/proxy/data_path_metrics.h"
+#include "agent/proxy/pipe_pool.h"
+#include "agent/proxy/route_table.h"
+#include "agent/proxy/tcp_session.h"
+#include "agent/proxy/udp_proxy.h"
+
+namespace sluice::proxy {
+
+class Connection;
+
+// One data-path thread: its EventLoop, its share of every SO_REUSEPORT listener (the control
+// plane creates the sockets, so bind errors surface in its sync, and posts them here), and the
+// connections they accepted. Receives immutable RouteTables; takes no control-plane lock.
+// Thread: its own loop thread; the public methods are thread-safe (they post).
+class Worker final {
+ public:
+  struct Options {
+    // Total time to find an answering endpoint for a new connection.
+    absl::Duration dial_budget = absl::Seconds(5);
+    // Connections of a removed listener run to completion (0), or are reset after this long.
+    absl::Duration drain_timeout = absl::ZeroDuration();
+    TcpSession::Options session;
+    PipePool::Options pipes;
+    UdpOptions udp;
+  };
+
+  static absl::StatusOr<std::unique_ptr<Worker>> Create(int id, const Options& options,
+                                                        DataPathMetrics& metrics);
+  ~Worker();  // stops the thread; open connections are reset
+
+  void SetRoutes(RouteTablePtr routes);
+  // Takes a listening socket (TCP: listening; UDP: bound) for `key`.
+  void AddListener(const ListenKey& key, base::UniqueFd fd);
+  // Closes this worker's socket for `key`; its established TCP connections continue, its UDP
+  // flows close.
+  void RemoveListener(const ListenKey& key);
+  // Runs `fn` on the worker thread (tests and shutdown use it to wait for queued work).
+  void Post(absl::AnyInvocable<void() &&> fn) { loop_->Post(std::move(fn)); }
+
+ private:
+  friend class Connection;
+  struct Listener {
+    base::UniqueFd fd;                        // TCP
+    std::unique_ptr<event::FileEvent> event;  // after fd: unregisters before the close
+    std::unique_ptr<UdpProxy> udp;            // UDP: owns its socket and flows
+  };
+
+  Worker(int id, const Options& options, DataPathMetrics& metrics,
+         std::unique_ptr<event::EventLoop> loop);
+  void OnAcceptable(const ListenKey& key, int fd);
+  void Shed(int listen_fd);
+  void Finished(Connection* conn);
+  void DrainRemoved(const RouteTable& next);
+  void AddUdpListener(const ListenKey& key, base::UniqueFd fd);
+  void UpdateUdpRoutes();
+
+  const int id_;
+  const Options options_;
+  DataPathMetrics& metrics_;
+  std::unique_ptr<event::EventLoop> loop_;
+  PipePool pipes_;
+  DatagramArena udp_arena_;  // before listeners_: their UdpProxies use it
+  RouteTablePtr routes_;
+  std::map<ListenKey, Listener> listeners_;
+  absl::flat_hash_map<Connection*, std::unique_ptr<Connection>> connections_;
+  // Kept open so that at EMFILE one fd can be freed to accept and reset a connection instead
+  // of leaving it in the backlog, where a level-triggered listener would spin.
+  base::UniqueFd reserve_fd_;
+  absl::Time last_shed_log_ = absl::InfinitePast();
+  std::thread thread_;
+};
+
+}  // namespace sluice::proxy

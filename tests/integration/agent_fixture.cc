@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tests/integration/agent_fixture.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "httplib.h"
+
+namespace sluice::testing {
+
+namespace fs = std::filesystem;
+
+std::string ServiceYaml(const std::string& name, const std::vector<std::string>& cluster_ips,
+                        const std::vector<PortSpec>& ports, const std::string& extra_spec) {
+  std::string out = absl::StrCat("apiVersion: v1\nkind: Service\nmetadata:\n  name: ", name,
+                                 "\n  namespace: test\nspec:\n");
+  if (!cluster_ips.empty()) {
+    absl::StrAppend(&out, "  clusterIP: \"", cluster_ips[0], "\"\n");
+    if (cluster_ips[0] != "None") {
+      absl::StrAppend(&out, "  clusterIPs: [\"", absl::StrJoin(cluster_ips, "\", \""), "\"]\n");
+    }
+  }
+  absl::StrAppend(&out, "  ports:\n");
+  for (const auto& p : ports) {
+    absl::StrAppend(&out, "  - name: \"", p.name, "\"\n    protocol: ", p.protocol,
+                    "\n    port: ", p.port, "\n");
+    if (p.node_port > 0) {
+      absl::StrAppend(&out, "    nodePort: ", p.node_port, "\n");
+    }
+  }
+  return out + extra_spec;
+}
+
+std::string SliceYaml(const std::string& service, const std::vector<std::string>& addresses,
+                      const std::vector<PortSpec>& ports, const std::string& address_type) {
+  std::string out = absl::StrCat(
+      "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: ", service, "-",
+      address_type == "IPv4" ? "v4" : "v6", "\n  namespace: test\n  labels:\n",
+      "    kubernetes.io/service-name: ", service, "\naddressType: ", address_type,
+      "\nendpoints:\n");
+  for (const auto& a : addresses) {
+    absl::StrAppend(&out, "- addresses: [\"", a, "\"]\n  nodeName: node1\n");
+  }
+  absl::StrAppend(&out, "ports:\n");
+  for (const auto& p : ports) {
+    absl::StrAppend(&out, "- name: \"", p.name, "\"\n  protocol: ", p.protocol,
+                    "\n  port: ", p.port, "\n");
+  }
+  return out;
+}
+
+void AgentTest::SetUp() {
+  if (geteuid() != 0) {
+    GTEST_SKIP() << "needs root for network namespaces and VIPs";
+  }
+  auto ns = testutil::NetNs::Create();
+  if (!ns.ok()) {
+    GTEST_SKIP() << "cannot create a network namespace: " << ns.status();
+  }
+  netns_ = std::move(*ns);
+  char tmpl[] = "/tmp/sluice-dp-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  dir_ = tmpl;
+  metrics_port_ = testutil::FreePort();
+}
+
+void AgentTest::TearDown() {
+  if (agent_ && agent_->running()) {
+    agent_->Signal(SIGTERM);
+    EXPECT_EQ(agent_->Wait(absl::Seconds(10)), 0) << agent_->Output();
+  }
+  agent_.reset();
+  netns_.reset();
+  if (!dir_.empty()) {
+    fs::remove_all(dir_);
+  }
+}
+
+void AgentTest::StartAgent(std::vector<std::string> extra, std::vector<std::string> prefix) {
+  std::vector<std::string> argv = std::move(prefix);
+  for (std::string a : {std::string(SLUICE_AGENT_BINARY), "--source=file:" + dir_,
+                        std::string("--healthz-bind-address="),
+                        absl::StrCat("--metrics-bind-address=127.0.0.1:", metrics_port_),
+                        std::string("--sync-period=2s"), std::string("--min-sync-period=0s"),
+                        std::string("--workers=2"), std::string("--hostname-override=node1")}) {
+    argv.push_back(a);
+  }
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  agent_ = std::make_unique<testutil::Subprocess>(argv);
+  ASSERT_TRUE(testutil::WaitFor([&] { return !Get("/proxyMode").empty() || !agent_->running(); },
+                                absl::Seconds(10)));
+  ASSERT_TRUE(agent_->running()) << agent_->Output();
+}
+
+void AgentTest::Write(const std::string& file, const std::string& yaml) {
+  const std::string tmp = dir_ + "/." + file + ".tmp";
+  std::ofstream(tmp) << yaml;
+  fs::rename(tmp, dir_ + "/" + file);
+}
+
+void AgentTest::Remove(const std::string& file) { fs::remove(dir_ + "/" + file); }
+
+std::string AgentTest::Get(const std::string& path, int* status) {
+  httplib::Client c("127.0.0.1", metrics_port_);
+  c.set_connection_timeout(1, 0);
+  auto res = c.Get(path.c_str());
+  if (status != nullptr) {
+    *status = res ? res->status : -1;
+  }
+  return res ? res->body : "";
+}
+
+bool AgentTest::WaitListener(const std::string& listener, bool present, absl::Duration timeout) {
+  return testutil::WaitFor(
+      [&] {
+        return (Get("/debug/services").find("\"" + listener + "\"") != std::string::npos) ==
+               present;
+      },
+      timeout);
+}
+
+double AgentTest::MetricValue(const std::string& series) {
+  std::istringstream in(Metrics());
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(series + " ", 0) == 0) {
+      return std::stod(line.substr(series.size() + 1));
+    }
+  }
+  return -1;
+}
+
+}  // namespace sluice::testing

@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+
+#include "tests/testutil/netns.h"
+#include "tests/testutil/process.h"
+
+namespace sluice::testing {
+
+struct PortSpec {
+  std::string name;
+  int port = 0;
+  std::string protocol = "TCP";
+  int node_port = 0;
+};
+
+// YAML for a Service (extra_spec is appended under spec:, indented by two spaces).
+std::string ServiceYaml(const std::string& name, const std::vector<std::string>& cluster_ips,
+                        const std::vector<PortSpec>& ports, const std::string& extra_spec = "");
+// YAML for an EndpointSlice of `service` with ready endpoints on `addresses`.
+std::string SliceYaml(const std::string& service, const std::vector<std::string>& addresses,
+                      const std::vector<PortSpec>& ports, const std::string& address_type = "IPv4");
+
+// Runs the real sluice-agent inside a fresh network namespace owned by the test thread: every
+// address, VIP and process of the test lives and dies with it. Skips without root.
+class AgentTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+
+  // Starts sluice-agent on the manifest directory with test-friendly periods.
+  void StartAgent(std::vector<std::string> extra_flags = {}, std::vector<std::string> prefix = {});
+  // Writes a manifest file atomically (rename), as an editor or ConfigMap update would.
+  void Write(const std::string& file, const std::string& yaml);
+  void Remove(const std::string& file);
+  std::string Get(const std::string& path, int* status = nullptr);
+  // Waits until /debug/services lists (or no longer lists) a listener such as "tcp/10.96.0.10:80".
+  bool WaitListener(const std::string& listener, bool present = true,
+                    absl::Duration timeout = absl::Seconds(10));
+  std::string Metrics() { return Get("/metrics"); }
+  // Returns the value of an unlabelled or fully labelled metric line, or -1.
+  double MetricValue(const std::string& series);
+
+  std::unique_ptr<testutil::NetNs> netns_;
+  std::unique_ptr<testutil::Subprocess> agent_;
+  std::string dir_;
+  int metrics_port_ = 0;
+};
+
+}  // namespace sluice::testing

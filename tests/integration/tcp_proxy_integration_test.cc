@@ -1,0 +1,191 @@
+// SPDX-License-Identifier: Apache-2.0
+// The splice TCP data path end to end: the real sluice-agent, real sockets, real VIPs, each test
+// in its own network namespace (tests/integration/agent_fixture.h).
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+
+#include "tests/integration/agent_fixture.h"
+#include "tests/testutil/tcp_server.h"
+
+namespace sluice::testing {
+namespace {
+
+using testutil::ConnectTcp;
+using testutil::TcpServer;
+
+net::SocketAddress Addr(const std::string& s) { return *net::SocketAddress::Parse(s); }
+
+const std::vector<PortSpec> kHttp = {{"http", 80}};
+const std::vector<PortSpec> kBackendHttp = {{"http", 8080}};
+
+// Reads until EOF (or error); returns what was read.
+std::string ReadAll(int fd) {
+  std::string out;
+  char buf[65536];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) {
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+// One request to a kHello backend through the proxy: the backend's name, or "" on failure.
+std::string Hello(const std::string& to, int* err = nullptr) {
+  int e = 0;
+  auto fd = ConnectTcp(Addr(to), &e);
+  if (err != nullptr) {
+    *err = e;
+  }
+  return fd ? ReadAll(fd.get()) : "";
+}
+
+class TcpProxyTest : public AgentTest {
+ protected:
+  // Two named backends on 127.0.0.2:8080 and 127.0.0.3:8080 behind test/web 10.96.0.10:80.
+  void StartWeb(const std::string& extra_spec = "") {
+    a_ = TcpServer::Start(Addr("127.0.0.2:8080"), TcpServer::Mode::kHello, 0, "a");
+    b_ = TcpServer::Start(Addr("127.0.0.3:8080"), TcpServer::Mode::kHello, 0, "b");
+    ASSERT_TRUE(a_ && b_);
+    Write("web.yaml", ServiceYaml("web", {"10.96.0.10"}, kHttp, extra_spec) + "---\n" +
+                          SliceYaml("web", {"127.0.0.2", "127.0.0.3"}, kBackendHttp));
+    StartAgent();
+    ASSERT_TRUE(WaitListener("tcp/10.96.0.10:80")) << agent_->Output();
+  }
+  std::unique_ptr<TcpServer> a_;
+  std::unique_ptr<TcpServer> b_;
+};
+
+TEST_F(TcpProxyTest, RoundRobinsOverEveryEndpoint) {
+  StartWeb();
+  std::multiset<std::string> seen;
+  for (int i = 0; i < 10; ++i) {
+    seen.insert(Hello("10.96.0.10:80"));
+  }
+  EXPECT_EQ(seen.count("a"), 5u);
+  EXPECT_EQ(seen.count("b"), 5u);
+  EXPECT_EQ(Get("/proxyMode"), "splice");
+  EXPECT_EQ(MetricValue("sluice_connections_total"), 10);
+}
+
+TEST_F(TcpProxyTest, RealCurlThroughTheVip) {
+  // A real HTTP client and server: curl -> 10.96.0.10:80 -> python's http.server.
+  testutil::Subprocess server(
+      {"python3", "-m", "http.server", "--bind", "127.0.0.2", "--directory", "/etc", "8080"});
+  Write("web.yaml", ServiceYaml("web", {"10.96.0.10"}, kHttp) + "---\n" +
+                        SliceYaml("web", {"127.0.0.2"}, kBackendHttp));
+  StartAgent();
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.10:80"));
+  std::string out;
+  ASSERT_TRUE(testutil::WaitFor(
+      [&] {
+        return testutil::RunCommand(
+                   {"curl", "-sf", "--max-time", "2", "http://10.96.0.10/hostname"}, &out) == 0;
+      },
+      absl::Seconds(10)))
+      << out;
+  std::string want;
+  testutil::RunCommand({"cat", "/etc/hostname"}, &want);
+  EXPECT_EQ(out, want);
+}
+
+TEST_F(TcpProxyTest, RefusedWithoutEndpointsServedOnceOneAppears) {
+  a_ = TcpServer::Start(Addr("127.0.0.2:8080"), TcpServer::Mode::kHello, 0, "a");
+  Write("web.yaml", ServiceYaml("web", {"10.96.0.10"}, kHttp));
+  StartAgent();
+  ASSERT_TRUE(testutil::WaitFor(
+      [&] { return Get("/debug/services").find("test/web") != std::string::npos; },
+      absl::Seconds(10)));
+  int err = 0;
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(Hello("10.96.0.10:80", &err), "");
+  EXPECT_EQ(err, ECONNREFUSED);
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(500));  // refused, not timed out
+  Write("slice.yaml", SliceYaml("web", {"127.0.0.2"}, kBackendHttp));
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.10:80"));
+  EXPECT_EQ(Hello("10.96.0.10:80"), "a");
+}
+
+TEST_F(TcpProxyTest, PortChangeDeleteReaddAndClusterIpNoneAndBack) {
+  StartWeb();
+  Write("web.yaml", ServiceYaml("web", {"10.96.0.10"}, {{"http", 81}}) + "---\n" +
+                        SliceYaml("web", {"127.0.0.2", "127.0.0.3"}, kBackendHttp));
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.10:81"));
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.10:80", false));
+  int err = 0;
+  EXPECT_EQ(Hello("10.96.0.10:80", &err), "");
+  EXPECT_EQ(err, ECONNREFUSED);
+  EXPECT_NE(Hello("10.96.0.10:81"), "");
+
+  Remove("web.yaml");
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.10:81", false));
+  EXPECT_EQ(Hello("10.96.0.10:81", &err), "");
+  EXPECT_NE(err, 0);
+
+  Write("web.yaml", ServiceYaml("web", {"None"}, kHttp) + "---\n" +
+                        SliceYaml("web", {"127.0.0.2"}, kBackendHttp));
+  Write("web.yaml", ServiceYaml("web", {"10.96.0.11"}, kHttp) + "---\n" +
+                        SliceYaml("web", {"127.0.0.2"}, kBackendHttp));
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.11:80"));
+  EXPECT_EQ(Hello("10.96.0.11:80"), "a");
+  Write("web.yaml", ServiceYaml("web", {"None"}, kHttp) + "---\n" +
+                        SliceYaml("web", {"127.0.0.2"}, kBackendHttp));
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.11:80", false));
+  EXPECT_EQ(Hello("10.96.0.11:80", &err), "");
+}
+
+TEST_F(TcpProxyTest, ExternalIpChange) {
+  StartWeb("  externalIPs: [\"192.0.2.50\"]\n");
+  ASSERT_TRUE(WaitListener("tcp/192.0.2.50:80"));
+  EXPECT_NE(Hello("192.0.2.50:80"), "");
+  Write("web.yaml", ServiceYaml("web", {"10.96.0.10"}, kHttp, "  externalIPs: [\"192.0.2.51\"]\n") +
+                        "---\n" + SliceYaml("web", {"127.0.0.2", "127.0.0.3"}, kBackendHttp));
+  ASSERT_TRUE(WaitListener("tcp/192.0.2.51:80"));
+  EXPECT_NE(Hello("192.0.2.51:80"), "");
+  int err = 0;
+  EXPECT_EQ(Hello("192.0.2.50:80", &err), "");  // the old address is gone from the node
+  EXPECT_NE(err, 0);
+}
+
+TEST_F(TcpProxyTest, DialRetriesPastADeadEndpoint) {
+  a_ = TcpServer::Start(Addr("127.0.0.2:8080"), TcpServer::Mode::kHello, 0, "a");
+  // 127.0.0.9:8080 has no listener: every dial there is refused and retried elsewhere.
+  Write("web.yaml", ServiceYaml("web", {"10.96.0.10"}, kHttp) + "---\n" +
+                        SliceYaml("web", {"127.0.0.2", "127.0.0.9"}, kBackendHttp));
+  StartAgent();
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.10:80"));
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(Hello("10.96.0.10:80"), "a") << i;
+  }
+  EXPECT_GE(MetricValue("sluice_dial_failures_total{reason=\"refused\"}"), 3);
+}
+
+TEST_F(TcpProxyTest, SessionAffinitySticksAndSwitchesOff) {
+  StartWeb(
+      "  sessionAffinity: ClientIP\n  sessionAffinityConfig:\n    clientIP:\n"
+      "      timeoutSeconds: 60\n");
+  std::set<std::string> seen;
+  for (int i = 0; i < 8; ++i) {
+    seen.insert(Hello("10.96.0.10:80"));
+  }
+  EXPECT_EQ(seen.size(), 1u);
+  Write("web.yaml", ServiceYaml("web", {"10.96.0.10"}, kHttp) + "---\n" +
+                        SliceYaml("web", {"127.0.0.2", "127.0.0.3"}, kBackendHttp));
+  ASSERT_TRUE(testutil::WaitFor(
+      [&] {
+        return Get("/debug/services").find("\"sessionAffinity\": \"None\"") != std::string::npos;
+      },
+      absl::Seconds(10)));
+  seen.clear();
+  for (int i = 0; i < 8; ++i) {
+    seen.insert(Hello("10.96.0.10:80"));
+  }
+  EXPECT_EQ(seen.size(), 2u);
+}
+
+}  // namespace
+}  // namespace sluice::testing

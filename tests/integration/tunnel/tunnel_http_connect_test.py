@@ -1,0 +1,173 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The HTTP CONNECT frontend with real curl (TCP+mTLS, and the Unix socket through a socat
+bridge: curl 7.88 sends plain requests, not CONNECT, when --unix-socket is combined with -x) and
+raw sockets for the exact reply strings and error codes of the contract."""
+
+import hashlib
+import os
+import shutil
+import socket
+import subprocess
+import time
+import unittest
+
+import tunnel_harness as h
+
+
+def curl(*args, timeout=30):
+    r = subprocess.run(["curl", "-sS", "--max-time", str(timeout), *args],
+                       capture_output=True, timeout=timeout + 5)
+    return r.returncode, r.stdout, r.stderr.decode(errors="replace")
+
+
+def uds_exchange(path, data, timeout=5.0):
+    """Sends `data` on the Unix socket and returns everything read until EOF or timeout."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    s.connect(path)
+    if data:
+        s.sendall(data)
+    out = b""
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            out += b
+    except socket.timeout:
+        pass
+    s.close()
+    return out
+
+
+class HttpConnectTest(unittest.TestCase):
+    def setUp(self):
+        self.env = h.Env()
+        self.backend = h.Backend()
+        self.socat = None
+
+    def tearDown(self):
+        if self.socat:
+            self.socat.kill()
+            self.socat.wait()
+        self.backend.stop()
+        result = getattr(self._outcome, "result", None)
+        if result is not None and any(t is self for t, _ in result.errors + result.failures):
+            for p in self.env.procs:
+                print("----", p.argv[0], "\n", p.output()[-4000:])
+        self.env.close()
+
+    def up(self, uds=True, agent=True, extra=()):
+        s = self.env.server(mode="http-connect", uds=uds, extra=list(extra))
+        if agent:
+            a = self.env.agent(s)
+            h.wait_until(s.ready, what="server ready")
+            h.wait_until(a.ready, what="agent ready")
+        return s
+
+    def url(self, path="/"):
+        return "http://127.0.0.1:%d%s" % (self.backend.port, path)
+
+    def mtls_args(self, s):
+        c = self.env.certs
+        return ["-p", "-x", "https://127.0.0.1:%d" % s.server_port,
+                "--proxy-cacert", c.p("ca.crt"), "--proxy-cert", c.p("client.crt"),
+                "--proxy-key", c.p("client.key")]
+
+    def bridge(self, s):
+        """A TCP port forwarding to the frontend's Unix socket (socat), for curl."""
+        self.assertIsNotNone(shutil.which("socat"), "socat is needed for the UDS curl test")
+        port = h.free_port()
+        self.socat = subprocess.Popen(
+            ["socat", "TCP-LISTEN:%d,bind=127.0.0.1,reuseaddr,fork" % port,
+             "UNIX-CONNECT:" + s.uds], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        h.wait_until(lambda: socket.create_connection(("127.0.0.1", port), 1).close() is None,
+                     what="socat")
+        return port
+
+    def test_curl_over_tcp_mtls(self):
+        s = self.up(uds=False)
+        rc, out, err = curl(*self.mtls_args(s), self.url())
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(out, b"hello from backend\n")
+        # 20 MiB with checksum through the TLS frontend.
+        n = 20 << 20
+        start = time.time()
+        rc, out, err = curl(*self.mtls_args(s), self.url("/bytes/%d" % n))
+        print("20 MiB via CONNECT+mTLS: %.2fs" % (time.time() - start))
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(hashlib.sha256(out).hexdigest(), h.sha256(h.expected_bytes(n)))
+        # No client certificate: the TLS handshake is refused.
+        c = self.env.certs
+        rc, _, _ = curl("-p", "-x", "https://127.0.0.1:%d" % s.server_port,
+                        "--proxy-cacert", c.p("ca.crt"), self.url())
+        self.assertNotEqual(rc, 0)
+
+    def test_curl_over_unix_socket(self):
+        s = self.up()
+        self.assertEqual(oct(os.stat(s.uds).st_mode & 0o777), "0o770")
+        port = self.bridge(s)
+        rc, out, err = curl("-p", "-x", "http://127.0.0.1:%d" % port, self.url())
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(out, b"hello from backend\n")
+
+    def test_exact_success_reply_and_early_bytes(self):
+        s = self.up()
+        req = ("CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: ignored:1\r\n\r\n"
+               "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" % self.backend.port)
+        out = uds_exchange(s.uds, req.encode())
+        self.assertTrue(out.startswith(b"HTTP/1.1 200 Connection Established\r\n\r\nHTTP/1.1 200 OK"),
+                        out[:200])
+        self.assertTrue(out.endswith(b"hello from backend\n"))
+
+    def test_error_replies(self):
+        s = self.up(extra=["--http-header-timeout=500ms"])
+        port = h.free_port()
+        out = uds_exchange(s.uds, b"CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n" % port)
+        self.assertTrue(out.startswith(b"HTTP/1.1 502 "), out)
+        self.assertTrue(out.endswith(
+            b"dial tcp 127.0.0.1:%d: connect: connection refused" % port), out)
+        self.assertTrue(uds_exchange(s.uds, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                        .startswith(b"HTTP/1.1 405 "))
+        self.assertTrue(uds_exchange(s.uds, b"garbage\r\n\r\n").startswith(b"HTTP/1.1 400 "))
+        self.assertTrue(uds_exchange(s.uds, b"CONNECT nohost HTTP/1.1\r\n\r\n")
+                        .startswith(b"HTTP/1.1 400 "))
+        big = b"CONNECT 127.0.0.1:1 HTTP/1.1\r\nX: " + b"a" * 20000 + b"\r\n\r\n"
+        self.assertTrue(uds_exchange(s.uds, big).startswith(b"HTTP/1.1 431 "))
+        start = time.time()
+        slow = uds_exchange(s.uds, b"CONNECT 127.0.0.1:1 HTTP/1.1\r\n", timeout=5)
+        self.assertTrue(slow.startswith(b"HTTP/1.1 408 "), slow)
+        self.assertLess(time.time() - start, 3)
+        self.assertTrue(s.ready())  # still serving
+
+    def test_dial_timeout_is_504_and_agent_loss_is_502(self):
+        s = self.env.server(mode="http-connect")
+        a = self.env.agent(s)
+        h.wait_until(s.ready)
+        hang = h.HangingListener()
+        try:
+            out = uds_exchange(s.uds, b"CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n" % hang.port,
+                               timeout=10)
+            self.assertTrue(out.startswith(b"HTTP/1.1 504 "), out)
+            self.assertTrue(out.endswith(b": i/o timeout"), out)
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.settimeout(5)
+            c.connect(s.uds)
+            c.sendall(b"CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n" % hang.port)
+            time.sleep(0.5)
+            a.proc.stop()
+            out = c.recv(4096)
+            c.close()
+            self.assertTrue(out.startswith(b"HTTP/1.1 502 "), out)
+        finally:
+            hang.close()
+
+    def test_no_agent(self):
+        s = self.up(agent=False)
+        out = uds_exchange(s.uds, b"CONNECT 127.0.0.1:80 HTTP/1.1\r\n\r\n")
+        self.assertTrue(out.startswith(b"HTTP/1.1 500 "), out)
+        self.assertTrue(out.endswith(b"\r\n\r\ncurrently no tunnels available: No agent available"))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

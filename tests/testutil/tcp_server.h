@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "agent/base/unique_fd.h"
+#include "agent/net/address.h"
+
+namespace sluice::testutil {
+
+// The pseudo-random byte stream both ends of an integrity test generate: the same seed gives
+// the same bytes, so nothing needs to be stored. Fnv64 hashes what was received.
+void FillStream(uint64_t seed, uint64_t offset, char* buf, size_t n);
+uint64_t Fnv64(uint64_t hash, const char* data, size_t n);
+constexpr uint64_t kFnvBasis = 14695981039346656037ULL;
+
+// A TCP backend on its own epoll thread (created in the calling thread's network namespace).
+// Thread-safe to construct and destroy from the test thread.
+class TcpServer final {
+ public:
+  enum class Mode {
+    kEcho,        // writes back what it reads; forwards EOF
+    kChecksum,    // reads to EOF, then answers the 8-byte Fnv64 of what it read, then closes
+    kSpeakFirst,  // at accept writes `arg` bytes of FillStream(seed 7), shuts its write side,
+                  // then reads and discards to EOF
+    kHello,       // writes `name` and closes
+  };
+  static std::unique_ptr<TcpServer> Start(const net::SocketAddress& bind, Mode mode,
+                                          uint64_t arg = 0, std::string name = "");
+  ~TcpServer();
+  const net::SocketAddress& address() const { return address_; }
+  int accepted() const { return accepted_.load(); }
+
+ private:
+  TcpServer() = default;
+  void Run();
+
+  Mode mode_ = Mode::kEcho;
+  uint64_t arg_ = 0;
+  std::string name_;
+  net::SocketAddress address_;
+  base::UniqueFd listen_;
+  base::UniqueFd epoll_;
+  base::UniqueFd stop_;  // eventfd
+  std::atomic<int> accepted_{0};
+  std::thread thread_;
+};
+
+// Connects with a deadline; returns the connected blocking socket, or an invalid fd with
+// *err set (ECONNREFUSED, ETIMEDOUT, ...).
+base::UniqueFd ConnectTcp(const net::SocketAddress& to, int* err, int timeout_ms = 3000);
+
+}  // namespace sluice::testutil
