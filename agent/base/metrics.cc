@@ -2,8 +2,10 @@
 #include "agent/base/metrics.h"
 
 #include <cmath>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 
 #include "agent/base/log.h"
@@ -122,7 +124,14 @@ std::string FormatValue(double v) {
   if (std::isinf(v)) {
     return v > 0 ? "+Inf" : "-Inf";
   }
-  return absl::StrCat(v);
+  // Counters are mostly integers (bytes, connections): print them exactly. absl::StrCat(double)
+  // keeps only 6 significant digits, which would make a byte counter stall in 1e3 steps.
+  if (v == std::trunc(v) && std::fabs(v) < 1e15) {
+    return absl::StrCat(static_cast<int64_t>(v));
+  }
+  // The shortest of 15 or 17 digits that reads back exactly ("0.1", not "0.10000000000000001").
+  std::string out = absl::StrFormat("%.15g", v);
+  return std::strtod(out.c_str(), nullptr) == v ? out : absl::StrFormat("%.17g", v);
 }
 
 std::string Labels(const std::vector<std::string>& names, const std::vector<std::string>& values,

@@ -21,6 +21,8 @@ TEST(RegistryTest, RendersPrometheusText) {
       << text;
   EXPECT_NE(text.find("g 1.5\n"), std::string::npos);
   EXPECT_NE(text.find("gf 7\n"), std::string::npos);
+  r.AddCounter("big_total", "Exact at scale.").Get().Inc(1073741824.0 + 3);
+  EXPECT_NE(r.Render().find("big_total 1073741827\n"), std::string::npos);
   EXPECT_NE(text.find("# TYPE cf_total counter\ncf_total 3\n"), std::string::npos) << text;
   EXPECT_NE(text.find("h_seconds_bucket{le=\"0.1\"} 1\n"), std::string::npos) << text;
   EXPECT_NE(text.find("h_seconds_bucket{le=\"1\"} 2\n"), std::string::npos);

@@ -131,7 +131,7 @@ TEST_F(ProxierTest, MetricsAreExported) {
   std::string text = metrics_.Render();
   EXPECT_NE(text.find("kubeproxy_sync_proxy_rules_duration_seconds_count 1"), std::string::npos)
       << text;
-  EXPECT_NE(text.find("kubeproxy_sync_proxy_rules_last_timestamp_seconds 1.7e+09"),
+  EXPECT_NE(text.find("kubeproxy_sync_proxy_rules_last_timestamp_seconds 1700000000"),
             std::string::npos)
       << text;
 }
