@@ -65,6 +65,7 @@ absl::Status Agent::StartDataPath() {
   dp.worker.dial_budget = opts_.dial_timeout;
   dp.worker.drain_timeout = opts_.drain_timeout;
   dp.worker.session.idle_timeout = opts_.tcp_idle_timeout;
+  dp.worker.udp.idle_timeout = opts_.udp_idle_timeout;
   ASSIGN_OR_RETURN(data_path_, proxier::DataPath::Create(dp, *vips_, *data_path_metrics_));
   proxier_->AddConsumer(data_path_.get());
   LOG(INFO) << "data path: splice, " << dp.workers << " workers, VIPs on "

@@ -56,6 +56,8 @@ void RegisterFlags(base::FlagSet& flags, AgentOptions& o) {
   flags.Duration(
       "drain-timeout", &o.drain_timeout,
       "Reset connections of a removed service port after this long (0: let them finish)");
+  flags.Duration("udp-idle-timeout", &o.udp_idle_timeout,
+                 "Close a UDP flow (client address -> endpoint) after this long without datagrams");
   flags.Int("v", &o.v, "Log verbosity");
   flags.Bool("help", &o.help, "Show this help and exit");
   flags.Bool("version", &o.version, "Print the version and exit");
@@ -173,8 +175,10 @@ absl::Status Validate(AgentOptions& o) {
   if (o.workers < 0 || o.workers > 1024) {
     return absl::InvalidArgumentError("--workers must be between 0 and 1024");
   }
-  if (o.dial_timeout <= absl::ZeroDuration() || o.tcp_idle_timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("--dial-timeout and --tcp-idle-timeout must be positive");
+  if (o.dial_timeout <= absl::ZeroDuration() || o.tcp_idle_timeout <= absl::ZeroDuration() ||
+      o.udp_idle_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "--dial-timeout, --tcp-idle-timeout and --udp-idle-timeout must be positive");
   }
   o.nodeport_cidrs.clear();
   for (const auto& c : o.nodeport_addresses) {

@@ -40,6 +40,7 @@ struct AgentOptions {
   absl::Duration dial_timeout = absl::Seconds(5);
   absl::Duration tcp_idle_timeout = absl::Hours(1);
   absl::Duration drain_timeout = absl::ZeroDuration();
+  absl::Duration udp_idle_timeout = absl::Seconds(30);
   int64_t v = 0;
   bool help = false;
   bool version = false;
