@@ -105,19 +105,9 @@ absl::Status DataPath::OpenListener(const proxy::ListenKey& key) {
   return absl::OkStatus();
 }
 
-absl::Status DataPath::Apply(const std::shared_ptr<const ServiceTable>& table) {
-  absl::Status result;
-  absl::flat_hash_set<net::IpAddress> vips;
-  for (const auto& [name, info] : table->ports()) {
-    vips.insert(info->cluster_ips.begin(), info->cluster_ips.end());
-    vips.insert(info->external_ips.begin(), info->external_ips.end());
-  }
-  // VIPs first: the kernel refuses for a local address without listener, so every service
-  // address must be local even while it has no endpoints.
-  result.Update(vips_.Reconcile(vips));
+std::shared_ptr<proxy::RouteTable> DataPath::BuildRoutes(const ServiceTable& table) {
   const std::vector<net::IpAddress> node_ips =
       NodeAddresses(options_.nodeport_cidrs, vips_.Owned());
-
   auto routes = std::make_shared<proxy::RouteTable>();
   std::map<std::pair<ServicePortName, bool>, BalancerState> balancers;
   auto add = [&](const ServicePortInfo& info, const net::IpAddress& ip, int port, bool external) {
@@ -134,9 +124,13 @@ absl::Status DataPath::Apply(const std::shared_ptr<const ServiceTable>& table) {
                    << info.name.ToString() << "; keeping the first";
       return;
     }
-    it->second = proxy::Route{info.name.ToString(), BalancerFor(info, external, balancers)};
+    auto& active = active_[key];
+    if (!active) {
+      active = std::make_shared<std::atomic<int64_t>>(0);
+    }
+    it->second = proxy::Route{info.name.ToString(), BalancerFor(info, external, balancers), active};
   };
-  for (const auto& [name, info] : table->ports()) {
+  for (const auto& [name, info] : table.ports()) {
     if (info->name.protocol == config::Protocol::kSctp) {
       continue;  // the userspace proxy serves TCP and UDP
     }
@@ -153,6 +147,37 @@ absl::Status DataPath::Apply(const std::shared_ptr<const ServiceTable>& table) {
     }
   }
   balancers_ = std::move(balancers);
+  return routes;
+}
+
+absl::flat_hash_set<net::IpAddress> DataPath::WantedVips(const ServiceTable& table,
+                                                         const proxy::RouteTable& routes) {
+  absl::flat_hash_set<net::IpAddress> vips;
+  for (const auto& [name, info] : table.ports()) {
+    vips.insert(info->cluster_ips.begin(), info->cluster_ips.end());
+    vips.insert(info->external_ips.begin(), info->external_ips.end());
+  }
+  // A removed listener with open connections keeps its VIP until they close (checked again on
+  // every sync, at least every --sync-period): removing the address would strand them.
+  for (auto it = active_.begin(); it != active_.end();) {
+    if (routes.contains(it->first)) {
+      ++it;
+    } else if (it->second->load(std::memory_order_relaxed) > 0) {
+      vips.insert(it->first.address.ip());
+      ++it;
+    } else {
+      it = active_.erase(it);
+    }
+  }
+  return vips;
+}
+
+absl::Status DataPath::Apply(const std::shared_ptr<const ServiceTable>& table) {
+  absl::Status result;
+  // VIPs before listeners, and every service address even without endpoints: the kernel
+  // refuses connections to a local address without a listener, but not to a foreign one.
+  auto routes = BuildRoutes(*table);
+  result.Update(vips_.Reconcile(WantedVips(*table, *routes)));
 
   // Routes before listeners: a new listener must find its route when its first client comes.
   for (auto& w : workers_) {

@@ -57,11 +57,20 @@ class DataPath final : public TableConsumer {
       const ServicePortInfo& info, bool external,
       std::map<std::pair<ServicePortName, bool>, BalancerState>& next);
   absl::Status OpenListener(const proxy::ListenKey& key);
+  // The routes for `table`; replaces balancers_ with the balancers they use.
+  std::shared_ptr<proxy::RouteTable> BuildRoutes(const ServiceTable& table);
+  // Every service address of `table`, plus those of removed listeners still carrying
+  // connections (forgetting the drained ones).
+  absl::flat_hash_set<net::IpAddress> WantedVips(const ServiceTable& table,
+                                                 const proxy::RouteTable& routes);
 
   const Options options_;
   vip::VipManager& vips_;
   std::vector<std::unique_ptr<proxy::Worker>> workers_;
-  std::map<proxy::ListenKey, std::string> open_;                         // listener -> service port
+  std::map<proxy::ListenKey, std::string> open_;  // listener -> service port
+  // Open-connection counters by listener, kept across syncs; a removed listener's counter stays
+  // (and its VIP on the node) until its connections have closed.
+  std::map<proxy::ListenKey, std::shared_ptr<std::atomic<int64_t>>> active_;
   std::map<std::pair<ServicePortName, bool>, BalancerState> balancers_;  // (port, external)
 
   mutable absl::Mutex mu_;

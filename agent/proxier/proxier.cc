@@ -75,20 +75,7 @@ void Proxier::Rebuild(const config::NamespacedName& id) {
   built_[id] = BuildServicePorts(*svc->second, slices, node_);
 }
 
-absl::Status Proxier::Sync() {
-  if (!tracker_.Synced()) {
-    VLOG(2) << "sync: waiting for every source's initial state";
-    return absl::OkStatus();
-  }
-  const absl::Time start = clock_.Now();
-  Changes changes = tracker_.Take();
-  if (changes.empty() && !consumers_failed_ && LastSync() != absl::InfinitePast()) {
-    absl::MutexLock lock(&mu_);
-    last_sync_ = clock_.Now();  // a periodic sync with nothing to do still counts as healthy
-    last_sync_timestamp_.Set(absl::ToDoubleSeconds(last_sync_ - absl::UnixEpoch()));
-    return absl::OkStatus();
-  }
-
+size_t Proxier::ApplyChanges(const Changes& changes) {
   std::vector<config::NamespacedName> dirty;
   for (const auto& [id, change] : changes.services) {
     if (change.second) {
@@ -106,7 +93,10 @@ absl::Status Proxier::Sync() {
   for (const auto& id : dirty) {
     Rebuild(id);
   }
+  return dirty.size();
+}
 
+std::shared_ptr<const ServiceTable> Proxier::Publish() {
   std::map<ServicePortName, ServicePortInfoPtr> ports;
   for (const auto& [id, entries] : built_) {
     for (const auto& e : entries) {
@@ -114,9 +104,27 @@ absl::Status Proxier::Sync() {
     }
   }
   auto table = std::make_shared<const ServiceTable>(std::move(ports));
-  {
-    absl::MutexLock lock(&mu_);
-    table_ = table;
+  absl::MutexLock lock(&mu_);
+  table_ = table;
+  return table;
+}
+
+absl::Status Proxier::Sync() {
+  if (!tracker_.Synced()) {
+    VLOG(2) << "sync: waiting for every source's initial state";
+    return absl::OkStatus();
+  }
+  const absl::Time start = clock_.Now();
+  Changes changes = tracker_.Take();
+  std::shared_ptr<const ServiceTable> table;
+  size_t rebuilt = 0;
+  if (changes.empty() && LastSync() != absl::InfinitePast()) {
+    // A periodic sync: nothing changed, but consumers re-apply the table, which repairs drift
+    // (a VIP removed by hand, a new node address for NodePorts) and releases drained VIPs.
+    table = this->table();
+  } else {
+    rebuilt = ApplyChanges(changes);
+    table = Publish();
   }
 
   absl::Status result;
@@ -126,7 +134,6 @@ absl::Status Proxier::Sync() {
       result.Update(st);
     }
   }
-  consumers_failed_ = !result.ok();
   const absl::Time end = clock_.Now();
   sync_duration_.Observe(absl::ToDoubleSeconds(end - start));
   if (!result.ok()) {
@@ -138,7 +145,7 @@ absl::Status Proxier::Sync() {
   absl::MutexLock lock(&mu_);
   last_sync_ = end;
   last_sync_timestamp_.Set(absl::ToDoubleSeconds(end - absl::UnixEpoch()));
-  VLOG(1) << "sync: " << dirty.size() << " services rebuilt, " << table->ports().size()
+  VLOG(1) << "sync: " << rebuilt << " services rebuilt, " << table->ports().size()
           << " service ports in " << absl::FormatDuration(end - start);
   return absl::OkStatus();
 }

@@ -41,6 +41,11 @@ class Proxier final {
   absl::Time LastSync() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // Applies recorded changes to services_/slices_ and rebuilds the affected services; returns
+  // how many were rebuilt.
+  size_t ApplyChanges(const Changes& changes);
+  // Publishes a table assembled from built_.
+  std::shared_ptr<const ServiceTable> Publish();
   // Rebuilds `id`'s entries from services_ and slices_.
   void Rebuild(const config::NamespacedName& id);
   void ApplySliceChange(const config::EndpointSlicePtr& prev, const config::EndpointSlicePtr& cur,
@@ -55,7 +60,6 @@ class Proxier final {
   // Slices by the service they belong to (namespace + kubernetes.io/service-name), then by name.
   std::map<config::NamespacedName, std::map<std::string, config::EndpointSlicePtr>> slices_;
   std::map<config::NamespacedName, std::vector<ServicePortInfoPtr>> built_;
-  bool consumers_failed_ = false;
 
   base::Histogram& sync_duration_;
   base::Histogram& programming_duration_;

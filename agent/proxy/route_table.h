@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <atomic>
 #include <compare>
 #include <map>
 #include <memory>
@@ -27,6 +28,10 @@ struct ListenKey {
 struct Route {
   std::string service;  // "namespace/name:port" for logs and /debug
   std::shared_ptr<Balancer> balancer;
+  // TCP connections accepted on this listener and still open, across workers. The control
+  // plane keeps a removed service's VIP while this is non-zero, so its established connections
+  // can run to completion.
+  std::shared_ptr<std::atomic<int64_t>> active = std::make_shared<std::atomic<int64_t>>(0);
 };
 
 // The data path's view of the service table: immutable, posted to every worker after a sync.

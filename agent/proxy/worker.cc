@@ -36,12 +36,16 @@ class Connection final : public event::DeferredDeletable,
                          public TcpSessionCallbacks {
  public:
   Connection(Worker& worker, ListenKey key, base::UniqueFd client, net::IpAddress client_ip,
-             std::shared_ptr<Balancer> balancer)
+             const Route& route)
       : worker_(worker),
         key_(std::move(key)),
+        active_(route.active),
         client_(std::move(client)),
-        dialer_(std::make_unique<BackendDialer>(*worker.loop_, std::move(balancer), client_ip,
-                                                worker.options_.dial_budget, *this)) {}
+        dialer_(std::make_unique<BackendDialer>(*worker.loop_, route.balancer, client_ip,
+                                                worker.options_.dial_budget, *this)) {
+    active_->fetch_add(1, std::memory_order_relaxed);
+  }
+  ~Connection() override { active_->fetch_sub(1, std::memory_order_relaxed); }
 
   void Start() { dialer_->Start(); }
   const ListenKey& key() const { return key_; }
@@ -103,6 +107,7 @@ class Connection final : public event::DeferredDeletable,
 
   Worker& worker_;
   const ListenKey key_;
+  const std::shared_ptr<std::atomic<int64_t>> active_;
   base::UniqueFd client_;
   std::unique_ptr<BackendDialer> dialer_;
   std::unique_ptr<TcpSession> session_;
@@ -216,7 +221,7 @@ void Worker::OnAcceptable(const ListenKey& key, int listen_fd) {
       continue;
     }
     auto conn = std::make_unique<Connection>(*this, key, std::move(client), client_addr->ip(),
-                                             route->second.balancer);
+                                             route->second);
     Connection* raw = conn.get();
     connections_.emplace(raw, std::move(conn));
     metrics_.connections_active.Add(1);

@@ -283,3 +283,54 @@ TEST_F(TcpIntegrityTest, ShutdownRemovesVipsAndListeners) {
 
 }  // namespace
 }  // namespace sluice::testing
+
+namespace sluice::testing {
+namespace {
+
+class DrainTest : public AgentTest {
+ protected:
+  base::UniqueFd EchoConnectionThenRemoveService(std::vector<std::string> flags) {
+    backend_ = testutil::TcpServer::Start(*net::SocketAddress::Parse("127.0.0.2:9000"),
+                                          testutil::TcpServer::Mode::kEcho);
+    Write("svc.yaml", ServiceYaml("svc", {"10.96.0.20"}, {{"tcp", 80}}) + "---\n" +
+                          SliceYaml("svc", {"127.0.0.2"}, {{"tcp", 9000}}));
+    StartAgent(std::move(flags));
+    EXPECT_TRUE(WaitListener("tcp/10.96.0.20:80"));
+    int err = 0;
+    auto fd = testutil::ConnectTcp(*net::SocketAddress::Parse("10.96.0.20:80"), &err);
+    EXPECT_TRUE(Echo(fd.get()));
+    Remove("svc.yaml");
+    EXPECT_TRUE(WaitListener("tcp/10.96.0.20:80", false));
+    return fd;
+  }
+  static bool Echo(int fd) {
+    char c = 'e';
+    return send(fd, &c, 1, MSG_NOSIGNAL) == 1 && recv(fd, &c, 1, 0) == 1 && c == 'e';
+  }
+  std::unique_ptr<testutil::TcpServer> backend_;
+};
+
+TEST_F(DrainTest, RemovedServiceConnectionsRunToCompletion) {
+  auto fd = EchoConnectionThenRemoveService({});
+  absl::SleepFor(absl::Milliseconds(300));  // longer than a sync: the removal has been applied
+  EXPECT_TRUE(Echo(fd.get()));
+  int err = 0;
+  EXPECT_FALSE(testutil::ConnectTcp(*net::SocketAddress::Parse("10.96.0.20:80"), &err));
+  // The VIP stayed for the connection; once it closes, a periodic sync (2s here) releases it.
+  auto vip_on_lo = [] {
+    std::string addrs;
+    testutil::RunCommand({"ip", "-o", "addr", "show", "dev", "lo"}, &addrs);
+    return addrs.find("10.96.0.20/32") != std::string::npos;
+  };
+  EXPECT_TRUE(vip_on_lo());
+  fd.Reset();
+  EXPECT_TRUE(testutil::WaitFor([&] { return !vip_on_lo(); }, absl::Seconds(10)));
+}
+
+TEST_F(DrainTest, DrainTimeoutResetsThem) {
+  auto fd = EchoConnectionThenRemoveService({"--drain-timeout=200ms"});
+  EXPECT_TRUE(testutil::WaitFor([&] { return !Echo(fd.get()); }, absl::Seconds(5)));
+}
+
+}  // namespace
+}  // namespace sluice::testing

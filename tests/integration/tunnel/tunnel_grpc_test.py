@@ -221,6 +221,10 @@ class GrpcTunnelTest(unittest.TestCase):
             body = h.http_request(t, r2.connectID, "/bytes/%d" % (10 << 20))
             elapsed = time.time() - start
             t.cancel()
+            # The stalled stream held the agent stream at most ReadGate::kStallGrace, then
+            # was closed on its own.
+            h.wait_until(lambda: s.metric(
+                "konnectivity_network_proxy_server_overflow_closes_total") >= 1, timeout=10)
         self.assertTrue(body.endswith(h.expected_bytes(10 << 20)))
         print("10 MiB beside a stalled reader: %.2fs" % elapsed)
         self.assertLess(elapsed, 10)

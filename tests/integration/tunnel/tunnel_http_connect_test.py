@@ -162,6 +162,29 @@ class HttpConnectTest(unittest.TestCase):
         finally:
             hang.close()
 
+    def test_slow_reader_is_paused_not_cut(self):
+        # A client slower than the backend must get every byte: the server holds the agent
+        # stream (per-connection pause) instead of closing at the 16 MiB queue bound.
+        s = self.up()
+        n = 48 << 20
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.settimeout(10)
+        c.connect(s.uds)
+        c.sendall(b"CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n"
+                  b"GET /bytes/%d HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                  % (self.backend.port, n))
+        data = bytearray()
+        while True:
+            b = c.recv(65536)
+            if not b:
+                break
+            data += b
+            time.sleep(0.0005)
+        c.close()
+        body = bytes(data).split(b"\r\n\r\n", 2)[2]
+        self.assertEqual(len(body), n)
+        self.assertEqual(hashlib.sha256(body).hexdigest(), h.sha256(h.expected_bytes(n)))
+
     def test_no_agent(self):
         s = self.up(agent=False)
         out = uds_exchange(s.uds, b"CONNECT 127.0.0.1:80 HTTP/1.1\r\n\r\n")
