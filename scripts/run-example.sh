@@ -29,6 +29,16 @@ for i in 2 3; do
   echo "hello from backend 127.0.0.$i" >"$work/pod$i/index.html"
   python3 -m http.server --bind "127.0.0.$i" --directory "$work/pod$i" 8080 >/dev/null 2>&1 &
   pids+=($!)
+  python3 - "127.0.0.$i" <<'PY' &
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((sys.argv[1], 5300))
+while True:
+    data, peer = s.recvfrom(65535)
+    s.sendto(b"udp echo from " + sys.argv[1].encode() + b": " + data, peer)
+PY
+
+  pids+=($!)
 done
 
 ./build/agent/sluice-agent --source=file:examples/ --hostname-override=local \
@@ -43,12 +53,20 @@ for _ in $(seq 100); do
 done
 echo
 echo "== /healthz";         curl -s http://127.0.0.1:10256/healthz; echo
-echo "== /proxyMode";       mode=$(curl -s http://127.0.0.1:10249/proxyMode); echo "$mode"
+echo "== /proxyMode";       curl -s http://127.0.0.1:10249/proxyMode; echo
 echo "== /debug/services";  curl -s http://127.0.0.1:10249/debug/services
-if [[ "$mode" != none ]]; then
-  echo "== four requests to the service VIP http://10.96.0.10/"
-  for _ in 1 2 3 4; do curl -s --max-time 2 http://10.96.0.10/; done
-fi
+echo "== four requests to the service VIP http://10.96.0.10/"
+for _ in 1 2 3 4; do curl -s --max-time 2 http://10.96.0.10/ || echo "(request failed)"; done
+echo "== one datagram to the UDP port 10.96.0.10:5300"
+python3 - <<'PY' || echo "(no UDP reply)"
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(2)
+s.connect(("10.96.0.10", 5300))
+s.send(b"hello")
+print(s.recv(65535).decode())
+PY
+
 echo
 echo "sluice-agent is running (edit examples/*.yaml to see it follow); Ctrl-C stops and cleans up."
 wait "$agent"
