@@ -70,7 +70,6 @@ TEST(DebugServicesTest, RendersTable) {
       << json;
   EXPECT_NE(json.find("\"clusterEndpoints\": [\"10.0.0.1:8080\"]"), std::string::npos) << json;
   EXPECT_NE(json.find("\"listeners\": [\"tcp/10.96.0.10:80\"]"), std::string::npos) << json;
-  EXPECT_EQ(JsonString("a\"b\\c\n\x01"), "\"a\\\"b\\\\c\\n\\u0001\"");
 }
 
 }  // namespace

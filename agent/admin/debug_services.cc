@@ -1,40 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "agent/admin/debug_services.h"
 
-#include <cstdio>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
+#include "agent/base/json.h"
+
 namespace sluice::admin {
 
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
-
 namespace {
+
+using base::JsonString;
 
 template <typename T, typename Fn>
 std::string Array(const std::vector<T>& items, Fn fn) {

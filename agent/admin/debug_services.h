@@ -14,7 +14,5 @@ namespace sluice::admin {
 std::string RenderDebugServices(const proxier::ServiceTable& table,
                                 const std::map<std::string, std::vector<std::string>>& listeners);
 
-// A JSON string literal with the required escapes.
-std::string JsonString(const std::string& s);
 
 }  // namespace sluice::admin

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "yaml-cpp/yaml.h"
 
+#include "agent/base/json.h"
 #include "agent/base/status.h"
 #include "agent/base/strings.h"
 
@@ -136,7 +137,7 @@ void WritePlainScalar(std::string_view s, std::string& out) {
   } else if (s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL") {
     out += "null";
   } else if (!WriteInteger(s, out) && !WriteFloat(s, out)) {
-    AppendJsonString(s, out);
+    base::AppendJsonString(s, out);
   }
 }
 
@@ -223,7 +224,7 @@ class Converter final {
       if (out_.back() != '{') {
         out_ += ',';
       }
-      AppendJsonString(name, out_);
+      base::AppendJsonString(name, out_);
       out_ += ':';
       RETURN_IF_ERROR(Write(entry.second, depth + 1));
     }
@@ -259,7 +260,7 @@ class Converter final {
     if (plain) {
       WritePlainScalar(node.Scalar(), out_);
     } else {
-      AppendJsonString(node.Scalar(), out_);
+      base::AppendJsonString(node.Scalar(), out_);
     }
   }
 
@@ -269,40 +270,6 @@ class Converter final {
 };
 
 }  // namespace
-
-void AppendJsonString(std::string_view text, std::string& out) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  out += '"';
-  size_t run = 0;  // start of the pending run of bytes that need no escape
-  for (size_t i = 0; i < text.size(); ++i) {
-    unsigned char c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x20 && c != '"' && c != '\\') {
-      continue;
-    }
-    out.append(text.substr(run, i - run));
-    run = i + 1;
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        out += "\\u00";
-        out += kHex[c >> 4];
-        out += kHex[c & 0xf];
-    }
-  }
-  out.append(text.substr(run));
-  out += '"';
-}
 
 absl::StatusOr<std::vector<std::string>> YamlToJson(std::string_view text) {
   // yaml-cpp reports errors by throwing (YAML::ParserException carries the mark); no exception

@@ -21,7 +21,4 @@ namespace sluice::config {
 // 1 MiB (alias bombs). Never throws: yaml-cpp's exceptions are caught here.
 absl::StatusOr<std::vector<std::string>> YamlToJson(std::string_view text);
 
-// Appends `text` to `out` as a quoted, escaped JSON string.
-void AppendJsonString(std::string_view text, std::string& out);
-
 }  // namespace sluice::config

@@ -108,11 +108,5 @@ TEST(YamlToJsonTest, SyntaxErrorsCarryTheMark) {
             "invalid YAML at line 3, column 2: end of map not found");
 }
 
-TEST(AppendJsonStringTest, Escapes) {
-  std::string out;
-  AppendJsonString(std::string_view("a\"b\\c\nd\te\r\0f", 12), out);
-  EXPECT_EQ(out, R"("a\"b\\c\nd\te\u000d\u0000f")");
-}
-
 }  // namespace
 }  // namespace sluice::config
