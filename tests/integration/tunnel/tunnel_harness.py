@@ -3,9 +3,12 @@
 (sluice-tunnel-server, sluice-proxy-agent, python http.server) and a Konnectivity gRPC frontend
 client built on grpcio's generic stream API with messages generated from proto/client.proto."""
 
+import atexit
+import ctypes
 import hashlib
 import http.server
 import os
+import shutil
 import signal
 import socket
 import socketserver
@@ -81,6 +84,11 @@ class Certs:
                   "-extfile", extfile, "-out", self.p(name + ".crt"))
 
 
+def _die_with_parent():
+    # PR_SET_PDEATHSIG(SIGKILL): a killed test run (ctest timeout) leaves no orphans behind.
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+
+
 class Proc:
     """A child process with output in a file; killed (by PID) on stop."""
 
@@ -89,7 +97,7 @@ class Proc:
         self.log_path = log_path
         self.log = open(log_path, "ab")
         self.p = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL)
+                                  stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
 
     def alive(self):
         return self.p.poll() is None
@@ -274,6 +282,7 @@ class Env:
         self.dir = tempfile.mkdtemp(prefix="sluice-tunnel-test-")
         if Env._certs_dir is None:
             Env._certs_dir = tempfile.mkdtemp(prefix="sluice-tunnel-certs-")
+            atexit.register(shutil.rmtree, Env._certs_dir, True)
             Env._certs = Certs(Env._certs_dir)
         self.certs = Env._certs
         self.procs = []
@@ -291,7 +300,7 @@ class Env:
     def close(self):
         for p in self.procs:
             p.stop()
-        subprocess.run(["rm", "-rf", self.dir])
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class Tunnel:

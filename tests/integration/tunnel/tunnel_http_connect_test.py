@@ -43,19 +43,19 @@ def uds_exchange(path, data, timeout=5.0):
 class HttpConnectTest(unittest.TestCase):
     def setUp(self):
         self.env = h.Env()
+        self.addCleanup(self.env.close)  # runs even if tearDown fails: no orphan processes
         self.backend = h.Backend()
+        self.addCleanup(self.backend.stop)
         self.socat = None
 
     def tearDown(self):
         if self.socat:
             self.socat.kill()
             self.socat.wait()
-        self.backend.stop()
         result = getattr(self._outcome, "result", None)
         if result is not None and any(t is self for t, _ in result.errors + result.failures):
             for p in self.env.procs:
                 print("----", p.argv[0], "\n", p.output()[-4000:])
-        self.env.close()
 
     def up(self, uds=True, agent=True, extra=()):
         s = self.env.server(mode="http-connect", uds=uds, extra=list(extra))

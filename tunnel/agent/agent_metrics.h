@@ -1,0 +1,21 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include "agent/base/metrics.h"
+
+namespace sluice::agent {
+
+// The agent's Prometheus metrics with upstream proxy-agent's names. Thread-safe.
+struct AgentMetrics {
+  explicit AgentMetrics(base::Registry& r);
+
+  base::Gauge& open_server_connections;
+  base::Gauge& known_server_count;
+  base::Gauge& open_endpoint_connections;
+  base::Family<base::Counter>& dial_failures;  // {reason}
+  base::Histogram& dial_duration;
+  base::Family<base::Counter>& bad_packets;  // {reason}, sluice extension
+  base::Counter& overflow_closes;            // sluice extension
+};
+
+}  // namespace sluice::agent

@@ -1,0 +1,241 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tunnel/agent/backend_conn.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cctype>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+#include "tunnel/wire/packet.h"
+
+namespace sluice::agent {
+namespace {
+
+// Go's net package prints syscall errors in lower case ("connect: connection refused").
+std::string GoErrno(int err) {
+  std::string s = strerror(err);
+  if (!s.empty()) {
+    s[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(s[0])));
+  }
+  return s;
+}
+
+}  // namespace
+
+bool SplitHostPort(const std::string& address, std::string* host, uint16_t* port) {
+  size_t colon;
+  if (!address.empty() && address.front() == '[') {
+    const size_t close = address.find(']');
+    if (close == std::string::npos || close + 1 >= address.size() || address[close + 1] != ':') {
+      return false;
+    }
+    *host = address.substr(1, close - 1);
+    colon = close + 1;
+  } else {
+    colon = address.rfind(':');
+    if (colon == std::string::npos || address.find(':') != colon) {
+      return false;
+    }
+    *host = address.substr(0, colon);
+  }
+  uint32_t p = 0;
+  if (host->empty() || !absl::SimpleAtoi(address.substr(colon + 1), &p) || p == 0 || p > 65535) {
+    return false;
+  }
+  *port = static_cast<uint16_t>(p);
+  return true;
+}
+
+BackendConn::BackendConn(wire::IoLoop& loop, Resolver& resolver, Owner& owner,
+                         const DialPolicy& policy, int64_t connect_id, int64_t random)
+    : loop_(loop),
+      resolver_(resolver),
+      owner_(owner),
+      policy_(policy),
+      connect_id_(connect_id),
+      random_(random),
+      started_(absl::Now()) {}
+
+BackendConn::~BackendConn() {
+  if (timer_ != 0) {
+    loop_.CancelTimer(timer_);
+  }
+  if (stall_timer_ != 0) {
+    loop_.CancelTimer(stall_timer_);
+  }
+  if (connecting_) {
+    loop_.Remove(connecting_.get());
+  }
+}
+
+void BackendConn::Dial(const std::string& address, std::weak_ptr<BackendConn> self) {
+  address_ = address;
+  std::string host;
+  uint16_t port = 0;
+  if (!SplitHostPort(address, &host, &port)) {
+    FailDial(
+        absl::StrCat("dial tcp ", address, ": address ", address, ": missing port in address"));
+    return;
+  }
+  timer_ = loop_.AddTimer(absl::Now() + policy_.timeout, [this] {
+    timer_ = 0;
+    FailDial(absl::StrCat("dial tcp ", address_, ": i/o timeout"));
+  });
+  if (auto ip = net::IpAddress::Parse(host)) {
+    Connect(net::SocketAddress(*ip, port));
+    return;
+  }
+  wire::IoLoop* loop = &loop_;
+  resolver_.Resolve(host, [loop, self, port](absl::StatusOr<net::IpAddress> ip) {
+    loop->Post([self, port, ip = std::move(ip)] {
+      auto conn = self.lock();
+      if (!conn || conn->dial_reported_) {
+        return;
+      }
+      if (!ip.ok()) {
+        conn->FailDial(absl::StrCat("dial tcp: ", ip.status().message()));
+      } else {
+        conn->Connect(net::SocketAddress(*ip, port));
+      }
+    });
+  });
+}
+
+void BackendConn::Connect(const net::SocketAddress& dest) {
+  if (policy_.allow != nullptr && !policy_.allow->Allows(dest)) {
+    FailDial(absl::StrCat("dial tcp ", dest.ToString(),
+                          ": destination not allowed by --allowed-destinations"));
+    return;
+  }
+  sockaddr_storage ss;
+  const socklen_t len = dest.ToSockaddr(&ss);
+  base::UniqueFd fd(socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd) {
+    FailDial(absl::StrCat("dial tcp ", dest.ToString(), ": socket: ", GoErrno(errno)));
+    return;
+  }
+  if (connect(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0 && errno != EINPROGRESS) {
+    FailDial(absl::StrCat("dial tcp ", dest.ToString(), ": connect: ", GoErrno(errno)));
+    return;
+  }
+  if (absl::Status st = loop_.Add(fd.get(), EPOLLOUT, this); !st.ok()) {
+    FailDial(absl::StrCat("dial tcp ", dest.ToString(), ": ", st.message()));
+    return;
+  }
+  address_ = dest.ToString();
+  connecting_ = std::move(fd);
+}
+
+void BackendConn::OnIoReady(uint32_t) {
+  int err = 0;
+  socklen_t len = sizeof(err);
+  getsockopt(connecting_.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+  loop_.Remove(connecting_.get());
+  base::UniqueFd fd = std::move(connecting_);
+  if (err != 0) {
+    FailDial(absl::StrCat("dial tcp ", address_, ": connect: ", GoErrno(err)));
+    return;
+  }
+  auto pump = wire::SocketPump::Create(loop_, std::move(fd), *this, policy_.max_queued);
+  if (!pump.ok()) {
+    FailDial(absl::StrCat("dial tcp ", address_, ": ", pump.status().message()));
+    return;
+  }
+  pump_ = std::move(*pump);
+  loop_.CancelTimer(timer_);
+  timer_ = 0;
+  dial_reported_ = true;
+  owner_.OnDialDone(*this, "");
+}
+
+void BackendConn::FailDial(const std::string& error) {
+  if (dial_reported_) {
+    return;
+  }
+  dial_reported_ = true;
+  if (timer_ != 0) {
+    loop_.CancelTimer(timer_);
+    timer_ = 0;
+  }
+  if (connecting_) {
+    loop_.Remove(connecting_.get());
+    connecting_.Reset();
+  }
+  owner_.OnDialDone(*this, error);
+}
+
+bool BackendConn::Write(std::string bytes, const std::shared_ptr<wire::ReadGate>& gate) {
+  if (pump_ == nullptr) {
+    return true;
+  }
+  if (!pump_->Write(std::move(bytes))) {
+    return false;
+  }
+  if (gate != nullptr && !hold_.held() && pump_->queued() > policy_.max_queued / 4) {
+    hold_.Take(gate);
+    hold_since_ = absl::Now();
+    CheckStall();
+  }
+  return true;
+}
+
+// While holding the stream: a backend that accepted nothing for kStallGrace is stalled.
+void BackendConn::CheckStall() {
+  stall_timer_ = 0;
+  if (!hold_.held() || pump_ == nullptr) {
+    return;
+  }
+  const absl::Time deadline =
+      std::max(pump_->last_write(), hold_since_) + wire::ReadGate::kStallGrace;
+  if (absl::Now() >= deadline) {
+    // From a timer, never from inside Write: the owner retires us.
+    owner_.OnBackendStalled(*this);
+    return;
+  }
+  stall_timer_ = loop_.AddTimer(std::max(deadline, absl::Now() + absl::Milliseconds(100)),
+                                [this] { CheckStall(); });
+}
+
+void BackendConn::OnSocketDrained() {
+  hold_.Release();
+  if (stall_timer_ != 0) {
+    loop_.CancelTimer(std::exchange(stall_timer_, 0));
+  }
+}
+
+void BackendConn::Close() {
+  closing_ = true;
+  if (pump_ != nullptr) {
+    pump_->CloseAfterFlush();
+  }
+}
+
+void BackendConn::Charge(size_t n) {
+  in_flight_ += n;
+  if (in_flight_ > wire::kSendWindow && pump_ != nullptr) {
+    pump_->SetReading(false);
+  }
+}
+
+void BackendConn::Credit(size_t n) {
+  in_flight_ -= n;
+  if (in_flight_ <= wire::kSendWindow / 2 && !closing_ && pump_ != nullptr && !pump_->done()) {
+    pump_->SetReading(true);
+  }
+}
+
+void BackendConn::OnSocketData(std::string bytes) { owner_.OnBackendData(*this, std::move(bytes)); }
+
+void BackendConn::OnSocketDone(absl::Status reason) {
+  hold_.Release();
+  owner_.OnBackendDone(*this, std::move(reason));
+}
+
+}  // namespace sluice::agent

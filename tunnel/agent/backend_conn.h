@@ -1,0 +1,101 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+#include "agent/base/unique_fd.h"
+#include "agent/net/address.h"
+#include "tunnel/agent/allow_list.h"
+#include "tunnel/agent/resolver.h"
+#include "tunnel/wire/io_loop.h"
+#include "tunnel/wire/read_gate.h"
+#include "tunnel/wire/socket_pump.h"
+
+namespace sluice::agent {
+
+struct DialPolicy {
+  absl::Duration timeout = absl::Seconds(5);
+  const AllowList* allow = nullptr;
+  size_t max_queued = 16 << 20;  // bytes toward the backend before the connection is closed
+};
+
+// One tunnelled connection at the agent: an asynchronous dial with a deadline, then a
+// SocketPump with per-connection flow control. Thread: the IoLoop's (resolver results are
+// posted back to it).
+class BackendConn final : public wire::IoLoop::Handler, public wire::SocketPump::Callbacks {
+ public:
+  class Owner {
+   public:
+    virtual ~Owner() = default;
+    // Empty error: connected. Otherwise a Go-style dial error text.
+    virtual void OnDialDone(BackendConn& conn, const std::string& error) = 0;
+    virtual void OnBackendData(BackendConn& conn, std::string bytes) = 0;
+    // The backend socket is finished (EOF, error, or the requested close completed).
+    virtual void OnBackendDone(BackendConn& conn, absl::Status reason) = 0;
+    // The backend has not drained its queue within ReadGate::kStallGrace: close it.
+    virtual void OnBackendStalled(BackendConn& conn) = 0;
+  };
+
+  BackendConn(wire::IoLoop& loop, Resolver& resolver, Owner& owner, const DialPolicy& policy,
+              int64_t connect_id, int64_t random);
+  ~BackendConn() override;
+  BackendConn(const BackendConn&) = delete;
+  BackendConn& operator=(const BackendConn&) = delete;
+
+  // `self` is a weak handle used to deliver the resolver's answer safely.
+  void Dial(const std::string& address, std::weak_ptr<BackendConn> self);
+  // Bytes from the tunnel. False: the bounded queue overflowed (the caller closes us). Past the
+  // high watermark the connection holds `gate` (the server stream's reads) until it drains.
+  bool Write(std::string bytes, const std::shared_ptr<wire::ReadGate>& gate);
+  // Flushes queued bytes, then closes; OnBackendDone follows.
+  void Close();
+  // Bytes we sent upstream were written by gRPC (flow control credit).
+  void Credit(size_t n);
+  void Charge(size_t n);
+
+  int64_t connect_id() const { return connect_id_; }
+  int64_t random() const { return random_; }
+  bool open() const { return pump_ != nullptr && !pump_->done(); }
+  bool connected() const { return pump_ != nullptr; }
+  absl::Time started() const { return started_; }
+
+  // wire::IoLoop::Handler (connect completion)
+  void OnIoReady(uint32_t events) override;
+  // wire::SocketPump::Callbacks
+  void OnSocketData(std::string bytes) override;
+  void OnSocketDone(absl::Status reason) override;
+  void OnSocketDrained() override;
+
+ private:
+  void Connect(const net::SocketAddress& dest);
+  void FailDial(const std::string& error);
+  void CheckStall();
+
+  wire::IoLoop& loop_;
+  Resolver& resolver_;
+  Owner& owner_;
+  const DialPolicy policy_;
+  const int64_t connect_id_;
+  const int64_t random_;
+  const absl::Time started_;
+  std::string address_;
+  base::UniqueFd connecting_;
+  uint64_t timer_ = 0;
+  std::unique_ptr<wire::SocketPump> pump_;
+  size_t in_flight_ = 0;
+  bool dial_reported_ = false;
+  bool closing_ = false;
+  wire::GateHold hold_;
+  uint64_t stall_timer_ = 0;
+  absl::Time hold_since_;
+};
+
+// "host:port" / "[v6]:port" -> host, port. False if malformed.
+bool SplitHostPort(const std::string& address, std::string* host, uint16_t* port);
+
+}  // namespace sluice::agent

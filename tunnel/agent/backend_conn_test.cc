@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tunnel/agent/backend_conn.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <future>
+
+#include "gtest/gtest.h"
+
+namespace sluice::agent {
+namespace {
+
+class Owner final : public BackendConn::Owner {
+ public:
+  void OnDialDone(BackendConn&, const std::string& error) override { dial.set_value(error); }
+  void OnBackendData(BackendConn&, std::string) override {}
+  void OnBackendDone(BackendConn&, absl::Status) override {}
+  void OnBackendStalled(BackendConn&) override {}
+  std::promise<std::string> dial;
+};
+
+// Dials `address` on a fresh loop and returns the dial error ("" = connected).
+std::string DialError(const std::string& address, const AllowList* allow = nullptr) {
+  auto loop = wire::IoLoop::Create("test").value();
+  Resolver resolver;
+  Owner owner;
+  DialPolicy policy;
+  policy.timeout = absl::Seconds(2);
+  policy.allow = allow;
+  std::shared_ptr<BackendConn> conn;
+  loop->Post([&] {
+    conn = std::make_shared<BackendConn>(*loop, resolver, owner, policy, 1, 1);
+    conn->Dial(address, conn);
+  });
+  std::string err = owner.dial.get_future().get();
+  std::promise<void> done;
+  loop->Post([&] {
+    conn.reset();
+    done.set_value();
+  });
+  done.get_future().wait();
+  return err;
+}
+
+int ClosedPort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+TEST(BackendConnTest, GoStyleErrors) {
+  const std::string refused = "127.0.0.1:" + std::to_string(ClosedPort());
+  EXPECT_EQ(DialError(refused), "dial tcp " + refused + ": connect: connection refused");
+  EXPECT_EQ(DialError("nosuchhost.invalid:80"),
+            "dial tcp: lookup nosuchhost.invalid: no such host");
+  EXPECT_EQ(DialError("bad"), "dial tcp bad: address bad: missing port in address");
+  auto allow = AllowList::Parse({"10.0.0.0/8"}).value();
+  EXPECT_EQ(DialError(refused, &allow),
+            "dial tcp " + refused + ": destination not allowed by --allowed-destinations");
+}
+
+TEST(BackendConnTest, SplitHostPort) {
+  std::string h;
+  uint16_t p;
+  ASSERT_TRUE(SplitHostPort("[::1]:80", &h, &p));
+  EXPECT_EQ(h, "::1");
+  EXPECT_EQ(p, 80);
+  EXPECT_FALSE(SplitHostPort("::1:80", &h, &p));
+  EXPECT_FALSE(SplitHostPort("a:0", &h, &p));
+}
+
+}  // namespace
+}  // namespace sluice::agent

@@ -1,0 +1,191 @@
+// SPDX-License-Identifier: Apache-2.0
+// sluice-proxy-agent: a drop-in for upstream proxy-agent (same flags and defaults) built from
+// the tunnel agent library. Flags -> wiring, nothing else.
+#include <signal.h>
+
+#include <cstdio>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+#include "agent/base/flags.h"
+#include "agent/base/log.h"
+#include "agent/base/status.h"
+#include "tunnel/agent/tunnel_agent.h"
+#include "tunnel/wire/packet.h"
+#include "tunnel/wire/status_server.h"
+
+namespace sluice::agent {
+namespace {
+
+struct ProxyAgentFlags {
+  std::string proxy_server_host = "127.0.0.1";
+  int64_t proxy_server_port = 8091;
+  std::string ca_cert, agent_cert, agent_key;
+  std::string agent_id;
+  std::string agent_identifiers;
+  std::string service_account_token_path;
+  absl::Duration sync_interval = absl::Seconds(1);
+  absl::Duration sync_interval_cap = absl::Seconds(10);
+  bool sync_forever = false;
+  absl::Duration probe_interval = absl::Seconds(1);
+  absl::Duration keepalive_time = absl::Hours(1);
+  int64_t health_server_port = 8093;
+  std::string health_server_host;
+  int64_t admin_server_port = 8094;
+  std::string admin_bind_address = "127.0.0.1";
+  int64_t xfr_channel_size = 150;
+  std::vector<std::string> alpn_proto;
+  bool count_server_leases = false;
+  std::string lease_namespace = "kube-system";
+  std::string lease_label = "k8s-app=konnectivity-server";
+  std::string server_count_source = "default";
+  std::string kubeconfig;
+  int64_t v = 0;
+  std::vector<std::string> allowed_destinations;
+  int64_t max_connection_buffer = 16 << 20;
+};
+
+void Register(base::FlagSet& f, ProxyAgentFlags& o) {
+  f.String("proxy-server-host", &o.proxy_server_host, "Proxy server host to connect to.");
+  f.Int("proxy-server-port", &o.proxy_server_port, "Proxy server agent port.");
+  f.String("ca-cert", &o.ca_cert, "CA that signs the proxy server's certificate.");
+  f.String("agent-cert", &o.agent_cert, "Client certificate (mTLS).");
+  f.String("agent-key", &o.agent_key, "Client key (mTLS).");
+  f.String("agent-id", &o.agent_id, "Unique agent ID (default: random).");
+  f.String("agent-identifiers", &o.agent_identifiers,
+           "URL-query encoded identifiers: host=..&ipv4=..&ipv6=..&cidr=..&default-route=true.");
+  f.String("service-account-token-path", &o.service_account_token_path,
+           "Bearer token file sent to the server.");
+  f.Duration("sync-interval", &o.sync_interval, "First retry interval when connecting.");
+  f.Duration("sync-interval-cap", &o.sync_interval_cap, "Maximum retry interval.");
+  f.Bool("sync-forever", &o.sync_forever, "Accepted; sluice always keeps syncing.");
+  f.Duration("probe-interval", &o.probe_interval, "How often the server set is re-checked.");
+  f.Duration("keepalive-time", &o.keepalive_time, "gRPC keepalive (at least 30s is used).");
+  f.Int("health-server-port", &o.health_server_port, "Port for /healthz, /readyz, /metrics.");
+  f.String("health-server-host", &o.health_server_host, "Health bind address.");
+  f.Int("admin-server-port", &o.admin_server_port, "Port for /metrics.");
+  f.String("admin-bind-address", &o.admin_bind_address, "Admin bind address.");
+  f.Int("xfr-channel-size", &o.xfr_channel_size, "Accepted; sluice bounds queues in bytes.");
+  f.List("alpn-proto", &o.alpn_proto, "Accepted; gRPC negotiates h2.");
+  f.Bool("count-server-leases", &o.count_server_leases, "Accepted; not implemented.");
+  f.String("lease-namespace", &o.lease_namespace, "Accepted; not implemented.");
+  f.String("lease-label", &o.lease_label, "Accepted; not implemented.");
+  f.String("server-count-source", &o.server_count_source, "Accepted; sluice uses 'default'.");
+  f.String("kubeconfig", &o.kubeconfig, "Accepted; not used.");
+  f.Int("v", &o.v, "Log verbosity.");
+  f.List("allowed-destinations", &o.allowed_destinations,
+         "(sluice) CIDR[:PORT[-PORT]] the agent may dial; empty (default) allows all.");
+  f.Int("max-connection-buffer", &o.max_connection_buffer,
+        "(sluice) Bytes queued toward one backend before that connection is closed.");
+}
+
+std::string RandomId() {
+  std::random_device rd;
+  return absl::StrFormat("%08x-%04x-%04x-%08x", rd(), rd() & 0xffff, rd() & 0xffff, rd());
+}
+
+TunnelAgentConfig ToConfig(const ProxyAgentFlags& o) {
+  TunnelAgentConfig c;
+  c.servers = {absl::StrCat(o.proxy_server_host.find(':') != std::string::npos
+                                ? absl::StrCat("[", o.proxy_server_host, "]")
+                                : o.proxy_server_host,
+                            ":", o.proxy_server_port)};
+  c.ca_cert = o.ca_cert;
+  c.agent_cert = o.agent_cert;
+  c.agent_key = o.agent_key;
+  c.token_path = o.service_account_token_path;
+  c.agent_id = o.agent_id.empty() ? RandomId() : o.agent_id;
+  c.identifiers = o.agent_identifiers;
+  c.sync_interval = o.sync_interval;
+  c.sync_interval_cap = o.sync_interval_cap;
+  c.probe_interval = o.probe_interval;
+  c.keepalive_time = o.keepalive_time;
+  c.allowed_destinations = o.allowed_destinations;
+  c.max_connection_buffer = static_cast<size_t>(o.max_connection_buffer);
+  return c;
+}
+
+struct StatusServers {
+  std::unique_ptr<wire::StatusServer> health;
+  std::unique_ptr<wire::StatusServer> admin;
+};
+
+// /healthz, /readyz (503 until a server stream is up) and /metrics on the health port, and
+// /metrics on the admin port, as upstream proxy-agent serves them.
+absl::StatusOr<StatusServers> StartStatusServers(const ProxyAgentFlags& o, TunnelAgent& agent,
+                                                 base::Registry& registry) {
+  auto metrics = [&registry] {
+    return wire::StatusServer::Reply{200, registry.Render(),
+                                     "text/plain; version=0.0.4; charset=utf-8"};
+  };
+  StatusServers s;
+  ASSIGN_OR_RETURN(s.health, wire::StatusServer::Create(
+                                 o.health_server_host, static_cast<int>(o.health_server_port),
+                                 {{"/healthz",
+                                   [] {
+                                     return wire::StatusServer::Reply{200, "ok"};
+                                   }},
+                                  {"/readyz",
+                                   [&agent] {
+                                     return agent.ConnectedServers() > 0
+                                                ? wire::StatusServer::Reply{200, "ok"}
+                                                : wire::StatusServer::Reply{
+                                                      503, "not connected to any proxy server"};
+                                   }},
+                                  {"/metrics", metrics}}));
+  ASSIGN_OR_RETURN(s.admin, wire::StatusServer::Create(o.admin_bind_address,
+                                                       static_cast<int>(o.admin_server_port),
+                                                       {{"/metrics", metrics}}));
+  return s;
+}
+
+int Run(int argc, char** argv) {
+  wire::TuneMalloc();
+  ProxyAgentFlags o;
+  base::FlagSet flags("sluice-proxy-agent");
+  Register(flags, o);
+  if (argc > 1 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
+    std::fputs(flags.Help().c_str(), stdout);
+    return 0;
+  }
+  if (absl::Status st = flags.Parse(argc, argv); !st.ok()) {
+    LOG(ERROR) << st;
+    return 2;
+  }
+  base::SetVerbosity(static_cast<int>(o.v));
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  base::Registry registry;
+  auto agent = TunnelAgent::Create(ToConfig(o), registry);
+  if (!agent.ok()) {
+    LOG(ERROR) << agent.status();
+    return 2;
+  }
+  auto status = StartStatusServers(o, *agent->get(), registry);
+  if (!status.ok()) {
+    LOG(ERROR) << status.status();
+    return 1;
+  }
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  if (sig == SIGTERM) {
+    // First SIGTERM: tell servers we are going (DRAIN) and keep serving until the next one.
+    LOG(INFO) << "SIGTERM: draining; send another signal to stop";
+    (*agent)->Drain();
+    sigwait(&sigs, &sig);
+  }
+  LOG(INFO) << "signal " << sig << ": stopping";
+  agent->reset();
+  return 0;
+}
+
+}  // namespace
+}  // namespace sluice::agent
+
+int main(int argc, char** argv) { return sluice::agent::Run(argc, argv); }

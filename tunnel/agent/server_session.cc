@@ -1,0 +1,182 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tunnel/agent/server_session.h"
+
+#include "absl/time/clock.h"
+
+#include "agent/base/log.h"
+
+namespace sluice::agent {
+
+ServerSession::ServerSession(wire::IoLoop& loop, Resolver& resolver, AgentMetrics& metrics,
+                             const DialPolicy& policy, std::shared_ptr<StreamOutbox> outbox,
+                             std::shared_ptr<wire::ReadGate> gate)
+    : loop_(loop),
+      resolver_(resolver),
+      metrics_(metrics),
+      policy_(policy),
+      outbox_(std::move(outbox)),
+      gate_(std::move(gate)) {}
+
+ServerSession::~ServerSession() = default;
+
+void ServerSession::Post(wire::Packet packet) {
+  loop_.Post(
+      [self = shared_from_this(), p = std::move(packet)]() mutable { self->Handle(std::move(p)); });
+}
+
+void ServerSession::Teardown() {
+  torn_down_ = true;
+  while (!conns_.empty()) {
+    Retire(conns_.begin()->first);
+  }
+  dialing_.clear();
+}
+
+void ServerSession::Handle(wire::Packet p) {
+  if (torn_down_) {
+    return;
+  }
+  if (absl::Status st = wire::Validate(p); !st.ok()) {
+    metrics_.bad_packets.WithLabels({"invalid"}).Inc();
+    VLOG(1) << "from server: dropped " << st.message();
+    return;
+  }
+  switch (p.type()) {
+    case DIAL_REQ:
+      HandleDial(p);
+      break;
+    case DATA:
+      HandleData(std::move(p));
+      break;
+    case CLOSE_REQ:
+      HandleClose(p.closerequest().connectid());
+      break;
+    case DIAL_CLS:
+      HandleCloseDial(p.closedial().random());
+      break;
+    default:
+      metrics_.bad_packets.WithLabels({"unexpected_type"}).Inc();
+      VLOG(1) << "from server: ignored " << wire::TypeName(p.type());
+  }
+}
+
+void ServerSession::HandleDial(const wire::Packet& p) {
+  const auto& req = p.dialrequest();
+  if (dialing_.contains(req.random())) {
+    (void)outbox_->Send(wire::MakeDialResponse(req.random(), 0, "dial id already in use"));
+    return;
+  }
+  if (req.protocol() != "tcp" && !req.protocol().empty()) {
+    (void)outbox_->Send(wire::MakeDialResponse(
+        req.random(), 0, "dial " + req.protocol() + " " + req.address() + ": unknown network"));
+    return;
+  }
+  const int64_t id = next_id_++;
+  auto conn = std::make_shared<BackendConn>(loop_, resolver_, *this, policy_, id, req.random());
+  conns_[id] = conn;
+  dialing_[req.random()] = id;
+  conn->Dial(req.address(), conn);
+}
+
+void ServerSession::OnDialDone(BackendConn& conn, const std::string& error) {
+  dialing_.erase(conn.random());
+  metrics_.dial_duration.Observe(absl::ToDoubleSeconds(absl::Now() - conn.started()));
+  if (!error.empty()) {
+    metrics_.dial_failures
+        .WithLabels({error.find("timeout") != std::string::npos ? "timeout" : "error"})
+        .Inc();
+    VLOG(1) << "dial failed: " << error;
+    (void)outbox_->Send(wire::MakeDialResponse(conn.random(), 0, error));
+    Retire(conn.connect_id());
+    return;
+  }
+  metrics_.open_endpoint_connections.Add(1);
+  (void)outbox_->Send(wire::MakeDialResponse(conn.random(), conn.connect_id(), ""));
+}
+
+void ServerSession::OnBackendData(BackendConn& conn, std::string bytes) {
+  const size_t n = bytes.size();
+  const int64_t id = conn.connect_id();
+  conn.Charge(n);
+  wire::IoLoop* loop = &loop_;
+  std::weak_ptr<ServerSession> weak = weak_from_this();
+  (void)outbox_->Send(wire::MakeData(id, std::move(bytes)), [loop, weak, id, n] {
+    loop->Post([weak, id, n] {
+      auto self = weak.lock();
+      if (!self) {
+        return;
+      }
+      if (auto it = self->conns_.find(id); it != self->conns_.end()) {
+        it->second->Credit(n);
+      }
+    });
+  });
+}
+
+void ServerSession::OnBackendDone(BackendConn& conn, absl::Status reason) {
+  VLOG(2) << "connection " << conn.connect_id() << " done: " << reason;
+  (void)outbox_->Send(wire::MakeCloseResponse(conn.connect_id(), ""));
+  Retire(conn.connect_id());
+}
+
+void ServerSession::OnBackendStalled(BackendConn& conn) {
+  metrics_.overflow_closes.Inc();
+  (void)outbox_->Send(wire::MakeCloseResponse(conn.connect_id(), "backend stopped reading"));
+  Retire(conn.connect_id());
+}
+
+void ServerSession::HandleData(wire::Packet p) {
+  const int64_t id = p.data().connectid();
+  auto it = conns_.find(id);
+  if (it == conns_.end() || !it->second->open()) {
+    metrics_.bad_packets.WithLabels({"unknown_connect_id"}).Inc();
+    (void)outbox_->Send(wire::MakeCloseResponse(id, "unknown connectID"));
+    return;
+  }
+  if (!it->second->Write(std::move(*p.mutable_data()->mutable_data()), gate_)) {
+    // The backend does not read: close this connection only (STYLE A14).
+    metrics_.overflow_closes.Inc();
+    (void)outbox_->Send(wire::MakeCloseResponse(id, "backend write queue overflow"));
+    Retire(id);
+  }
+}
+
+void ServerSession::HandleClose(int64_t id) {
+  auto it = conns_.find(id);
+  if (it == conns_.end()) {
+    (void)outbox_->Send(wire::MakeCloseResponse(id, "unknown connectID"));
+    return;
+  }
+  if (!it->second->open()) {
+    (void)outbox_->Send(wire::MakeCloseResponse(id, ""));
+    dialing_.erase(it->second->random());
+    Retire(id);
+    return;
+  }
+  it->second->Close();  // flushes, then OnBackendDone answers CLOSE_RSP
+}
+
+void ServerSession::HandleCloseDial(int64_t random) {
+  auto it = dialing_.find(random);
+  if (it == dialing_.end()) {
+    return;
+  }
+  const int64_t id = it->second;
+  dialing_.erase(it);
+  Retire(id);
+}
+
+void ServerSession::Retire(int64_t id) {
+  auto it = conns_.find(id);
+  if (it == conns_.end()) {
+    return;
+  }
+  std::shared_ptr<BackendConn> conn = std::move(it->second);
+  conns_.erase(it);
+  if (conn->connected()) {
+    metrics_.open_endpoint_connections.Add(-1);
+  }
+  loop_.Post([conn = std::move(conn)] {});  // destroyed on a later turn, outside its callbacks
+}
+
+}  // namespace sluice::agent

@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tunnel/agent/server_stream.h"
+
+#include "absl/strings/numbers.h"
+
+#include "agent/base/log.h"
+#include "tunnel/agent/tunnel_agent.h"
+
+namespace sluice::agent {
+namespace {
+
+std::string Header(const grpc::ClientContext& ctx, const char* name) {
+  auto it = ctx.GetServerInitialMetadata().find(name);
+  return it == ctx.GetServerInitialMetadata().end()
+             ? ""
+             : std::string(it->second.data(), it->second.size());
+}
+
+}  // namespace
+
+ServerStream::ServerStream(TunnelAgent& agent, std::shared_ptr<grpc::Channel> channel,
+                           const std::string& token, std::promise<bool> ready)
+    : agent_(agent),
+      stub_(::AgentService::NewStub(channel)),
+      outbox_(std::make_shared<StreamOutbox>(this)),
+      ready_(std::move(ready)) {
+  session_ = std::make_shared<ServerSession>(*agent.loop_, agent.resolver_, agent.metrics_,
+                                             agent.policy_, outbox_, gate_);
+  context_.AddMetadata("agentid", agent.config_.agent_id);
+  if (!agent.config_.identifiers.empty()) {
+    context_.AddMetadata("agentidentifiers", agent.config_.identifiers);
+  }
+  if (!token.empty()) {
+    context_.AddMetadata("authorization", "Bearer " + token);
+  }
+  stub_->async()->Connect(&context_, this);
+  // Writes start from the IoLoop, outside reactions, so the stream needs a hold (gRPC
+  // ClientBidiReactor::AddHold). Released once the read side ends and the Outbox is closed.
+  AddHold();
+  StartRead(&in_);
+  StartCall();
+}
+
+void ServerStream::OnReadInitialMetadataDone(bool ok) {
+  if (!ok) {
+    Resolve(false);
+    return;
+  }
+  server_id_ = Header(context_, "serverid");
+  int count = 1;
+  if (!absl::SimpleAtoi(Header(context_, "servercount"), &count) || count < 1) {
+    count = 1;
+  }
+  if (server_id_.empty()) {
+    LOG(WARNING) << "proxy server sent no serverid header; closing the stream";
+    Resolve(false);
+    Cancel();
+    return;
+  }
+  const bool fresh = agent_.OnStreamReady(this, server_id_, count);
+  Resolve(fresh);
+  if (!fresh) {
+    VLOG(1) << "already connected to server " << server_id_ << "; closing duplicate";
+    Cancel();
+  }
+}
+
+void ServerStream::OnReadDone(bool ok) {
+  if (!ok) {
+    gate_->Close();
+    EndWrites();
+    return;
+  }
+  session_->Post(std::move(in_));
+  in_.Clear();
+  gate_->ReadNext();
+}
+
+void ServerStream::EndWrites() {
+  outbox_->Close();  // after this no StartWrite can begin, so the hold may go
+  absl::MutexLock lock(&mu_);
+  if (!hold_removed_) {
+    hold_removed_ = true;
+    RemoveHold();
+  }
+}
+
+void ServerStream::OnDone(const grpc::Status& status) {
+  gate_->Close();  // the session keeps the gate; a later Release must not touch this reactor
+  Resolve(false);
+  if (!server_id_.empty()) {
+    LOG(INFO) << "stream to server " << server_id_ << " ended: " << status.error_message()
+              << " (code " << status.error_code() << ")";
+  } else if (!status.ok()) {
+    LOG(WARNING) << "connect to proxy server failed: " << status.error_message() << " (code "
+                 << status.error_code() << ")";
+  }
+  outbox_->Close();
+  agent_.loop_->Post([session = session_] { session->Teardown(); });
+  // After this call ~TunnelAgent may proceed; nothing below touches the agent.
+  agent_.OnStreamDone(this);
+  delete this;
+}
+
+void ServerStream::Resolve(bool ready) {
+  absl::MutexLock lock(&mu_);
+  if (!resolved_) {
+    resolved_ = true;
+    ready_.set_value(ready);
+  }
+}
+
+}  // namespace sluice::agent

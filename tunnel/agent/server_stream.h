@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <future>
+#include <memory>
+#include <string>
+
+#include "absl/synchronization/mutex.h"
+#include "agent.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+
+#include "tunnel/agent/server_session.h"
+#include "tunnel/wire/read_gate.h"
+
+namespace sluice::agent {
+
+class TunnelAgent;
+
+// One AgentService/Connect stream to a proxy server. Owns itself: deleted in OnDone. Packets
+// read go to its ServerSession on the IoLoop; writes go through the shared Outbox, so nothing
+// here blocks a gRPC thread. Reactions run on gRPC threads.
+class ServerStream final : public StreamReactor {
+ public:
+  // Starts the call. `ready` gets true once initial metadata named a new server.
+  ServerStream(TunnelAgent& agent, std::shared_ptr<grpc::Channel> channel, const std::string& token,
+               std::promise<bool> ready);
+
+  void Cancel() { context_.TryCancel(); }
+  ServerSession& session() { return *session_; }
+  const std::string& server_id() const { return server_id_; }
+
+  // grpc::ClientBidiReactor
+  void OnReadInitialMetadataDone(bool ok) override;
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override { (void)outbox_->OnWriteDone(ok); }
+  void OnDone(const grpc::Status& status) override;
+
+ private:
+  void Resolve(bool ready);
+  void EndWrites();
+
+  TunnelAgent& agent_;
+  // The stub holds the only channel reference; it must outlive the context (and its call).
+  std::unique_ptr<::AgentService::Stub> stub_;
+  grpc::ClientContext context_;
+  std::shared_ptr<StreamOutbox> outbox_;
+  std::shared_ptr<ServerSession> session_;
+  std::shared_ptr<wire::ReadGate> gate_ =
+      std::make_shared<wire::ReadGate>([this] { StartRead(&in_); });
+  wire::Packet in_;
+  std::string server_id_;
+  absl::Mutex mu_;
+  std::promise<bool> ready_ ABSL_GUARDED_BY(mu_);
+  bool resolved_ ABSL_GUARDED_BY(mu_) = false;
+  bool hold_removed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace sluice::agent

@@ -1,0 +1,211 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tunnel/agent/tunnel_agent.h"
+
+#include <future>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "grpcpp/grpcpp.h"
+
+#include "agent/base/file.h"
+#include "agent/base/log.h"
+#include "agent/base/status.h"
+#include "tunnel/agent/server_stream.h"
+#include "tunnel/wire/credentials.h"
+
+namespace sluice::agent {
+namespace {
+
+// Upstream servers answer pings more often than every 30 s with GOAWAY(too_many_pings).
+constexpr absl::Duration kMinKeepalive = absl::Seconds(30);
+constexpr absl::Duration kMetadataTimeout = absl::Seconds(15);
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TunnelAgent>> TunnelAgent::Create(TunnelAgentConfig config,
+                                                                 base::Registry& registry) {
+  if (config.servers.empty()) {
+    return absl::InvalidArgumentError("tunnel agent: no proxy server address");
+  }
+  if (config.agent_id.empty()) {
+    return absl::InvalidArgumentError("tunnel agent: empty agent ID");
+  }
+  ASSIGN_OR_RETURN(AllowList allow, AllowList::Parse(config.allowed_destinations));
+  ASSIGN_OR_RETURN(auto creds,
+                   wire::ClientTls(config.ca_cert, config.agent_cert, config.agent_key));
+  ASSIGN_OR_RETURN(auto loop, wire::IoLoop::Create("tunnel-agent"));
+  auto agent = std::unique_ptr<TunnelAgent>(new TunnelAgent(
+      std::move(config), registry, std::move(allow), std::move(creds), std::move(loop)));
+  agent->sync_ = std::thread([a = agent.get()] { a->SyncLoop(); });
+  return agent;
+}
+
+TunnelAgent::TunnelAgent(TunnelAgentConfig config, base::Registry& registry, AllowList allow,
+                         std::shared_ptr<grpc::ChannelCredentials> creds,
+                         std::unique_ptr<wire::IoLoop> loop)
+    : config_(std::move(config)),
+      metrics_(registry),
+      allow_(std::move(allow)),
+      creds_(std::move(creds)),
+      loop_(std::move(loop)) {
+  policy_.timeout = config_.dial_timeout;
+  policy_.allow = &allow_;
+  policy_.max_queued = config_.max_connection_buffer;
+}
+
+TunnelAgent::~TunnelAgent() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  sync_.join();
+  {
+    absl::MutexLock lock(&mu_);
+    for (ServerStream* stream : all_) {
+      stream->Cancel();
+    }
+    auto all_done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return live_streams_ == 0; };
+    mu_.Await(absl::Condition(&all_done));
+    released_.clear();
+  }
+  Barrier();  // session teardowns
+  Barrier();  // the connections they retired
+}
+
+void TunnelAgent::Barrier() {
+  std::promise<void> p;
+  loop_->Post([&p] { p.set_value(); });
+  p.get_future().wait();
+}
+
+void TunnelAgent::Drain() {
+  absl::MutexLock lock(&mu_);
+  draining_ = true;
+  for (auto& [id, stream] : active_) {
+    (void)stream->session().SendDrain();
+  }
+}
+
+int TunnelAgent::ConnectedServers() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(active_.size());
+}
+
+bool TunnelAgent::OnStreamReady(ServerStream* stream, const std::string& server_id,
+                                int server_count) {
+  absl::MutexLock lock(&mu_);
+  server_count_ = server_count;
+  metrics_.known_server_count.Set(server_count);
+  if (stop_ || active_.contains(server_id)) {
+    return false;
+  }
+  active_[server_id] = stream;
+  metrics_.open_server_connections.Set(static_cast<double>(active_.size()));
+  if (draining_) {
+    (void)stream->session().SendDrain();
+  }
+  LOG(INFO) << "connected to proxy server " << server_id << " (" << active_.size() << "/"
+            << server_count << ")";
+  return true;
+}
+
+void TunnelAgent::OnStreamDone(ServerStream* stream) {
+  absl::MutexLock lock(&mu_);
+  for (auto it = active_.begin(); it != active_.end(); ++it) {
+    if (it->second == stream) {
+      active_.erase(it);
+      break;
+    }
+  }
+  metrics_.open_server_connections.Set(static_cast<double>(active_.size()));
+  all_.erase(stream);
+  if (auto it = channels_.find(stream); it != channels_.end()) {
+    released_.push_back(std::move(it->second));
+    channels_.erase(it);
+  }
+  --live_streams_;
+}
+
+bool TunnelAgent::SleepFor(absl::Duration d) {
+  absl::MutexLock lock(&mu_);
+  auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_; };
+  return !mu_.AwaitWithTimeout(absl::Condition(&stopping), d);
+}
+
+void TunnelAgent::SyncLoop() {
+  absl::Duration backoff = config_.sync_interval;
+  size_t next = 0;
+  while (true) {
+    int have, want;
+    std::vector<std::shared_ptr<grpc::Channel>> released;
+    {
+      absl::MutexLock lock(&mu_);
+      released.swap(released_);
+      if (stop_) {
+        return;
+      }
+      have = static_cast<int>(active_.size());
+      want = server_count_;
+    }
+    if (have >= want) {
+      backoff = config_.sync_interval;
+      if (!SleepFor(config_.probe_interval)) {
+        return;
+      }
+      continue;
+    }
+    const std::string& server = config_.servers[next++ % config_.servers.size()];
+    if (ConnectOnce(server)) {
+      backoff = config_.sync_interval;
+      continue;
+    }
+    if (!SleepFor(backoff)) {
+      return;
+    }
+    backoff = std::min(backoff * 2, config_.sync_interval_cap);
+  }
+}
+
+bool TunnelAgent::ConnectOnce(const std::string& server) {
+  std::string token;
+  if (!config_.token_path.empty()) {
+    auto t = base::ReadFile(config_.token_path, 64 * 1024);
+    if (!t.ok()) {
+      LOG(WARNING) << "service account token: " << t.status();
+      return false;
+    }
+    token = std::string(absl::StripAsciiWhitespace(*t));
+  }
+  grpc::ChannelArguments args;
+  // A fresh TCP connection per stream: through a load balancer each may reach another server.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetInt(
+      GRPC_ARG_KEEPALIVE_TIME_MS,
+      static_cast<int>(std::min<int64_t>(
+          absl::ToInt64Milliseconds(std::max(config_.keepalive_time, kMinKeepalive)), INT32_MAX)));
+  args.SetMaxReceiveMessageSize(wire::kMaxMessageBytes);
+  auto channel = grpc::CreateCustomChannel(server, creds_, args);
+  std::promise<bool> ready;
+  std::future<bool> fresh = ready.get_future();
+  ServerStream* stream;
+  {
+    // Held across construction so OnStreamDone cannot run before the stream is listed.
+    absl::MutexLock lock(&mu_);
+    ++live_streams_;
+    stream = new ServerStream(*this, channel, token, std::move(ready));  // owns itself
+    all_.insert(stream);
+    channels_[stream] = std::move(channel);
+  }
+  if (fresh.wait_for(std::chrono::milliseconds(absl::ToInt64Milliseconds(kMetadataTimeout))) !=
+      std::future_status::ready) {
+    LOG(WARNING) << "proxy server " << server << ": no serverid header within " << kMetadataTimeout;
+    absl::MutexLock lock(&mu_);
+    if (all_.contains(stream)) {
+      stream->Cancel();
+    }
+    return false;
+  }
+  return fresh.get();
+}
+
+}  // namespace sluice::agent

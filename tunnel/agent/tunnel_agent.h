@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/security/credentials.h"
+
+#include "agent/base/metrics.h"
+#include "tunnel/agent/agent_metrics.h"
+#include "tunnel/agent/allow_list.h"
+#include "tunnel/agent/backend_conn.h"
+#include "tunnel/agent/resolver.h"
+#include "tunnel/wire/io_loop.h"
+
+namespace sluice::agent {
+
+class ServerStream;
+
+struct TunnelAgentConfig {
+  // host:port of the proxy server(s). One address is usually a load balancer (upstream's
+  // model); several are dialled in turn until servercount distinct servers are held.
+  std::vector<std::string> servers;
+  std::string ca_cert, agent_cert, agent_key;
+  std::string token_path;  // bearer token file, re-read on every connect
+  std::string agent_id;
+  std::string identifiers;  // URL-query encoded, sent as the agentidentifiers header
+  absl::Duration sync_interval = absl::Seconds(1);
+  absl::Duration sync_interval_cap = absl::Seconds(10);
+  absl::Duration probe_interval = absl::Seconds(1);
+  absl::Duration keepalive_time = absl::Hours(1);
+  std::vector<std::string> allowed_destinations;  // empty: allow all (upstream behaviour)
+  size_t max_connection_buffer = 16 << 20;
+  absl::Duration dial_timeout = absl::Seconds(5);
+};
+
+// The tunnel agent: keeps one AgentService stream to each of servercount distinct servers,
+// reconnecting with backoff, and serves their dials. Owns a sync thread, the IoLoop for backend
+// sockets and a resolver thread. Thread-safe public methods.
+class TunnelAgent final {
+ public:
+  static absl::StatusOr<std::unique_ptr<TunnelAgent>> Create(TunnelAgentConfig config,
+                                                             base::Registry& registry);
+  // Cancels every stream and waits for them and their connections to finish.
+  ~TunnelAgent();
+  TunnelAgent(const TunnelAgent&) = delete;
+  TunnelAgent& operator=(const TunnelAgent&) = delete;
+
+  // Sends DRAIN on every server stream (first SIGTERM); serving continues.
+  void Drain() ABSL_LOCKS_EXCLUDED(mu_);
+  int ConnectedServers() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // From ServerStream (gRPC threads). Ready returns false for a duplicate server ID.
+  bool OnStreamReady(ServerStream* stream, const std::string& server_id, int server_count)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void OnStreamDone(ServerStream* stream) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  TunnelAgent(TunnelAgentConfig config, base::Registry& registry, AllowList allow,
+              std::shared_ptr<grpc::ChannelCredentials> creds, std::unique_ptr<wire::IoLoop> loop);
+  void SyncLoop();
+  bool ConnectOnce(const std::string& server);
+  bool SleepFor(absl::Duration d) ABSL_LOCKS_EXCLUDED(mu_);  // false when stopping
+  void Barrier();
+
+  const TunnelAgentConfig config_;
+  AgentMetrics metrics_;
+  const AllowList allow_;
+  DialPolicy policy_;
+  std::shared_ptr<grpc::ChannelCredentials> creds_;
+  std::unique_ptr<wire::IoLoop> loop_;
+  Resolver resolver_;
+  mutable absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  int live_streams_ ABSL_GUARDED_BY(mu_) = 0;                         // reactors not yet done
+  std::map<std::string, ServerStream*> active_ ABSL_GUARDED_BY(mu_);  // by server ID
+  std::set<ServerStream*> all_ ABSL_GUARDED_BY(mu_);                  // every stream not yet done
+  // Channels are released on the sync thread, never in a reaction: dropping the last channel
+  // reference inside OnDone tripped gRPC 1.51's callback-CQ refcount check
+  // ("ref_counted.h: assertion failed: prior > 0" in grpc_cq_internal_unref).
+  std::map<ServerStream*, std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<grpc::Channel>> released_ ABSL_GUARDED_BY(mu_);
+  int server_count_ ABSL_GUARDED_BY(mu_) = 1;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread sync_;
+  friend class ServerStream;
+};
+
+}  // namespace sluice::agent

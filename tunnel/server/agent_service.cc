@@ -1,0 +1,191 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tunnel/server/agent_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
+
+#include "agent/base/file.h"
+#include "agent/base/log.h"
+#include "tunnel/wire/outbox.h"
+
+namespace sluice::server {
+namespace {
+
+using Reactor = grpc::ServerBidiReactor<wire::Packet, wire::Packet>;
+
+std::string OneHeader(const grpc::CallbackServerContext& ctx, const char* name, int* count) {
+  auto range = ctx.client_metadata().equal_range(name);
+  *count = static_cast<int>(std::distance(range.first, range.second));
+  return *count == 0 ? "" : std::string(range.first->second.data(), range.first->second.size());
+}
+
+// One agent's stream. Owns itself: deleted in OnDone. Reactions run on gRPC threads.
+class AgentStream final : public Reactor, public AgentLink {
+ public:
+  AgentStream(grpc::CallbackServerContext* ctx, const AgentServiceOptions& options, Router& router,
+              ServerMetrics& metrics)
+      : router_(router), metrics_(metrics), outbox_(this) {
+    metrics_.grpc_connections.WithLabels({"/AgentService/Connect"}).Add(1);
+    absl::Status st = Authenticate(*ctx, options);
+    if (!st.ok()) {
+      LOG(WARNING) << "agent stream from " << ctx->peer() << " rejected: " << st.message();
+      FinishOnce(grpc::Status(st.code() == absl::StatusCode::kUnauthenticated
+                                  ? grpc::StatusCode::UNAUTHENTICATED
+                                  : grpc::StatusCode::INVALID_ARGUMENT,
+                              std::string(st.message())));
+      return;
+    }
+    // The upstream agent blocks until it sees these, so they go out before any message.
+    ctx->AddInitialMetadata("serverid", options.server_id);
+    ctx->AddInitialMetadata("servercount", std::to_string(options.server_count));
+    StartSendInitialMetadata();
+    LOG(INFO) << "agent " << agent_id_ << " connected from " << ctx->peer();
+    router_.AddAgent(this);
+    registered_ = true;
+    StartRead(&in_);
+  }
+
+  // AgentLink
+  bool SendToAgent(wire::Packet p, absl::AnyInvocable<void()> on_written) override {
+    metrics_.packets.WithLabels({"to_agent", wire::TypeName(p.type())}).Inc();
+    return outbox_.Send(std::move(p), std::move(on_written));
+  }
+  const std::string& agent_id() const override { return agent_id_; }
+  const AgentIdentifiers& identifiers() const override { return identifiers_; }
+  std::shared_ptr<wire::ReadGate> gate() override { return gate_; }
+
+  // grpc::ServerBidiReactor
+  void OnSendInitialMetadataDone(bool) override {}
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override { (void)outbox_.OnWriteDone(ok); }
+  // A parked read would otherwise keep a cancelled stream from ever reaching OnDone.
+  void OnCancel() override { FinishOnce(grpc::Status::CANCELLED); }
+  void OnDone() override {
+    if (registered_) {
+      router_.RemoveAgent(this);
+      LOG(INFO) << "agent " << agent_id_ << " disconnected";
+    }
+    metrics_.grpc_connections.WithLabels({"/AgentService/Connect"}).Add(-1);
+    delete this;
+  }
+
+ private:
+  absl::Status Authenticate(const grpc::CallbackServerContext& ctx,
+                            const AgentServiceOptions& options);
+  // Reads go through the gate: congested frontends hold it, and no read starts once Finish
+  // is claimed (OnCancel may race with a read completing).
+  void ReadNext() { gate_->ReadNext(); }
+  void FinishOnce(grpc::Status status) {
+    if (!gate_->Close()) {
+      return;
+    }
+    outbox_.Close();
+    Finish(std::move(status));
+  }
+
+  Router& router_;
+  ServerMetrics& metrics_;
+  wire::Outbox<Reactor> outbox_;
+  std::string agent_id_;
+  AgentIdentifiers identifiers_;
+  wire::Packet in_;
+  bool registered_ = false;
+  std::shared_ptr<wire::ReadGate> gate_ =
+      std::make_shared<wire::ReadGate>([this] { StartRead(&in_); });
+};
+
+absl::Status AgentStream::Authenticate(const grpc::CallbackServerContext& ctx,
+                                       const AgentServiceOptions& options) {
+  int n = 0;
+  agent_id_ = OneHeader(ctx, "agentid", &n);
+  if (n != 1 || agent_id_.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("expected exactly one agentid header, got ", n));
+  }
+  const std::string ids = OneHeader(ctx, "agentidentifiers", &n);
+  if (n > 1) {
+    return absl::InvalidArgumentError("expected at most one agentidentifiers header");
+  }
+  identifiers_ = ParseAgentIdentifiers(ids);
+  if (options.tokens != nullptr) {
+    const std::string auth = OneHeader(ctx, "authorization", &n);
+    if (n != 1 || !options.tokens->Allows(auth, agent_id_)) {
+      return absl::UnauthenticatedError(
+          absl::StrCat("agent ", agent_id_, ": missing or invalid bearer token"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void AgentStream::OnReadDone(bool ok) {
+  if (!ok) {
+    FinishOnce(grpc::Status::OK);
+    return;
+  }
+  metrics_.packets.WithLabels({"from_agent", wire::TypeName(in_.type())}).Inc();
+  if (absl::Status st = wire::Validate(in_); !st.ok()) {
+    VLOG(1) << "agent " << agent_id_ << ": dropped " << st.message();
+    metrics_.bad_packets.WithLabels({"invalid"}).Inc();
+    ReadNext();
+    return;
+  }
+  switch (in_.type()) {
+    case DIAL_RSP:
+      router_.OnDialResponse(this, in_);
+      break;
+    case DATA:
+      router_.OnAgentData(this, std::move(in_));
+      break;
+    case CLOSE_RSP:
+      router_.OnAgentClose(this, in_);
+      break;
+    case DRAIN:
+      LOG(INFO) << "agent " << agent_id_ << " is draining";
+      router_.SetDraining(this);
+      break;
+    default:
+      metrics_.bad_packets.WithLabels({"unexpected_type"}).Inc();
+      VLOG(1) << "agent " << agent_id_ << ": ignored " << wire::TypeName(in_.type());
+  }
+  in_.Clear();
+  ReadNext();
+}
+
+}  // namespace
+
+absl::StatusOr<TokenFile> TokenFile::Load(const std::string& path) {
+  TokenFile tf;
+  auto content = base::ReadFile(path, 1 << 20);
+  if (!content.ok()) {
+    return content.status();
+  }
+  for (absl::string_view line : absl::StrSplit(*content, '\n')) {
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line.front() == '#') {
+      continue;
+    }
+    std::pair<std::string, std::string> kv = absl::StrSplit(line, absl::MaxSplits(',', 1));
+    tf.tokens_[kv.first] = kv.second;
+  }
+  if (tf.tokens_.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("token file ", path, ": no tokens"));
+  }
+  return tf;
+}
+
+bool TokenFile::Allows(const std::string& authorization, const std::string& agent_id) const {
+  absl::string_view token = authorization;
+  if (!absl::ConsumePrefix(&token, "Bearer ")) {
+    return false;
+  }
+  auto it = tokens_.find(std::string(token));
+  return it != tokens_.end() && (it->second.empty() || it->second == agent_id);
+}
+
+grpc::ServerBidiReactor<wire::Packet, wire::Packet>* AgentService::Connect(
+    grpc::CallbackServerContext* context) {
+  return new AgentStream(context, options_, router_, metrics_);
+}
+
+}  // namespace sluice::server

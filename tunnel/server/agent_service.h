@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "agent.grpc.pb.h"
+
+#include "tunnel/server/router.h"
+#include "tunnel/server/server_metrics.h"
+
+namespace sluice::server {
+
+// Static bearer tokens for agents outside Kubernetes. File format: one token per line,
+// optionally "token,agent-id" to bind it to one agent ID; blank lines and # comments ignored.
+class TokenFile final {
+ public:
+  static absl::StatusOr<TokenFile> Load(const std::string& path);
+  // True if `authorization` is "Bearer <token>" for a listed token allowed for `agent_id`.
+  bool Allows(const std::string& authorization, const std::string& agent_id) const;
+
+ private:
+  std::map<std::string, std::string> tokens_;  // token -> agent id ("" = any)
+};
+
+struct AgentServiceOptions {
+  std::string server_id;
+  int server_count = 1;
+  const TokenFile* tokens = nullptr;  // null: no token check (mTLS or unauthenticated)
+};
+
+// AgentService/Connect: one reactor per agent stream (agent_service.cc). Thread-safe.
+class AgentService final : public ::AgentService::CallbackService {
+ public:
+  AgentService(AgentServiceOptions options, Router& router, ServerMetrics& metrics)
+      : options_(std::move(options)), router_(router), metrics_(metrics) {}
+
+  grpc::ServerBidiReactor<wire::Packet, wire::Packet>* Connect(
+      grpc::CallbackServerContext* context) override;
+
+ private:
+  const AgentServiceOptions options_;
+  Router& router_;
+  ServerMetrics& metrics_;
+};
+
+}  // namespace sluice::server

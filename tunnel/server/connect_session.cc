@@ -1,0 +1,308 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tunnel/server/connect_session.h"
+
+#include <algorithm>
+
+#include "absl/time/clock.h"
+
+#include "agent/base/log.h"
+#include "tunnel/wire/packet.h"
+
+namespace sluice::server {
+namespace {
+constexpr char kEstablished[] = "HTTP/1.1 200 Connection Established\r\n\r\n";
+
+std::string Plain(int code, const char* reason) {
+  return std::string("HTTP/1.1 ") + std::to_string(code) + " " + reason +
+         "\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+}
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<ConnectSession>> ConnectSession::Create(
+    wire::IoLoop& loop, base::UniqueFd fd, HttpConnectFrontend& owner, Router& router,
+    ServerMetrics& metrics, const HttpConnectOptions& options, int64_t random) {
+  auto s = std::shared_ptr<ConnectSession>(
+      new ConnectSession(loop, owner, router, metrics, options, random));
+  std::unique_ptr<wire::TlsConn> tls;
+  if (options.tls != nullptr) {
+    auto accepted = wire::TlsConn::Accept(*options.tls, fd.get());
+    if (!accepted.ok()) {
+      return accepted.status();
+    }
+    tls = std::move(*accepted);
+  }
+  auto pump = wire::SocketPump::Create(loop, std::move(fd), *s, options.max_queued, std::move(tls));
+  if (!pump.ok()) {
+    return pump.status();
+  }
+  s->pump_ = std::move(*pump);
+  std::weak_ptr<ConnectSession> weak = s;
+  s->head_timer_ = loop.AddTimer(absl::Now() + options.header_timeout, [weak] {
+    if (auto self = weak.lock(); self && self->state_ == State::kHead) {
+      self->head_timer_ = 0;
+      self->Reply(Plain(408, "Request Timeout"));
+    }
+  });
+  return s;
+}
+
+ConnectSession::ConnectSession(wire::IoLoop& loop, HttpConnectFrontend& owner, Router& router,
+                               ServerMetrics& metrics, const HttpConnectOptions& options,
+                               int64_t random)
+    : loop_(loop),
+      owner_(owner),
+      router_(router),
+      metrics_(metrics),
+      options_(options),
+      random_(random) {
+  metrics_.http_connections.Add(1);
+}
+
+ConnectSession::~ConnectSession() {
+  if (head_timer_ != 0) {
+    loop_.CancelTimer(head_timer_);
+  }
+  if (stall_timer_ != 0) {
+    loop_.CancelTimer(stall_timer_);
+  }
+  metrics_.http_connections.Add(-1);
+}
+
+void ConnectSession::Shutdown() {
+  ReleaseAgent();
+  router_.RemoveFrontend(this);
+  state_ = State::kDone;
+  pump_.reset();
+}
+
+bool ConnectSession::Deliver(wire::Packet p, const std::shared_ptr<wire::ReadGate>& gate) {
+  std::weak_ptr<ConnectSession> weak = weak_from_this();
+  if (p.type() == DATA) {
+    const size_t n = p.data().data().size();
+    // Bytes posted but not yet handed to the socket measure this loop's lag, not the client's
+    // reading speed (that is the pump's bound, enforced in OnAgentData), so the backstop here
+    // is looser: a busy loop must not cut healthy transfers.
+    if (posted_bytes_.load() + n > 4 * options_.max_queued) {
+      return false;
+    }
+    // The loop's backlog counts too: holding the agent stream is the only brake we have.
+    posted_bytes_ += n;
+    if (gate != nullptr && posted_bytes_.load() > options_.max_queued / 4) {
+      HoldAgent(gate);
+    }
+    loop_.Post([weak, gate, bytes = std::move(*p.mutable_data()->mutable_data())]() mutable {
+      if (auto self = weak.lock()) {
+        self->posted_bytes_ -= bytes.size();
+        self->OnAgentData(std::move(bytes), std::move(gate));
+      }
+    });
+    return true;
+  }
+  loop_.Post([weak, p = std::move(p)] {
+    auto self = weak.lock();
+    if (!self) {
+      return;
+    }
+    if (p.type() == DIAL_RSP) {
+      self->OnDialResponse(p);
+    } else if (p.type() == CLOSE_RSP && self->state_ == State::kEstablished) {
+      self->state_ = State::kClosing;
+      self->pump_->CloseAfterFlush();
+    }
+  });
+  return true;
+}
+
+void ConnectSession::Abort(const std::string& why) {
+  loop_.Post([weak = weak_from_this(), why] {
+    if (auto self = weak.lock()) {
+      VLOG(1) << "http-connect: " << why;
+      self->End();
+    }
+  });
+}
+
+void ConnectSession::OnSocketData(std::string bytes) {
+  switch (state_) {
+    case State::kHead:
+      OnHeadBytes(std::move(bytes));
+      break;
+    case State::kEstablished:
+      SendUpstream(std::move(bytes));
+      break;
+    default:
+      break;  // reading is off while dialing; late bytes while closing are dropped
+  }
+}
+
+void ConnectSession::OnHeadBytes(std::string bytes) {
+  head_ += bytes;
+  const size_t end = head_.find("\r\n\r\n");
+  if (end == std::string::npos) {
+    if (head_.size() > options_.max_header_bytes) {
+      Reply(Plain(431, "Request Header Fields Too Large"));
+    }
+    return;
+  }
+  if (end > options_.max_header_bytes) {
+    Reply(Plain(431, "Request Header Fields Too Large"));
+    return;
+  }
+  ConnectHead parsed = ParseConnectHead(head_.substr(0, end + 2));
+  if (parsed.status != 0) {
+    Reply(parsed.status == 405 ? Plain(405, "Method Not Allowed") : Plain(400, "Bad Request"));
+    return;
+  }
+  head_.erase(0, end + 4);  // keep bytes the client sent after the head
+  state_ = State::kDialing;
+  pump_->SetReading(false);
+  const std::string err = router_.Dial(this, wire::MakeDialRequest(parsed.authority, random_));
+  if (!err.empty()) {
+    Reply(ConnectErrorReply(err));
+  }
+}
+
+void ConnectSession::OnDialResponse(const wire::Packet& p) {
+  if (state_ != State::kDialing) {
+    return;
+  }
+  if (!p.dialresponse().error().empty()) {
+    Reply(ConnectErrorReply(p.dialresponse().error()));
+    return;
+  }
+  connect_id_ = p.dialresponse().connectid();
+  state_ = State::kEstablished;
+  (void)pump_->Write(kEstablished);
+  if (!head_.empty()) {
+    SendUpstream(std::move(head_));
+    head_.clear();
+  }
+  pump_->SetReading(in_flight_ <= wire::kSendWindow);
+}
+
+void ConnectSession::OnAgentData(std::string bytes, std::shared_ptr<wire::ReadGate> gate) {
+  if (state_ != State::kEstablished) {
+    return;
+  }
+  if (!pump_->Write(std::move(bytes))) {
+    metrics_.overflow_closes.Inc();
+    VLOG(1) << "http-connect: client queue overflow";
+    End();  // the client does not read fast enough: close this connection only
+    return;
+  }
+  if (gate != nullptr && pump_->queued() > options_.max_queued / 4) {
+    HoldAgent(gate);
+  }
+}
+
+// The client (or this loop) lags: hold the agent stream (see wire::ReadGate) until we drain.
+void ConnectSession::HoldAgent(const std::shared_ptr<wire::ReadGate>& gate) {
+  {
+    absl::MutexLock lock(&hold_mu_);
+    if (hold_.held()) {
+      return;
+    }
+    hold_.Take(gate);
+  }
+  loop_.Post([weak = weak_from_this()] {
+    if (auto self = weak.lock()) {
+      self->hold_since_ = absl::Now();
+    }
+  });
+  loop_.Post([weak = weak_from_this()] {
+    auto self = weak.lock();
+    if (self && self->stall_timer_ == 0 && self->state_ == State::kEstablished) {
+      self->CheckStall();
+    }
+  });
+}
+
+void ConnectSession::ReleaseAgent() {
+  absl::MutexLock lock(&hold_mu_);
+  hold_.Release();
+}
+
+// Loop thread, while holding: a client that wrote nothing for kStallGrace is stalled, not
+// slow; close it so the other connections on that agent stream move again.
+void ConnectSession::CheckStall() {
+  stall_timer_ = 0;
+  {
+    absl::MutexLock lock(&hold_mu_);
+    if (!hold_.held() || state_ != State::kEstablished) {
+      return;
+    }
+  }
+  const absl::Time deadline =
+      std::max(pump_->last_write(), hold_since_) + wire::ReadGate::kStallGrace;
+  if (absl::Now() >= deadline && pump_->queued() > 0) {
+    metrics_.overflow_closes.Inc();
+    VLOG(1) << "http-connect: client stalled for " << wire::ReadGate::kStallGrace;
+    End();
+    return;
+  }
+  std::weak_ptr<ConnectSession> weak = weak_from_this();
+  stall_timer_ = loop_.AddTimer(std::max(deadline, absl::Now() + absl::Milliseconds(100)), [weak] {
+    if (auto self = weak.lock()) {
+      self->CheckStall();
+    }
+  });
+}
+
+void ConnectSession::OnSocketDrained() {
+  if (posted_bytes_.load() <= options_.max_queued / 8) {
+    ReleaseAgent();
+  }
+}
+
+void ConnectSession::SendUpstream(std::string bytes) {
+  const size_t n = bytes.size();
+  in_flight_ += n;
+  wire::IoLoop* loop = &loop_;
+  std::weak_ptr<ConnectSession> weak = weak_from_this();
+  const bool ok =
+      router_.SendData(this, wire::MakeData(connect_id_, std::move(bytes)), [loop, weak, n] {
+        loop->Post([weak, n] {
+          if (auto self = weak.lock()) {
+            self->OnCredit(n);
+          }
+        });
+      });
+  if (!ok) {
+    VLOG(1) << "http-connect: tunnel gone while sending upstream";
+    End();
+    return;
+  }
+  if (in_flight_ > wire::kSendWindow) {
+    pump_->SetReading(false);
+  }
+}
+
+void ConnectSession::OnCredit(size_t n) {
+  in_flight_ -= n;
+  if (state_ == State::kEstablished && in_flight_ <= wire::kSendWindow / 2) {
+    pump_->SetReading(true);
+  }
+}
+
+void ConnectSession::Reply(const std::string& bytes) {
+  state_ = State::kClosing;
+  (void)pump_->Write(bytes);
+  pump_->CloseAfterFlush();
+}
+
+void ConnectSession::OnSocketDone(absl::Status reason) {
+  VLOG(2) << "http-connect client done: " << reason;
+  End();
+}
+
+void ConnectSession::End() {
+  if (state_ == State::kDone) {
+    return;
+  }
+  state_ = State::kDone;
+  ReleaseAgent();
+  router_.RemoveFrontend(this);
+  owner_.Retire(this);
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+
+#include "agent/base/unique_fd.h"
+#include "tunnel/server/http_connect.h"
+#include "tunnel/server/links.h"
+#include "tunnel/wire/read_gate.h"
+#include "tunnel/wire/socket_pump.h"
+
+namespace sluice::server {
+
+// One HTTP CONNECT client: reads the request head, dials through the Router, then pumps raw
+// bytes as DATA packets. Owned by HttpConnectFrontend; gRPC threads reach it only through
+// Deliver/Abort, which post to the loop with a weak reference. Thread: the IoLoop's.
+class ConnectSession final : public wire::SocketPump::Callbacks,
+                             public Frontend,
+                             public std::enable_shared_from_this<ConnectSession> {
+ public:
+  static absl::StatusOr<std::shared_ptr<ConnectSession>> Create(
+      wire::IoLoop& loop, base::UniqueFd fd, HttpConnectFrontend& owner, Router& router,
+      ServerMetrics& metrics, const HttpConnectOptions& options, int64_t random);
+  ~ConnectSession() override;
+
+  // Loop thread: drop the tunnel and the socket now (server shutdown).
+  void Shutdown();
+
+  // Frontend (any thread)
+  bool Deliver(wire::Packet packet, const std::shared_ptr<wire::ReadGate>& gate) override;
+  void Abort(const std::string& why) override;
+
+  // wire::SocketPump::Callbacks
+  void OnSocketData(std::string bytes) override;
+  void OnSocketDone(absl::Status reason) override;
+  void OnSocketDrained() override;
+
+ private:
+  enum class State { kHead, kDialing, kEstablished, kClosing, kDone };
+
+  ConnectSession(wire::IoLoop& loop, HttpConnectFrontend& owner, Router& router,
+                 ServerMetrics& metrics, const HttpConnectOptions& options, int64_t random);
+  void OnHeadBytes(std::string bytes);
+  void OnDialResponse(const wire::Packet& packet);
+  void OnAgentData(std::string bytes, std::shared_ptr<wire::ReadGate> gate);
+  // Any thread: hold `gate`; the loop then watches for a stall.
+  void HoldAgent(const std::shared_ptr<wire::ReadGate>& gate);
+  void ReleaseAgent();
+  void CheckStall();
+  void SendUpstream(std::string bytes);
+  void OnCredit(size_t n);
+  void Reply(const std::string& bytes);
+  void End();
+
+  wire::IoLoop& loop_;
+  HttpConnectFrontend& owner_;
+  Router& router_;
+  ServerMetrics& metrics_;
+  const HttpConnectOptions options_;
+  const int64_t random_;
+  std::unique_ptr<wire::SocketPump> pump_;
+  State state_ = State::kHead;
+  std::string head_;
+  uint64_t head_timer_ = 0;
+  int64_t connect_id_ = 0;
+  size_t in_flight_ = 0;                 // bytes sent to the agent stream, not yet written
+  std::atomic<size_t> posted_bytes_{0};  // DATA posted to the loop, not yet queued
+  // On the agent stream while this connection lags (client or loop). Taken on gRPC threads.
+  absl::Mutex hold_mu_;
+  wire::GateHold hold_ ABSL_GUARDED_BY(hold_mu_);
+  uint64_t stall_timer_ = 0;
+  absl::Time hold_since_;
+};
+
+}  // namespace sluice::server

@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tunnel/server/http_connect.h"
+
+#include <errno.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include <future>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+#include "agent/base/log.h"
+#include "agent/base/status.h"
+#include "tunnel/server/connect_session.h"
+
+namespace sluice::server {
+
+ConnectHead ParseConnectHead(const std::string& head) {
+  const size_t eol = head.find("\r\n");
+  const std::string line = head.substr(0, eol);
+  std::vector<std::string> parts = absl::StrSplit(line, ' ');
+  if (parts.size() != 3 || !absl::StartsWith(parts[2], "HTTP/1.") || parts[0].empty()) {
+    return {400, ""};
+  }
+  if (parts[0] != "CONNECT") {
+    return {405, ""};
+  }
+  // The destination is the request-target authority, never the Host header.
+  const std::string& target = parts[1];
+  const size_t colon = target.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == target.size() ||
+      target.find('/') != std::string::npos) {
+    return {400, ""};
+  }
+  return {0, target};
+}
+
+std::string ConnectErrorReply(const std::string& err) {
+  int code = 502;
+  std::string reason = "Bad Gateway";
+  std::string body = err;
+  if (err == "No agent available") {
+    code = 500;
+    reason = "Internal Server Error";
+    body = "currently no tunnels available: " + err;
+  } else if (absl::StrContains(err, "timeout") || absl::StrContains(err, "deadline exceeded")) {
+    code = 504;
+    reason = "Gateway Timeout";
+  } else if (absl::StrContains(err, "too many open files")) {
+    code = 503;
+    reason = "Service Unavailable";
+  }
+  return absl::StrCat("HTTP/1.1 ", code, " ", reason,
+                      "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ",
+                      body.size(), "\r\nConnection: close\r\n\r\n", body);
+}
+
+absl::StatusOr<std::unique_ptr<HttpConnectFrontend>> HttpConnectFrontend::Create(
+    wire::IoLoop& loop, base::UniqueFd listener, Router& router, ServerMetrics& metrics,
+    HttpConnectOptions options) {
+  auto f = std::unique_ptr<HttpConnectFrontend>(
+      new HttpConnectFrontend(loop, std::move(listener), router, metrics, options));
+  std::promise<absl::Status> added;
+  loop.Post([&] { added.set_value(loop.Add(f->listener_.get(), EPOLLIN, f.get())); });
+  RETURN_IF_ERROR(added.get_future().get());
+  return f;
+}
+
+HttpConnectFrontend::HttpConnectFrontend(wire::IoLoop& loop, base::UniqueFd listener,
+                                         Router& router, ServerMetrics& metrics,
+                                         HttpConnectOptions options)
+    : loop_(loop),
+      listener_(std::move(listener)),
+      router_(router),
+      metrics_(metrics),
+      options_(options) {}
+
+HttpConnectFrontend::~HttpConnectFrontend() {
+  std::promise<void> done;
+  loop_.Post([&] {
+    loop_.Remove(listener_.get());
+    for (auto& [raw, session] : sessions_) {
+      session->Shutdown();
+    }
+    sessions_.clear();
+    done.set_value();
+  });
+  done.get_future().wait();
+}
+
+void HttpConnectFrontend::OnIoReady(uint32_t) {
+  for (int i = 0; i < 64; ++i) {
+    base::UniqueFd fd(accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!fd) {
+      if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
+        LOG(WARNING) << "http-connect accept: " << strerror(errno);
+      }
+      return;
+    }
+    auto session = ConnectSession::Create(loop_, std::move(fd), *this, router_, metrics_, options_,
+                                          static_cast<int64_t>(rng_() >> 1));
+    if (!session.ok()) {
+      LOG(WARNING) << "http-connect session: " << session.status();
+      continue;
+    }
+    ConnectSession* raw = session->get();
+    sessions_[raw] = std::move(*session);
+  }
+}
+
+void HttpConnectFrontend::Retire(ConnectSession* session) {
+  // Destroy on a later turn: we may be inside one of the session's own callbacks.
+  loop_.Post([this, session] { sessions_.erase(session); });
+}
+
+}  // namespace sluice::server

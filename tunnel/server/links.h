@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/functional/any_invocable.h"
+
+#include "tunnel/wire/packet.h"
+#include "tunnel/wire/read_gate.h"
+
+namespace sluice::server {
+
+// What an agent advertised in its `agentidentifiers` header.
+struct AgentIdentifiers {
+  std::vector<std::string> hosts;  // host=, ipv4= and ipv6= values, brackets removed
+  std::vector<std::string> cidrs;
+  bool default_route = false;
+};
+
+// Parses the URL-query encoded header ("host=a&ipv4=1.2.3.4&default-route=true"). Unknown
+// keys are ignored, as upstream does.
+AgentIdentifiers ParseAgentIdentifiers(const std::string& query);
+
+// One agent stream as the Router sees it. Thread-safe.
+class AgentLink {
+ public:
+  virtual ~AgentLink() = default;
+  // Queues a packet toward the agent; `on_written` runs once gRPC took it. False if closed.
+  virtual bool SendToAgent(wire::Packet packet, absl::AnyInvocable<void()> on_written) = 0;
+  virtual const std::string& agent_id() const = 0;
+  virtual const AgentIdentifiers& identifiers() const = 0;
+  // The stream's read gate, which congested frontends hold (may be null in tests).
+  virtual std::shared_ptr<wire::ReadGate> gate() = 0;
+};
+
+// One frontend connection (a Proxy stream or an HTTP CONNECT client). The Router calls these
+// with its lock held: they must not block or call back into the Router.
+class Frontend {
+ public:
+  virtual ~Frontend() = default;
+  // A packet from the agent for this frontend's tunnel, read from the stream behind `gate`. A
+  // frontend over its high watermark holds `gate` until it drains (or closes itself after
+  // ReadGate::kStallGrace). False means its hard bound overflowed; the Router then closes the
+  // tunnel and calls Abort.
+  virtual bool Deliver(wire::Packet packet, const std::shared_ptr<wire::ReadGate>& gate) = 0;
+  // The tunnel is gone for good (overflow); the frontend finishes itself asynchronously.
+  virtual void Abort(const std::string& why) = 0;
+};
+
+}  // namespace sluice::server

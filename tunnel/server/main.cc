@@ -1,0 +1,248 @@
+// SPDX-License-Identifier: Apache-2.0
+// sluice-tunnel-server: flags -> wiring, nothing else.
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/grpcpp.h"
+
+#include "agent/base/log.h"
+#include "agent/base/metrics.h"
+#include "agent/base/status.h"
+#include "tunnel/server/agent_service.h"
+#include "tunnel/server/http_connect.h"
+#include "tunnel/server/listen.h"
+#include "tunnel/server/proxy_service.h"
+#include "tunnel/server/router.h"
+#include "tunnel/server/server_options.h"
+#include "tunnel/wire/credentials.h"
+#include "tunnel/wire/packet.h"
+#include "tunnel/wire/status_server.h"
+#include "tunnel/wire/tls.h"
+
+namespace sluice::server {
+namespace {
+
+std::string HostPort(const std::string& host, int64_t port) {
+  const std::string h = host.empty() ? "0.0.0.0" : host;
+  return h.find(':') != std::string::npos ? absl::StrCat("[", h, "]:", port)
+                                          : absl::StrCat(h, ":", port);
+}
+
+void CommonArgs(grpc::ServerBuilder& b, absl::Duration keepalive) {
+  b.SetMaxReceiveMessageSize(wire::kMaxMessageBytes);
+  b.AddChannelArgument(
+      GRPC_ARG_KEEPALIVE_TIME_MS,
+      static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(keepalive), INT32_MAX)));
+  // Upstream agents ping no more often than every 30 s; tolerate that without GOAWAY.
+  b.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  b.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+}
+
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartAgentServer(const ServerOptions& o,
+                                                               AgentService& service) {
+  ASSIGN_OR_RETURN(auto creds, wire::ServerTls(o.cluster_cert, o.cluster_key, o.cluster_ca_cert));
+  grpc::ServerBuilder b;
+  const std::string addr = HostPort(o.agent_bind_address, o.agent_port);
+  b.AddListeningPort(addr, creds);
+  b.RegisterService(&service);
+  CommonArgs(b, o.keepalive_time);
+  auto server = b.BuildAndStart();
+  if (!server) {
+    return absl::UnavailableError("listen (agent port) " + addr + ": failed");
+  }
+  return server;
+}
+
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcFrontend(const ServerOptions& o,
+                                                                ProxyService& service) {
+  grpc::ServerBuilder b;
+  std::string addr;
+  if (!o.uds_name.empty()) {
+    RETURN_IF_ERROR(PrepareUnixPath(o.uds_name, o.delete_existing_uds_file));
+    addr = "unix:" + o.uds_name;
+    b.AddListeningPort(addr, grpc::InsecureServerCredentials());
+  } else {
+    ASSIGN_OR_RETURN(auto creds, wire::ServerTls(o.server_cert, o.server_key, o.server_ca_cert));
+    addr = HostPort(o.server_bind_address, o.server_port);
+    b.AddListeningPort(addr, creds);
+  }
+  b.RegisterService(&service);
+  CommonArgs(b, o.frontend_keepalive_time);
+  auto server = b.BuildAndStart();
+  if (!server) {
+    return absl::UnavailableError("listen (frontend) " + addr + ": failed");
+  }
+  if (!o.uds_name.empty() && chmod(o.uds_name.c_str(), 0770) != 0) {
+    return base::ErrnoStatus(errno, "chmod " + o.uds_name);
+  }
+  return server;
+}
+
+absl::StatusOr<std::unique_ptr<HttpConnectFrontend>> StartHttpFrontend(
+    const ServerOptions& o, wire::IoLoop& loop, Router& router, ServerMetrics& metrics,
+    std::unique_ptr<wire::TlsContext>& tls) {
+  HttpConnectOptions ho;
+  base::UniqueFd fd;
+  if (o.uds_name.empty()) {
+    ASSIGN_OR_RETURN(tls,
+                     wire::TlsContext::CreateServer(o.server_cert, o.server_key, o.server_ca_cert));
+    ho.tls = tls.get();
+    ASSIGN_OR_RETURN(fd, ListenTcp(o.server_bind_address, static_cast<int>(o.server_port)));
+  } else {
+    ASSIGN_OR_RETURN(fd, ListenUnix(o.uds_name, o.delete_existing_uds_file));
+  }
+  ho.header_timeout = o.http_header_timeout;
+  ho.max_queued = static_cast<size_t>(o.max_connection_buffer);
+  return HttpConnectFrontend::Create(loop, std::move(fd), router, metrics, ho);
+}
+
+// Parses and checks flags; false (after logging) on a misconfiguration.
+bool Configure(int argc, char** argv, ServerOptions& o, std::vector<Strategy>& strategies,
+               std::optional<TokenFile>& tokens) {
+  base::FlagSet flags("sluice-tunnel-server");
+  RegisterServerFlags(flags, o);
+  if (argc > 1 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
+    std::fputs(flags.Help().c_str(), stdout);
+    std::exit(0);
+  }
+  absl::Status st = flags.Parse(argc, argv);
+  if (st.ok()) {
+    st = ValidateServerOptions(o);
+  }
+  if (st.ok()) {
+    auto parsed = ParseStrategies(o.proxy_strategies);
+    st = parsed.status();
+    if (parsed.ok()) {
+      strategies = std::move(*parsed);
+    }
+  }
+  if (st.ok() && !o.agent_token_file.empty()) {
+    auto tf = TokenFile::Load(o.agent_token_file);
+    st = tf.status();
+    if (tf.ok()) {
+      tokens = std::move(*tf);
+    }
+  }
+  if (!st.ok()) {
+    LOG(ERROR) << st;
+    return false;
+  }
+  base::SetVerbosity(static_cast<int>(o.v));
+  if (o.cluster_ca_cert.empty() && !tokens) {
+    LOG(WARNING) << "agents are not authenticated: set --cluster-ca-cert or --agent-token-file";
+  }
+  return true;
+}
+
+struct StatusServers {
+  std::unique_ptr<wire::StatusServer> health;
+  std::unique_ptr<wire::StatusServer> admin;
+};
+
+absl::StatusOr<StatusServers> StartStatusServers(const ServerOptions& o, Router& router,
+                                                 base::Registry& registry) {
+  StatusServers s;
+  ASSIGN_OR_RETURN(
+      s.health, wire::StatusServer::Create(o.health_bind_address, static_cast<int>(o.health_port),
+                                           {{"/healthz",
+                                             [] {
+                                               return wire::StatusServer::Reply{200, "ok"};
+                                             }},
+                                            {"/readyz", [&router] {
+                                               return router.ReadyAgents() > 0
+                                                          ? wire::StatusServer::Reply{200, "ok"}
+                                                          : wire::StatusServer::Reply{
+                                                                500, "no agent connected"};
+                                             }}}));
+  ASSIGN_OR_RETURN(s.admin,
+                   wire::StatusServer::Create(o.admin_bind_address, static_cast<int>(o.admin_port),
+                                              {{"/metrics", [&registry] {
+                                                  return wire::StatusServer::Reply{
+                                                      200, registry.Render(),
+                                                      "text/plain; version=0.0.4; charset=utf-8"};
+                                                }}}));
+  return s;
+}
+
+// Everything after configuration; returns the exit code.
+int Serve(const ServerOptions& o, std::vector<Strategy> strategies, const TokenFile* tokens,
+          const sigset_t& sigs) {
+  base::Registry registry;
+  ServerMetrics metrics(registry);
+  Router router(std::move(strategies), metrics);
+  auto loop = wire::IoLoop::Create("tunnel-io");
+  if (!loop.ok()) {
+    LOG(ERROR) << loop.status();
+    return 1;
+  }
+  AgentService agent_service({o.server_id, static_cast<int>(o.server_count), tokens}, router,
+                             metrics);
+  ProxyService proxy_service(router, metrics, **loop, static_cast<size_t>(o.max_connection_buffer));
+  auto agent_server = StartAgentServer(o, agent_service);
+  std::unique_ptr<grpc::Server> grpc_frontend;
+  std::unique_ptr<wire::TlsContext> http_tls;  // outlives http_frontend
+  std::unique_ptr<HttpConnectFrontend> http_frontend;
+  absl::Status st = agent_server.status();
+  if (st.ok() && o.mode == "grpc") {
+    auto s = StartGrpcFrontend(o, proxy_service);
+    st = s.ok() ? absl::OkStatus() : s.status();
+    grpc_frontend = s.ok() ? std::move(*s) : nullptr;
+  } else if (st.ok()) {
+    auto s = StartHttpFrontend(o, **loop, router, metrics, http_tls);
+    st = s.ok() ? absl::OkStatus() : s.status();
+    http_frontend = s.ok() ? std::move(*s) : nullptr;
+  }
+  StatusServers status_servers;
+  if (st.ok()) {
+    auto started = StartStatusServers(o, router, registry);
+    st = started.status();
+    if (started.ok()) {
+      status_servers = std::move(*started);
+    }
+  }
+  if (!st.ok()) {
+    LOG(ERROR) << st;
+    return 1;
+  }
+  LOG(INFO) << "sluice-tunnel-server " << o.server_id << " ready: mode=" << o.mode
+            << " agent-port=" << o.agent_port;
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  LOG(INFO) << "signal " << sig << ": shutting down";
+  // Frontends first, so no new dials arrive while agents are let go.
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(5);
+  if (grpc_frontend) {
+    grpc_frontend->Shutdown(deadline);
+  }
+  http_frontend.reset();
+  (*agent_server)->Shutdown(deadline);
+  return 0;
+}
+
+int Run(int argc, char** argv) {
+  wire::TuneMalloc();
+  ServerOptions o;
+  std::vector<Strategy> strategies;
+  std::optional<TokenFile> tokens;
+  if (!Configure(argc, argv, o, strategies, tokens)) {
+    return 2;
+  }
+  // Signals go to sigwait only; every thread started after this inherits the mask.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  return Serve(o, std::move(strategies), tokens ? &*tokens : nullptr, sigs);
+}
+
+}  // namespace
+}  // namespace sluice::server
+
+int main(int argc, char** argv) { return sluice::server::Run(argc, argv); }

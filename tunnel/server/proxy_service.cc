@@ -1,0 +1,262 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tunnel/server/proxy_service.h"
+
+#include <algorithm>
+#include <memory>
+#include <utility>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+
+#include "agent/base/log.h"
+#include "tunnel/wire/outbox.h"
+#include "tunnel/wire/read_gate.h"
+
+namespace sluice::server {
+namespace {
+
+using Reactor = grpc::ServerBidiReactor<wire::Packet, wire::Packet>;
+
+// One frontend stream. Owns itself: deleted in OnDone. Reactions run on gRPC threads;
+// Deliver/Abort on whichever thread the Router runs.
+class ProxyStream final : public Reactor, public Frontend {
+ public:
+  ProxyStream(Router& router, ServerMetrics& metrics, wire::IoLoop& loop, size_t max_queued)
+      : router_(router), metrics_(metrics), loop_(loop), max_queued_(max_queued), outbox_(this) {
+    metrics_.grpc_connections.WithLabels({"/ProxyService/Proxy"}).Add(1);
+    {
+      absl::MutexLock lock(&credit_->mu);
+      credit_->owner = this;
+    }
+    StartRead(&in_);
+  }
+
+  // Frontend
+  bool Deliver(wire::Packet p, const std::shared_ptr<wire::ReadGate>& gate) override {
+    const size_t queued = outbox_.queued_bytes() + wire::PacketBytes(p);
+    if (queued > max_queued_) {
+      return false;
+    }
+    metrics_.packets.WithLabels({"to_frontend", wire::TypeName(p.type())}).Inc();
+    (void)outbox_.Send(std::move(p));  // a closed stream drops it: the client left
+    if (gate != nullptr && queued > max_queued_ / 4) {
+      HoldAgent(gate);
+    }
+    return true;
+  }
+  void Abort(const std::string& why) override {
+    // Called under the Router's lock: finish from the loop so no reaction can run inline.
+    // The closure claims the finish through `credit_`, so the reactor cannot be deleted
+    // (OnDone needs Finish) before it calls Finish.
+    loop_.Post([credit = credit_, why] {
+      ProxyStream* self;
+      {
+        absl::MutexLock lock(&credit->mu);
+        self = std::exchange(credit->owner, nullptr);
+        credit->hold.Release();
+      }
+      if (self != nullptr) {
+        self->outbox_.Close();
+        self->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, why));
+      }
+    });
+  }
+
+  // grpc::ServerBidiReactor
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override {
+    (void)outbox_.OnWriteDone(ok);
+    const bool drained = outbox_.queued_bytes() < max_queued_ / 8;
+    absl::MutexLock lock(&credit_->mu);
+    credit_->last_write = absl::Now();
+    if (drained) {
+      credit_->hold.Release();  // the agent stream may read again
+    }
+  }
+  // A parked read would otherwise keep a cancelled stream from ever reaching OnDone.
+  void OnCancel() override { FinishOnce(grpc::Status::CANCELLED); }
+  void OnDone() override {
+    router_.RemoveFrontend(this);
+    metrics_.grpc_connections.WithLabels({"/ProxyService/Proxy"}).Add(-1);
+    delete this;
+  }
+
+ private:
+  // Shared with write hooks and deferred tasks. `owner` is non-null until Finish is claimed;
+  // whoever resets it calls Finish, so nothing touches the reactor after that.
+  struct Credit {
+    absl::Mutex mu;
+    size_t in_flight ABSL_GUARDED_BY(mu) = 0;
+    bool read_parked ABSL_GUARDED_BY(mu) = false;
+    ProxyStream* owner ABSL_GUARDED_BY(mu) = nullptr;
+    wire::GateHold hold ABSL_GUARDED_BY(mu);    // on the agent stream while we are congested
+    absl::Time last_write ABSL_GUARDED_BY(mu);  // last write gRPC completed toward the client
+  };
+  void HoldAgent(const std::shared_ptr<wire::ReadGate>& gate);
+  static void CheckStall(wire::IoLoop* loop, std::shared_ptr<Credit> credit);
+  static void Release(const std::shared_ptr<Credit>& credit, size_t n);
+
+  void Dispatch();
+  void HandleData();
+  void ReadNext();
+  void FinishOnce(grpc::Status status) {
+    {
+      absl::MutexLock lock(&credit_->mu);
+      if (credit_->owner == nullptr) {
+        return;  // already finished (no StartRead after Finish either)
+      }
+      credit_->owner = nullptr;
+      credit_->hold.Release();
+    }
+    outbox_.Close();
+    Finish(std::move(status));
+  }
+
+  Router& router_;
+  ServerMetrics& metrics_;
+  wire::IoLoop& loop_;
+  const size_t max_queued_;
+  wire::Outbox<Reactor> outbox_;
+  wire::Packet in_;
+  std::shared_ptr<Credit> credit_ = std::make_shared<Credit>();
+};
+
+// Our client reads slower than the agent sends: slow the agent stream down (hold its reads)
+// instead of queueing without bound. If we are still congested after kStallGrace, the client
+// is stalled, not slow: finish this stream so the others on that agent stream move again.
+void ProxyStream::HoldAgent(const std::shared_ptr<wire::ReadGate>& gate) {
+  {
+    absl::MutexLock lock(&credit_->mu);
+    if (credit_->hold.held() || credit_->owner == nullptr) {
+      return;
+    }
+    credit_->hold.Take(gate);
+    credit_->last_write = absl::Now();
+  }
+  wire::IoLoop* loop = &loop_;
+  loop_.Post([loop, credit = credit_] { CheckStall(loop, credit); });
+}
+
+// Loop thread, while holding: no write completed toward the client for kStallGrace means it
+// stopped reading; finish the stream (claiming Finish through `credit`).
+void ProxyStream::CheckStall(wire::IoLoop* loop, std::shared_ptr<Credit> credit) {
+  ProxyStream* self = nullptr;
+  absl::Time deadline;
+  {
+    absl::MutexLock lock(&credit->mu);
+    if (!credit->hold.held() || credit->owner == nullptr) {
+      return;
+    }
+    deadline = credit->last_write + wire::ReadGate::kStallGrace;
+    if (absl::Now() >= deadline) {
+      self = std::exchange(credit->owner, nullptr);
+      credit->hold.Release();
+    }
+  }
+  if (self == nullptr) {
+    loop->AddTimer(std::max(deadline, absl::Now() + absl::Milliseconds(100)),
+                   [loop, credit] { CheckStall(loop, credit); });
+    return;
+  }
+  self->metrics_.overflow_closes.Inc();
+  self->outbox_.Close();
+  self->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                            "stalled reader: the client stopped reading"));
+}
+
+void ProxyStream::OnReadDone(bool ok) {
+  if (!ok) {
+    FinishOnce(grpc::Status::OK);
+    return;
+  }
+  metrics_.packets.WithLabels({"from_frontend", wire::TypeName(in_.type())}).Inc();
+  if (absl::Status st = wire::Validate(in_); !st.ok()) {
+    VLOG(1) << "frontend: dropped " << st.message();
+    metrics_.bad_packets.WithLabels({"invalid"}).Inc();
+    in_.Clear();
+    ReadNext();
+    return;
+  }
+  if (in_.type() == DATA) {
+    HandleData();
+    return;
+  }
+  Dispatch();
+  in_.Clear();
+  ReadNext();
+}
+
+void ProxyStream::Dispatch() {
+  switch (in_.type()) {
+    case DIAL_REQ: {
+      const std::string err = router_.Dial(this, in_);
+      if (!err.empty()) {
+        (void)outbox_.Send(wire::MakeDialResponse(in_.dialrequest().random(), 0, err));
+      }
+      break;
+    }
+    case CLOSE_REQ:
+      if (!router_.Close(this, in_.closerequest().connectid())) {
+        (void)outbox_.Send(
+            wire::MakeCloseResponse(in_.closerequest().connectid(), "unknown connectID"));
+      }
+      break;
+    case DIAL_CLS:
+      router_.CancelDial(this, in_.closedial().random());
+      break;
+    default:
+      metrics_.bad_packets.WithLabels({"unexpected_type"}).Inc();
+      VLOG(1) << "frontend: ignored " << wire::TypeName(in_.type());
+  }
+}
+
+void ProxyStream::HandleData() {
+  const int64_t id = in_.data().connectid();
+  const size_t n = in_.data().data().size();
+  {
+    absl::MutexLock lock(&credit_->mu);
+    credit_->in_flight += n;
+  }
+  const bool sent =
+      router_.SendData(this, std::move(in_), [credit = credit_, n] { Release(credit, n); });
+  in_.Clear();
+  if (!sent) {
+    Release(credit_, n);
+    // Upstream's reply to DATA before a successful dial.
+    (void)outbox_.Send(wire::MakeCloseResponse(id, "backend not initialized"));
+  }
+  ReadNext();
+}
+
+// Per-connection flow control: stop reading this stream while its bytes wait for the agent
+// stream, instead of queueing without bound (apiserver-network-proxy#180, #881).
+void ProxyStream::ReadNext() {
+  absl::MutexLock lock(&credit_->mu);
+  if (credit_->owner == nullptr) {
+    return;  // finished
+  }
+  if (credit_->in_flight > wire::kSendWindow) {
+    credit_->read_parked = true;
+    return;
+  }
+  StartRead(&in_);
+}
+
+void ProxyStream::Release(const std::shared_ptr<Credit>& credit, size_t n) {
+  absl::MutexLock lock(&credit->mu);
+  credit->in_flight -= n;
+  if (credit->owner != nullptr && credit->read_parked &&
+      credit->in_flight <= wire::kSendWindow / 2) {
+    credit->read_parked = false;
+    credit->owner->StartRead(&credit->owner->in_);
+  }
+}
+
+}  // namespace
+
+grpc::ServerBidiReactor<wire::Packet, wire::Packet>* ProxyService::Proxy(
+    grpc::CallbackServerContext* context) {
+  return new ProxyStream(router_, metrics_, loop_, max_queued_);
+}
+
+}  // namespace sluice::server

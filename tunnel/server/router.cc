@@ -1,0 +1,277 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tunnel/server/router.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+
+#include "agent/base/log.h"
+
+namespace sluice::server {
+namespace {
+
+// "host:port" or "[v6]:port" -> host without brackets.
+std::string DialHost(const std::string& address) {
+  if (!address.empty() && address.front() == '[') {
+    const size_t end = address.find(']');
+    return end == std::string::npos ? address : address.substr(1, end - 1);
+  }
+  const size_t colon = address.rfind(':');
+  return colon == std::string::npos ? address : address.substr(0, colon);
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Strategy>> ParseStrategies(const std::string& list) {
+  std::vector<Strategy> out;
+  for (absl::string_view s : absl::StrSplit(list, ',', absl::SkipWhitespace())) {
+    if (s == "default") {
+      out.push_back(Strategy::kDefault);
+    } else if (s == "destHost") {
+      out.push_back(Strategy::kDestHost);
+    } else if (s == "defaultRoute") {
+      out.push_back(Strategy::kDefaultRoute);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("--proxy-strategies: unknown strategy \"", s,
+                                                     "\" (want default, destHost, defaultRoute)"));
+    }
+  }
+  if (out.empty()) {
+    out.push_back(Strategy::kDefault);
+  }
+  return out;
+}
+
+Router::Router(std::vector<Strategy> strategies, ServerMetrics& metrics)
+    : strategies_(std::move(strategies)), metrics_(metrics), rng_(std::random_device{}()) {}
+
+void Router::AddAgent(AgentLink* agent) {
+  absl::MutexLock lock(&mu_);
+  agents_[agent->agent_id()].push_back(agent);
+  UpdateGauges();
+}
+
+void Router::RemoveAgent(AgentLink* agent) {
+  absl::MutexLock lock(&mu_);
+  auto it = agents_.find(agent->agent_id());
+  if (it != agents_.end()) {
+    std::erase(it->second, agent);
+    if (it->second.empty()) {
+      agents_.erase(it);
+    }
+  }
+  draining_.erase(agent);
+  // Upstream leaves these dials hanging (apiserver-network-proxy#126); fail them now.
+  for (auto p = pending_.lower_bound({agent, INT64_MIN});
+       p != pending_.end() && p->first.first == agent;) {
+    Frontend* f = p->second;
+    const int64_t random = p->first.second;
+    p = pending_.erase(p);
+    tunnels_.erase(f);
+    metrics_.dial_failures.WithLabels({"agent_disconnected"}).Inc();
+    (void)f->Deliver(wire::MakeDialResponse(random, 0, "agent disconnected before dial response"),
+                     nullptr);
+  }
+  for (auto e = established_.lower_bound({agent, INT64_MIN});
+       e != established_.end() && e->first.first == agent;) {
+    Frontend* f = e->second;
+    const int64_t id = e->first.second;
+    e = established_.erase(e);
+    tunnels_.erase(f);
+    (void)f->Deliver(wire::MakeCloseResponse(id, "agent disconnected"), nullptr);
+  }
+  UpdateGauges();
+}
+
+void Router::SetDraining(AgentLink* agent) {
+  absl::MutexLock lock(&mu_);
+  draining_.insert(agent);
+}
+
+AgentLink* Router::PickFrom(const std::vector<AgentLink*>& candidates) {
+  std::vector<AgentLink*> fresh;
+  for (AgentLink* a : candidates) {
+    if (!draining_.contains(a)) {
+      fresh.push_back(a);
+    }
+  }
+  const auto& pool = fresh.empty() ? candidates : fresh;  // draining agents only as last resort
+  if (pool.empty()) {
+    return nullptr;
+  }
+  return pool[std::uniform_int_distribution<size_t>(0, pool.size() - 1)(rng_)];
+}
+
+AgentLink* Router::Pick(const std::string& address) {
+  const std::string host = DialHost(address);
+  for (Strategy s : strategies_) {
+    std::vector<AgentLink*> candidates;
+    for (const auto& [id, links] : agents_) {
+      AgentLink* primary = links.front();
+      const AgentIdentifiers& ids = primary->identifiers();
+      if (s == Strategy::kDefault ||
+          (s == Strategy::kDestHost &&
+           std::find(ids.hosts.begin(), ids.hosts.end(), host) != ids.hosts.end()) ||
+          (s == Strategy::kDefaultRoute && ids.default_route)) {
+        candidates.push_back(primary);
+      }
+    }
+    if (AgentLink* a = PickFrom(candidates)) {
+      return a;
+    }
+  }
+  return nullptr;
+}
+
+std::string Router::Dial(Frontend* frontend, const wire::Packet& dial) {
+  absl::MutexLock lock(&mu_);
+  if (tunnels_.contains(frontend)) {
+    metrics_.bad_packets.WithLabels({"second_dial"}).Inc();
+    return "a dial was already made on this stream";
+  }
+  AgentLink* agent = Pick(dial.dialrequest().address());
+  if (agent == nullptr) {
+    metrics_.dial_failures.WithLabels({"no_agent"}).Inc();
+    return "No agent available";
+  }
+  const Key key{agent, dial.dialrequest().random()};
+  if (pending_.contains(key)) {
+    return "dial id already in use";
+  }
+  pending_[key] = frontend;
+  tunnels_[frontend] = Tunnel{agent, key.second, 0, absl::Now()};
+  if (!agent->SendToAgent(dial, nullptr)) {
+    pending_.erase(key);
+    tunnels_.erase(frontend);
+    return "agent disconnected";
+  }
+  UpdateGauges();
+  return "";
+}
+
+void Router::OnDialResponse(AgentLink* agent, const wire::Packet& packet) {
+  absl::MutexLock lock(&mu_);
+  const auto& rsp = packet.dialresponse();
+  auto it = pending_.find({agent, rsp.random()});
+  if (it == pending_.end()) {
+    // The frontend left (or cancelled) first; do not leak the agent's connection.
+    if (rsp.error().empty() && rsp.connectid() > 0) {
+      (void)agent->SendToAgent(wire::MakeCloseRequest(rsp.connectid()), nullptr);
+    }
+    return;
+  }
+  Frontend* f = it->second;
+  pending_.erase(it);
+  Tunnel& t = tunnels_[f];
+  metrics_.dial_duration.Observe(absl::ToDoubleSeconds(absl::Now() - t.started));
+  if (!rsp.error().empty() || rsp.connectid() <= 0) {
+    metrics_.dial_failures.WithLabels({"error_response"}).Inc();
+    tunnels_.erase(f);
+  } else {
+    t.connect_id = rsp.connectid();
+    established_[{agent, rsp.connectid()}] = f;
+  }
+  UpdateGauges();
+  DeliverOrAbort(f, packet, nullptr);
+}
+
+void Router::OnAgentData(AgentLink* agent, wire::Packet packet) {
+  absl::MutexLock lock(&mu_);
+  const int64_t id = packet.data().connectid();
+  auto it = established_.find({agent, id});
+  if (it == established_.end()) {
+    metrics_.bad_packets.WithLabels({"unknown_connect_id"}).Inc();
+    (void)agent->SendToAgent(wire::MakeCloseRequest(id), nullptr);
+    return;
+  }
+  DeliverOrAbort(it->second, std::move(packet), agent->gate());
+}
+
+void Router::OnAgentClose(AgentLink* agent, const wire::Packet& packet) {
+  absl::MutexLock lock(&mu_);
+  auto it = established_.find({agent, packet.closeresponse().connectid()});
+  if (it == established_.end()) {
+    return;  // already closed from our side
+  }
+  Frontend* f = it->second;
+  established_.erase(it);
+  tunnels_.erase(f);
+  UpdateGauges();
+  (void)f->Deliver(packet, nullptr);
+}
+
+void Router::DeliverOrAbort(Frontend* f, wire::Packet packet,
+                            const std::shared_ptr<wire::ReadGate>& gate) {
+  if (f->Deliver(std::move(packet), gate)) {
+    return;
+  }
+  metrics_.overflow_closes.Inc();
+  Forget(f);
+  f->Abort("frontend queue overflow: the client is not reading");
+}
+
+bool Router::SendData(Frontend* frontend, wire::Packet data,
+                      absl::AnyInvocable<void()> on_written) {
+  absl::MutexLock lock(&mu_);
+  auto it = tunnels_.find(frontend);
+  if (it == tunnels_.end() || it->second.connect_id != data.data().connectid()) {
+    return false;
+  }
+  return it->second.agent->SendToAgent(std::move(data), std::move(on_written));
+}
+
+bool Router::Close(Frontend* frontend, int64_t connect_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = tunnels_.find(frontend);
+  if (it == tunnels_.end() || it->second.connect_id != connect_id) {
+    return false;
+  }
+  // Stay established until the agent's CLOSE_RSP, which the frontend is waiting for.
+  return it->second.agent->SendToAgent(wire::MakeCloseRequest(connect_id), nullptr);
+}
+
+void Router::CancelDial(Frontend* frontend, int64_t random) {
+  absl::MutexLock lock(&mu_);
+  auto it = tunnels_.find(frontend);
+  if (it == tunnels_.end() || it->second.connect_id != 0 || it->second.random != random) {
+    return;
+  }
+  Forget(frontend);
+}
+
+void Router::RemoveFrontend(Frontend* frontend) {
+  absl::MutexLock lock(&mu_);
+  Forget(frontend);
+}
+
+void Router::Forget(Frontend* f) {
+  auto it = tunnels_.find(f);
+  if (it == tunnels_.end()) {
+    return;
+  }
+  const Tunnel t = it->second;
+  tunnels_.erase(it);
+  if (t.connect_id == 0) {
+    pending_.erase({t.agent, t.random});
+    (void)t.agent->SendToAgent(wire::MakeCloseDial(t.random), nullptr);
+  } else {
+    established_.erase({t.agent, t.connect_id});
+    (void)t.agent->SendToAgent(wire::MakeCloseRequest(t.connect_id), nullptr);
+  }
+  UpdateGauges();
+}
+
+int Router::ReadyAgents() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(agents_.size());
+}
+
+void Router::UpdateGauges() {
+  metrics_.ready_backends.Set(static_cast<double>(agents_.size()));
+  metrics_.pending_dials.Set(static_cast<double>(pending_.size()));
+  metrics_.established.Set(static_cast<double>(established_.size()));
+}
+
+}  // namespace sluice::server

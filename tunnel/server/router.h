@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+#include "tunnel/server/links.h"
+#include "tunnel/server/server_metrics.h"
+
+namespace sluice::server {
+
+enum class Strategy { kDefault, kDestHost, kDefaultRoute };
+
+// "default,destHost" -> strategies in order. Unknown names are an error.
+absl::StatusOr<std::vector<Strategy>> ParseStrategies(const std::string& list);
+
+// The server's backend manager: which agents are connected and which frontend owns which
+// pending dial or established connection. Relays packets between AgentLinks and Frontends.
+// Thread-safe: one mutex, held while delivering (delivery only queues, it never blocks).
+class Router final {
+ public:
+  Router(std::vector<Strategy> strategies, ServerMetrics& metrics);
+
+  // Agent side (AgentService reactors).
+  void AddAgent(AgentLink* agent) ABSL_LOCKS_EXCLUDED(mu_);
+  // Fails the agent's pending dials and closes its established connections at once.
+  void RemoveAgent(AgentLink* agent) ABSL_LOCKS_EXCLUDED(mu_);
+  void SetDraining(AgentLink* agent) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnDialResponse(AgentLink* agent, const wire::Packet& packet) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnAgentData(AgentLink* agent, wire::Packet packet) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnAgentClose(AgentLink* agent, const wire::Packet& packet) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Frontend side. Dial returns an error text for an immediate DIAL_RSP, or "" when the
+  // request went to an agent.
+  std::string Dial(Frontend* frontend, const wire::Packet& dial) ABSL_LOCKS_EXCLUDED(mu_);
+  // False if the frontend has no established connection with this connectID.
+  bool SendData(Frontend* frontend, wire::Packet data, absl::AnyInvocable<void()> on_written)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  bool Close(Frontend* frontend, int64_t connect_id) ABSL_LOCKS_EXCLUDED(mu_);
+  void CancelDial(Frontend* frontend, int64_t random) ABSL_LOCKS_EXCLUDED(mu_);
+  // The frontend is going away: its dial is cancelled or its connection closed at the agent.
+  void RemoveFrontend(Frontend* frontend) ABSL_LOCKS_EXCLUDED(mu_);
+
+  int ReadyAgents() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Tunnel {
+    AgentLink* agent = nullptr;
+    int64_t random = 0;
+    int64_t connect_id = 0;  // 0 while the dial is pending
+    absl::Time started;
+  };
+  using Key = std::pair<AgentLink*, int64_t>;
+
+  AgentLink* Pick(const std::string& address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  AgentLink* PickFrom(const std::vector<AgentLink*>& candidates) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DeliverOrAbort(Frontend* frontend, wire::Packet packet,
+                      const std::shared_ptr<wire::ReadGate>& gate)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Forget(Frontend* frontend) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::vector<Strategy> strategies_;
+  ServerMetrics& metrics_;
+  mutable absl::Mutex mu_;
+  // agent id -> its streams; the first one is used for routing.
+  std::map<std::string, std::vector<AgentLink*>> agents_ ABSL_GUARDED_BY(mu_);
+  std::set<AgentLink*> draining_ ABSL_GUARDED_BY(mu_);
+  std::map<Frontend*, Tunnel> tunnels_ ABSL_GUARDED_BY(mu_);
+  std::map<Key, Frontend*> pending_ ABSL_GUARDED_BY(mu_);      // (agent, random)
+  std::map<Key, Frontend*> established_ ABSL_GUARDED_BY(mu_);  // (agent, connectID)
+  std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace sluice::server

@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tunnel/server/server_options.h"
+
+#include <random>
+
+#include "absl/strings/str_format.h"
+
+namespace sluice::server {
+
+void RegisterServerFlags(base::FlagSet& f, ServerOptions& o) {
+  f.String("mode", &o.mode, "Frontend protocol: grpc or http-connect.");
+  f.String("uds-name", &o.uds_name,
+           "Serve the frontend on this Unix socket (mode 0770) "
+           "instead of TCP.");
+  f.Bool("delete-existing-uds-file", &o.delete_existing_uds_file,
+         "Remove whatever file is at --uds-name (a stale socket is always replaced).");
+  f.Int("server-port", &o.server_port, "Frontend TCP port (mTLS).");
+  f.String("server-bind-address", &o.server_bind_address, "Frontend bind address.");
+  f.String("server-cert", &o.server_cert, "Frontend TLS certificate.");
+  f.String("server-key", &o.server_key, "Frontend TLS key.");
+  f.String("server-ca-cert", &o.server_ca_cert, "CA that signs frontend client certificates.");
+  f.Int("agent-port", &o.agent_port, "Agent port (always TLS).");
+  f.String("agent-bind-address", &o.agent_bind_address, "Agent bind address.");
+  f.String("cluster-cert", &o.cluster_cert, "Agent-port TLS certificate.");
+  f.String("cluster-key", &o.cluster_key, "Agent-port TLS key.");
+  f.String("cluster-ca-cert", &o.cluster_ca_cert,
+           "CA for agent client certificates; set means agents need a valid certificate.");
+  f.String("agent-namespace", &o.agent_namespace, "Namespace of agent service accounts.");
+  f.String("agent-service-account", &o.agent_service_account, "Agent service account.");
+  f.String("authentication-audience", &o.authentication_audience, "Token audience.");
+  f.String("kubeconfig", &o.kubeconfig, "kubeconfig for TokenReview.");
+  f.String("proxy-strategies", &o.proxy_strategies,
+           "Agent selection, in order: default, destHost, defaultRoute.");
+  f.String("server-id", &o.server_id, "Unique ID of this server (default: random).");
+  f.Int("server-count", &o.server_count, "Number of proxy servers agents should connect to.");
+  f.Int("health-port", &o.health_port, "Port for /healthz and /readyz.");
+  f.String("health-bind-address", &o.health_bind_address, "Health bind address.");
+  f.Int("admin-port", &o.admin_port, "Port for /metrics.");
+  f.String("admin-bind-address", &o.admin_bind_address, "Admin bind address.");
+  f.Duration("keepalive-time", &o.keepalive_time, "Agent-connection keepalive.");
+  f.Duration("frontend-keepalive-time", &o.frontend_keepalive_time,
+             "Frontend-connection keepalive.");
+  f.Int("xfr-channel-size", &o.xfr_channel_size,
+        "Accepted for compatibility; sluice bounds queues in bytes instead.");
+  f.Bool("enable-profiling", &o.enable_profiling, "Accepted for compatibility; no effect.");
+  f.Int("v", &o.v, "Log verbosity.");
+  f.String("agent-token-file", &o.agent_token_file,
+           "(sluice) Static agent bearer tokens, one per line, optionally 'token,agent-id'.");
+  f.Int("max-connection-buffer", &o.max_connection_buffer,
+        "(sluice) Bytes queued per tunnelled connection before it is closed.");
+  f.Duration("http-header-timeout", &o.http_header_timeout,
+             "(sluice) Time an HTTP CONNECT client has to send its request head.");
+}
+
+absl::Status ValidateServerOptions(ServerOptions& o) {
+  if (o.mode != "grpc" && o.mode != "http-connect") {
+    return absl::InvalidArgumentError("--mode: want grpc or http-connect, got \"" + o.mode + "\"");
+  }
+  if (o.uds_name.empty() &&
+      (o.server_cert.empty() || o.server_key.empty() || o.server_ca_cert.empty())) {
+    return absl::InvalidArgumentError(
+        "a TCP frontend needs --server-cert, --server-key and --server-ca-cert (mTLS); "
+        "or use --uds-name");
+  }
+  if (o.cluster_cert.empty() || o.cluster_key.empty()) {
+    return absl::InvalidArgumentError("the agent port needs --cluster-cert and --cluster-key");
+  }
+  if (!o.agent_namespace.empty() || !o.agent_service_account.empty()) {
+    return absl::UnimplementedError(
+        "TokenReview authentication (--agent-namespace/--agent-service-account) is not "
+        "implemented yet; use --cluster-ca-cert or --agent-token-file");
+  }
+  if (o.server_count < 1) {
+    return absl::InvalidArgumentError("--server-count must be at least 1");
+  }
+  if (o.server_id.empty()) {
+    std::random_device rd;
+    o.server_id = absl::StrFormat("%08x-%04x-%04x", rd(), rd() & 0xffff, rd() & 0xffff);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace sluice::server

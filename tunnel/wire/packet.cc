@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tunnel/wire/packet.h"
+
+#include <malloc.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+#include "agent/base/strings.h"
+
+namespace sluice::wire {
+
+void TuneMalloc() {
+  mallopt(M_MMAP_THRESHOLD, 4 << 20);  // fixed: DATA chunks never take the mmap path
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  mallopt(M_TOP_PAD, 16 << 20);
+}
+
+Packet MakeDialRequest(std::string_view address, int64_t random) {
+  Packet p;
+  p.set_type(DIAL_REQ);
+  p.mutable_dialrequest()->set_protocol("tcp");
+  p.mutable_dialrequest()->set_address(std::string(address));
+  p.mutable_dialrequest()->set_random(random);
+  return p;
+}
+
+Packet MakeDialResponse(int64_t random, int64_t connect_id, std::string_view error) {
+  Packet p;
+  p.set_type(DIAL_RSP);
+  p.mutable_dialresponse()->set_random(random);
+  p.mutable_dialresponse()->set_connectid(connect_id);
+  p.mutable_dialresponse()->set_error(std::string(error));
+  return p;
+}
+
+Packet MakeData(int64_t connect_id, std::string bytes) {
+  Packet p;
+  p.set_type(DATA);
+  p.mutable_data()->set_connectid(connect_id);
+  p.mutable_data()->set_data(std::move(bytes));
+  return p;
+}
+
+Packet MakeCloseRequest(int64_t connect_id) {
+  Packet p;
+  p.set_type(CLOSE_REQ);
+  p.mutable_closerequest()->set_connectid(connect_id);
+  return p;
+}
+
+Packet MakeCloseResponse(int64_t connect_id, std::string_view error) {
+  Packet p;
+  p.set_type(CLOSE_RSP);
+  p.mutable_closeresponse()->set_connectid(connect_id);
+  p.mutable_closeresponse()->set_error(std::string(error));
+  return p;
+}
+
+Packet MakeCloseDial(int64_t random) {
+  Packet p;
+  p.set_type(DIAL_CLS);
+  p.mutable_closedial()->set_random(random);
+  return p;
+}
+
+Packet MakeDrain() {
+  Packet p;
+  p.set_type(DRAIN);
+  p.mutable_drain();
+  return p;
+}
+
+std::string TypeName(int type) {
+  if (PacketType_IsValid(type)) {
+    return PacketType_Name(static_cast<PacketType>(type));
+  }
+  return absl::StrCat("UNKNOWN(", type, ")");
+}
+
+absl::Status Validate(const Packet& p) {
+  auto bad = [&](std::string_view what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("packet ", TypeName(p.type()), ": ", base::Absl(what)));
+  };
+  switch (p.type()) {
+    case DIAL_REQ:
+      if (!p.has_dialrequest()) {
+        return bad("missing dialRequest");
+      }
+      if (p.dialrequest().random() < 0) {
+        return bad("negative random");
+      }
+      return absl::OkStatus();
+    case DIAL_RSP:
+      return p.has_dialresponse() ? absl::OkStatus() : bad("missing dialResponse");
+    case DATA:
+      if (!p.has_data()) {
+        return bad("missing data");
+      }
+      return p.data().connectid() > 0 ? absl::OkStatus() : bad("connectID must be positive");
+    case CLOSE_REQ:
+      return p.has_closerequest() ? absl::OkStatus() : bad("missing closeRequest");
+    case CLOSE_RSP:
+      return p.has_closeresponse() ? absl::OkStatus() : bad("missing closeResponse");
+    case DIAL_CLS:
+      return p.has_closedial() ? absl::OkStatus() : bad("missing closeDial");
+    case DRAIN:
+      return absl::OkStatus();
+    default:
+      return absl::UnimplementedError(absl::StrCat("unknown packet type ", p.type()));
+  }
+}
+
+size_t PacketBytes(const Packet& p) { return 64 + (p.type() == DATA ? p.data().data().size() : 0); }
+
+}  // namespace sluice::wire

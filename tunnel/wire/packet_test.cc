@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tunnel/wire/packet.h"
+
+#include "gtest/gtest.h"
+
+namespace sluice::wire {
+namespace {
+
+TEST(PacketTest, BuildersSetTypeAndPayload) {
+  Packet d = MakeDialRequest("127.0.0.1:80", 7);
+  EXPECT_EQ(d.type(), DIAL_REQ);
+  EXPECT_EQ(d.dialrequest().protocol(), "tcp");
+  EXPECT_EQ(d.dialrequest().random(), 7);
+  EXPECT_TRUE(Validate(d).ok());
+  EXPECT_TRUE(Validate(MakeDialResponse(7, 1, "")).ok());
+  EXPECT_TRUE(Validate(MakeData(3, "x")).ok());
+  EXPECT_TRUE(Validate(MakeCloseRequest(3)).ok());
+  EXPECT_TRUE(Validate(MakeCloseResponse(3, "")).ok());
+  EXPECT_TRUE(Validate(MakeCloseDial(7)).ok());
+  EXPECT_TRUE(Validate(MakeDrain()).ok());
+}
+
+TEST(PacketTest, WireFieldNumbersMatchUpstream) {
+  // type=DATA(4) -> field 1 varint 4; data (field 4, len) { connectID=5 (field 1), data "hi"
+  // (field 3) }.
+  Packet p = MakeData(5, "hi");
+  std::string bytes;
+  ASSERT_TRUE(p.SerializeToString(&bytes));
+  EXPECT_EQ(bytes, std::string("\x08\x04\x22\x06\x08\x05\x1a\x02hi", 10));
+}
+
+TEST(PacketTest, RejectsMismatchedPayloadAndBadIds) {
+  Packet p;
+  p.set_type(DATA);
+  EXPECT_FALSE(Validate(p).ok());
+  EXPECT_FALSE(Validate(MakeData(0, "x")).ok());
+  Packet d = MakeDialRequest("a:1", -1);
+  EXPECT_FALSE(Validate(d).ok());
+  Packet unknown;
+  unknown.set_type(static_cast<PacketType>(42));
+  EXPECT_EQ(Validate(unknown).code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(TypeName(42), "UNKNOWN(42)");
+  EXPECT_EQ(TypeName(DIAL_CLS), "DIAL_CLS");
+}
+
+}  // namespace
+}  // namespace sluice::wire

@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tunnel/wire/socket_pump.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <future>
+
+#include "gtest/gtest.h"
+
+namespace sluice::wire {
+namespace {
+
+class Recorder final : public SocketPump::Callbacks {
+ public:
+  void OnSocketData(std::string bytes) override { data += bytes; }
+  void OnSocketDone(absl::Status reason) override { done.set_value(reason); }
+  std::string data;
+  std::promise<absl::Status> done;
+};
+
+struct Pair {
+  base::UniqueFd a, b;
+};
+
+Pair SocketPair() {
+  int fds[2];
+  EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
+  return {base::UniqueFd(fds[0]), base::UniqueFd(fds[1])};
+}
+
+template <typename Fn>
+void OnLoop(IoLoop& loop, Fn fn) {
+  std::promise<void> p;
+  loop.Post([&] {
+    fn();
+    p.set_value();
+  });
+  p.get_future().wait();
+}
+
+TEST(SocketPumpTest, ReadsUntilEofAndWritesQueued) {
+  auto loop = IoLoop::Create("test").value();
+  Pair pair = SocketPair();
+  Recorder rec;
+  std::unique_ptr<SocketPump> pump;
+  OnLoop(*loop, [&] {
+    pump = SocketPump::Create(*loop, std::move(pair.a), rec, 1024).value();
+    EXPECT_TRUE(pump->Write("hello"));
+    EXPECT_FALSE(pump->Write(std::string(2000, 'x')));  // over the bound: refused
+  });
+  char buf[16];
+  usleep(20000);
+  ASSERT_EQ(read(pair.b.get(), buf, sizeof(buf)), 5);
+  ASSERT_EQ(write(pair.b.get(), "abc", 3), 3);
+  pair.b.Reset();
+  EXPECT_TRUE(rec.done.get_future().get().ok());
+  OnLoop(*loop, [&] {
+    EXPECT_EQ(rec.data, "abc");
+    pump.reset();
+  });
+}
+
+TEST(SocketPumpTest, CloseAfterFlushDeliversQueuedBytes) {
+  auto loop = IoLoop::Create("test").value();
+  Pair pair = SocketPair();
+  Recorder rec;
+  std::unique_ptr<SocketPump> pump;
+  OnLoop(*loop, [&] {
+    pump = SocketPump::Create(*loop, std::move(pair.a), rec, 1 << 20).value();
+    pump->SetReading(false);
+    EXPECT_TRUE(pump->Write(std::string(300000, 'y')));  // more than the socket buffer
+    pump->CloseAfterFlush();
+  });
+  std::string got;
+  char buf[65536];
+  while (true) {
+    ssize_t n = read(pair.b.get(), buf, sizeof(buf));
+    if (n == 0) {
+      break;
+    }
+    if (n > 0) {
+      got.append(buf, static_cast<size_t>(n));
+    } else {
+      usleep(1000);
+    }
+  }
+  EXPECT_EQ(got.size(), 300000u);
+  EXPECT_TRUE(rec.done.get_future().get().ok());
+  OnLoop(*loop, [&] { pump.reset(); });
+}
+
+}  // namespace
+}  // namespace sluice::wire
