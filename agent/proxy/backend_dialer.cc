@@ -49,6 +49,8 @@ const char* DialFailureName(DialFailure f) {
       return "other";
     case DialFailure::kNoEndpoint:
       return "no_endpoint";
+    case DialFailure::kLocalResources:
+      return "local_resources";
   }
   return "?";
 }
@@ -93,6 +95,13 @@ void BackendDialer::Attempt() {
   }
   endpoint_ = *pick;
   auto fd = net::DialTcp(endpoint_);
+  if (absl::IsResourceExhausted(fd.status())) {
+    // Out of fds (or socket buffers) here, not at the endpoint: retrying for the whole budget
+    // would hold the client's fd too, so shed this connection now.
+    callbacks_.OnDialAttemptFailed(DialFailure::kLocalResources);
+    GiveUp();
+    return;
+  }
   if (!fd.ok()) {
     Failed(DialFailure::kUnreachable);
     return;

@@ -16,7 +16,14 @@ namespace sluice::proxy {
 class BackendDialer;
 
 // Why a dial attempt failed, for sluice_dial_failures_total{reason}.
-enum class DialFailure { kRefused, kTimeout, kUnreachable, kOther, kNoEndpoint };
+enum class DialFailure {
+  kRefused,
+  kTimeout,
+  kUnreachable,
+  kOther,
+  kNoEndpoint,
+  kLocalResources,  // no fd or buffer for the socket: the dial gives up at once (shedding)
+};
 const char* DialFailureName(DialFailure f);
 
 class BackendDialerCallbacks {

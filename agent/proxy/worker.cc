@@ -19,6 +19,8 @@ namespace {
 // Accepts per readiness event before yielding to other listeners (the listener is
 // level-triggered, so the rest are served in the next iteration).
 constexpr int kAcceptBatch = 64;
+// How long listeners stay unwatched when even the reserve fd is gone.
+constexpr absl::Duration kAcceptPause = absl::Milliseconds(100);
 
 void Reset(base::UniqueFd& fd) {
   if (fd) {
@@ -69,6 +71,9 @@ class Connection final : public event::DeferredDeletable,
   // BackendDialerCallbacks
   void OnDialAttemptFailed(DialFailure reason) override {
     worker_.metrics_.dial_failures.WithLabels({DialFailureName(reason)}).Inc();
+    if (reason == DialFailure::kLocalResources) {
+      worker_.metrics_.connections_shed.Inc();
+    }
   }
   void OnDialed(BackendDialer&, base::UniqueFd backend) override {
     auto session = TcpSession::Create(*worker_.loop_, worker_.pipes_, std::move(client_),
@@ -205,8 +210,11 @@ void Worker::OnAcceptable(const ListenKey& key, int listen_fd) {
         continue;
       }
       if (errno == EMFILE || errno == ENFILE) {
-        Shed(listen_fd);
-        continue;
+        if (Shed(listen_fd)) {
+          continue;
+        }
+        PauseAccepting();
+        return;
       }
       if (errno != EAGAIN) {
         LOG(WARNING) << "accept on " << key.ToString() << ": " << strerror(errno);
@@ -229,15 +237,45 @@ void Worker::OnAcceptable(const ListenKey& key, int listen_fd) {
   }
 }
 
-void Worker::Shed(int listen_fd) {
+bool Worker::Shed(int listen_fd) {
+  if (loop_->Now() - last_shed_log_ > absl::Seconds(10)) {  // rate-limited: may fire per accept
+    last_shed_log_ = loop_->Now();
+    LOG(WARNING) << "worker " << id_ << ": out of file descriptors, resetting new connections";
+  }
+  if (!reserve_fd_) {
+    return false;
+  }
   metrics_.connections_shed.Inc();
   reserve_fd_.Reset();
   base::UniqueFd victim(::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC));
   Reset(victim);
   reserve_fd_.Reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-  if (loop_->Now() - last_shed_log_ > absl::Seconds(10)) {  // rate-limited: may fire per accept
-    last_shed_log_ = loop_->Now();
-    LOG(WARNING) << "worker " << id_ << ": out of file descriptors, resetting new connections";
+  return true;
+}
+
+void Worker::PauseAccepting() {
+  if (resume_timer_ == nullptr) {
+    resume_timer_ = loop_->CreateTimer([this] { ResumeAccepting(); });
+  }
+  if (resume_timer_->armed()) {
+    return;
+  }
+  for (auto& [key, listener] : listeners_) {
+    if (listener.event != nullptr) {
+      (void)listener.event->Modify(0);  // cannot fail for a registered fd
+    }
+  }
+  resume_timer_->Arm(kAcceptPause);
+}
+
+void Worker::ResumeAccepting() {
+  if (!reserve_fd_) {
+    reserve_fd_.Reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  }
+  for (auto& [key, listener] : listeners_) {
+    if (listener.event != nullptr) {
+      (void)listener.event->Modify(EPOLLIN);
+    }
   }
 }
 

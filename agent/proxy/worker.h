@@ -59,7 +59,13 @@ class Worker final {
   Worker(int id, const Options& options, DataPathMetrics& metrics,
          std::unique_ptr<event::EventLoop> loop);
   void OnAcceptable(const ListenKey& key, int fd);
-  void Shed(int listen_fd);
+  // At EMFILE/ENFILE: accepts one pending connection on the reserve fd and resets it. Returns
+  // false when there is no reserve to spend (another thread took the freed fd).
+  bool Shed(int listen_fd);
+  // Without a reserve fd a level-triggered listener would spin: stop watching every listener
+  // until the resume timer, which also retries the reserve.
+  void PauseAccepting();
+  void ResumeAccepting();
   void Finished(Connection* conn);
   void DrainRemoved(const RouteTable& next);
   void AddUdpListener(const ListenKey& key, base::UniqueFd fd);
@@ -78,6 +84,7 @@ class Worker final {
   // of leaving it in the backlog, where a level-triggered listener would spin.
   base::UniqueFd reserve_fd_;
   absl::Time last_shed_log_ = absl::InfinitePast();
+  std::unique_ptr<event::Timer> resume_timer_;
   std::thread thread_;
 };
 
