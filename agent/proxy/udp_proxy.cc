@@ -102,11 +102,6 @@ size_t ReplySource(msghdr& hdr, char* out) {
   return 0;
 }
 
-// Send errors after which the flow stays: the datagram is lost, as UDP allows.
-bool IsTransientSendError(int err) {
-  return err == EAGAIN || err == ENOBUFS || err == ENOMEM || err == EMSGSIZE || err == EPERM;
-}
-
 // Points every message of the arena at its own buffer, optionally with name and control space.
 void PrepareReceive(DatagramArena& a, bool with_name, bool with_control) {
   for (int i = 0; i < DatagramArena::kBatch; ++i) {
@@ -199,42 +194,88 @@ void UdpProxy::OnListenerReadable() {
     }
     return;
   }
+  // Consecutive datagrams of one client (the common case: a busy flow fills the batch) go out
+  // in one sendmmsg on its connected socket. Messages are compacted in place as in
+  // ReplyToClient; names[] is not touched, so every client address is still readable.
   int forwarded = 0;
+  Flow* run_flow = nullptr;
+  int run_start = 0;
+  int count = 0;
   for (int i = 0; i < n; ++i) {
-    forwarded += ForwardToBackend(i) ? 1 : 0;
+    Flow* flow = FlowToBackend(i);
+    if (flow == nullptr) {
+      continue;
+    }
+    if (flow != run_flow) {
+      forwarded += SendToBackend(run_flow, run_start, count - run_start);
+      run_flow = flow;
+      run_start = count;
+    }
+    arena_.iov[i].iov_len = arena_.msgs[i].msg_len;
+    msghdr& out = arena_.msgs[count++].msg_hdr;
+    out = msghdr{};
+    out.msg_iov = &arena_.iov[i];
+    out.msg_iovlen = 1;
   }
+  forwarded += SendToBackend(run_flow, run_start, count - run_start);
   if (forwarded > 0) {
     metrics_.udp_datagrams_to_backend.Inc(forwarded);  // once per batch: a CAS loop per Inc
   }
 }
 
-bool UdpProxy::ForwardToBackend(int i) {
+UdpProxy::Flow* UdpProxy::FlowToBackend(int i) {
   mmsghdr& m = arena_.msgs[i];
   if ((m.msg_hdr.msg_flags & MSG_TRUNC) != 0) {
     Count(Drop::kTruncated);
-    return false;
+    return nullptr;
   }
   const auto client = net::SocketAddress::FromSockaddr(
       reinterpret_cast<const sockaddr*>(&arena_.names[i]), m.msg_hdr.msg_namelen);
   Flow* flow = client ? FlowFor(*client, m.msg_hdr) : nullptr;
-  if (flow == nullptr) {
-    return false;
+  if (flow != nullptr) {
+    flow->last_active = loop_.MonotonicNow();
   }
-  flow->last_active = loop_.MonotonicNow();
-  ssize_t sent;
-  do {
-    sent = send(flow->fd.get(), arena_.Buffer(i), m.msg_len, MSG_DONTWAIT);
-  } while (sent < 0 && errno == EINTR);
-  if (sent >= 0) {
-    return true;
+  return flow;
+}
+
+int UdpProxy::SendToBackend(Flow* flow, int first, int count) {
+  if (flow == nullptr || count == 0) {
+    return 0;
   }
-  if (IsTransientSendError(errno)) {
-    Count(Drop::kSendFailed);
-  } else {
+  int hard_error = 0;
+  const int sent = SendBatch(flow->fd.get(), arena_.msgs.data() + first, count, &hard_error);
+  if (hard_error != 0) {
     // A pending ICMP error of the connected socket is reported here too (ECONNREFUSED).
-    BackendFailed(*flow, errno);
+    BackendFailed(*flow, hard_error);
   }
-  return false;
+  return sent;
+}
+
+int UdpProxy::SendBatch(int fd, mmsghdr* msgs, int count, int* hard_error) {
+  int sent = 0;
+  int delivered = 0;
+  while (sent < count) {
+    const int r = sendmmsg(fd, msgs + sent, count - sent, MSG_DONTWAIT);
+    if (r > 0) {
+      sent += r;
+      delivered += r;
+    } else if (r < 0 && errno == EINTR) {
+      continue;
+    } else if (r == 0 || errno == EAGAIN || errno == ENOBUFS || errno == ENOMEM) {
+      Count(Drop::kSendFailed, count - sent);  // the socket buffer is full: drop the rest
+      break;
+    } else {
+      // The datagram at `sent` was refused: skip it, send the rest. EMSGSIZE and EPERM (a
+      // firewall) concern that datagram only; anything else is the socket's own error.
+      if (errno != EMSGSIZE && errno != EPERM && *hard_error == 0) {
+        *hard_error = errno;
+      } else {
+        Count(Drop::kSendFailed);
+      }
+      ++sent;
+    }
+  }
+  return delivered;
 }
 
 UdpProxy::Flow* UdpProxy::FlowFor(const net::SocketAddress& client, msghdr& hdr) {
@@ -329,22 +370,10 @@ void UdpProxy::ReplyToClient(Flow& flow, int n) {
       out.msg_controllen = flow.control_len;
     }
   }
-  int sent = 0;
-  int delivered = 0;
-  while (sent < count) {
-    const int r = sendmmsg(socket_.get(), a.msgs.data() + sent, count - sent, MSG_DONTWAIT);
-    if (r > 0) {
-      sent += r;
-      delivered += r;
-    } else if (r < 0 && errno == EINTR) {
-      continue;
-    } else if (r == 0 || errno == EAGAIN || errno == ENOBUFS) {
-      Count(Drop::kSendFailed, count - sent);  // the socket buffer is full: drop the rest
-      break;
-    } else {
-      Count(Drop::kSendFailed);  // refused (EMSGSIZE, EPERM): skip this one, send the rest
-      ++sent;
-    }
+  int hard_error = 0;
+  const int delivered = SendBatch(socket_.get(), a.msgs.data(), count, &hard_error);
+  if (hard_error != 0) {
+    Count(Drop::kSendFailed);  // the listening socket has no peer to blame: just this datagram
   }
   if (delivered > 0) {
     metrics_.udp_datagrams_to_client.Inc(delivered);

@@ -96,8 +96,14 @@ class UdpProxy final {
            net::SocketAddress local, std::shared_ptr<Balancer> balancer, const UdpOptions& options,
            DataPathMetrics& metrics);
   void OnListenerReadable();
-  // Sends the arena's datagram i on its client's flow. False if it was dropped (and counted).
-  bool ForwardToBackend(int i);
+  // The flow for the arena's datagram i; nullptr if it was dropped (and counted).
+  Flow* FlowToBackend(int i);
+  // Sends the arena's messages [first, first + count) on the flow's socket; returns how many
+  // went out. A socket error closes the flow.
+  int SendToBackend(Flow* flow, int first, int count);
+  // sendmmsg until done or the buffer is full (the rest are dropped). A datagram the kernel
+  // refuses is skipped; the first error that is not about one datagram lands in *hard_error.
+  int SendBatch(int fd, mmsghdr* msgs, int count, int* hard_error);
   // The client's flow, opened if needed; nullptr if the datagram was dropped (and counted).
   Flow* FlowFor(const net::SocketAddress& client, msghdr& hdr);
   Flow* OpenFlow(const net::SocketAddress& client, msghdr& hdr);

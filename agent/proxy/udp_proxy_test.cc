@@ -171,6 +171,38 @@ TEST_F(UdpProxyTest, TwoClientsGetTwoFlows) {
   EXPECT_EQ(metrics_.udp_flows_total.Value(), 2);
 }
 
+TEST_F(UdpProxyTest, InterleavedClientsInOneBatchKeepTheirFlowsAndOrder) {
+  base::UniqueFd backend = UdpSocket();
+  base::UniqueFd a = UdpSocket();
+  base::UniqueFd b = UdpSocket();
+  StartProxy(MakeBalancer({Local(backend.get())}));
+  const net::SocketAddress flow_a = Echo(a.get(), backend.get(), "a0");
+  const net::SocketAddress flow_b = Echo(b.get(), backend.get(), "b0");
+  // Hold the loop so that everything below arrives in one recvmmsg batch, as runs a a b a b b.
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  loop_->Post([released] { released.wait(); });
+  const std::vector<std::pair<int, std::string>> sends = {
+      {a.get(), "a1"}, {a.get(), "a2"}, {b.get(), "b1"}, {a.get(), "a3"}, {b.get(), "b2"},
+      {b.get(), "b3"}};
+  for (const auto& [fd, payload] : sends) {
+    SendTo(fd, payload, service_);
+  }
+  release.set_value();
+  std::vector<std::string> from_a, from_b;
+  for (size_t i = 0; i < sends.size(); ++i) {
+    net::SocketAddress from;
+    auto got = RecvFrom(backend.get(), &from);
+    ASSERT_TRUE(got);
+    (from == flow_a ? from_a : from_b).push_back(*got);
+    EXPECT_TRUE(from == flow_a || from == flow_b) << from.ToString();
+  }
+  EXPECT_EQ(from_a, (std::vector<std::string>{"a1", "a2", "a3"}));
+  EXPECT_EQ(from_b, (std::vector<std::string>{"b1", "b2", "b3"}));
+  EXPECT_EQ(metrics_.udp_datagrams_to_backend.Value(), 8);
+  EXPECT_EQ(Flows(), 2u);
+}
+
 TEST_F(UdpProxyTest, IdleFlowIsClosed) {
   base::UniqueFd backend = UdpSocket();
   base::UniqueFd client = UdpSocket();
