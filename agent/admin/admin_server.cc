@@ -5,6 +5,7 @@
 #include "httplib.h"
 
 #include "agent/base/log.h"
+#include "agent/base/json.h"
 #include "agent/base/status.h"
 #include "agent/net/address.h"
 
@@ -37,6 +38,16 @@ absl::StatusOr<std::unique_ptr<AdminServer>> AdminServer::Create(const std::stri
     });
     server->healthz_->Get("/livez", [&src](const httplib::Request&, httplib::Response& res) {
       ServeHealth(res, Livez(src.health()));
+    });
+    // /healthz plus the optional readiness condition, with its reason in the body.
+    server->healthz_->Get("/readyz", [&src](const httplib::Request&, httplib::Response& res) {
+      HealthReport report = Healthz(src.health());
+      const std::string why = src.not_ready ? src.not_ready() : "";
+      if (report.healthy && !why.empty()) {
+        report = HealthReport{.healthy = false,
+                              .body = "{\"notReady\": " + base::JsonString(why) + "}"};
+      }
+      ServeHealth(res, report);
     });
     ASSIGN_OR_RETURN(server->healthz_port_, server->Start(*server->healthz_, healthz_address));
   }

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <thread>
 
+#include "absl/strings/str_join.h"
+
 #include "agent/admin/debug_services.h"
 #include "agent/base/log.h"
 #include "agent/base/status.h"
@@ -21,6 +23,7 @@ Agent::Agent(const AgentOptions& opts) : opts_(opts) {}
 Agent::~Agent() {
   // Sources and admin threads first: nothing may call into the pipeline while it goes away.
   admin_.reset();
+  tunnel_.reset();  // cancels its streams and waits for their connections
   file_sources_.clear();
   data_path_.reset();  // workers stop; listeners and connections close
   if (vips_ && !opts_.keep_vips) {
@@ -112,12 +115,20 @@ absl::Status Agent::Start() {
     file_sources_.push_back(std::move(source));
   }
 
+  RETURN_IF_ERROR(StartTunnel());
   admin::AdminSources admin_sources{.health = [this] { return Health(); },
                                     .proxy_mode = [] { return std::string("splice"); },
                                     .debug_services =
                                         [this] {
                                           return admin::RenderDebugServices(
                                               *proxier_->table(), data_path_->Listeners());
+                                        },
+                                    .not_ready =
+                                        [this] {
+                                          return tunnel_ != nullptr &&
+                                                         tunnel_->ConnectedServers() == 0
+                                                     ? std::string("no tunnel server connected")
+                                                     : std::string();
                                         },
                                     .metrics = &metrics_};
   ASSIGN_OR_RETURN(
@@ -135,11 +146,46 @@ absl::Status Agent::Start() {
   ASSIGN_OR_RETURN(signal_watch_, loop_->Watch(signal_fd_.get(), EPOLLIN, [this](uint32_t) {
     signalfd_siginfo info;
     if (::read(signal_fd_.get(), &info, sizeof(info)) == sizeof(info)) {
-      LOG(INFO) << "received signal " << info.ssi_signo << ", shutting down";
+      OnSignal(static_cast<int>(info.ssi_signo));
     }
-    loop_->Stop();
   }));
   return absl::OkStatus();
+}
+
+absl::Status Agent::StartTunnel() {
+  if (opts_.tunnel_servers.empty()) {
+    return absl::OkStatus();
+  }
+  agent::TunnelAgentConfig c;
+  c.servers = opts_.tunnel_servers;
+  c.ca_cert = opts_.tunnel_ca_cert;
+  c.agent_cert = opts_.tunnel_cert;
+  c.agent_key = opts_.tunnel_key;
+  c.token_path = opts_.tunnel_token_path;
+  c.agent_id = opts_.node_name;
+  // The node name lets the servers' destHost strategy route dials for this node to us.
+  c.identifiers = opts_.tunnel_identifiers.empty() ? "host=" + opts_.node_name
+                                                   : opts_.tunnel_identifiers;
+  c.allowed_destinations = opts_.tunnel_allowed_destinations;
+  ASSIGN_OR_RETURN(tunnel_, agent::TunnelAgent::Create(std::move(c), metrics_));
+  LOG(INFO) << "tunnel agent: serving " << absl::StrJoin(opts_.tunnel_servers, ",");
+  return absl::OkStatus();
+}
+
+void Agent::OnSignal(int signo) {
+  // The first SIGTERM drains the tunnel (servers route new dials elsewhere) while everything
+  // keeps serving; anything else, or the end of the period, stops.
+  if (signo == SIGTERM && tunnel_ != nullptr && drain_timer_ == nullptr &&
+      opts_.tunnel_drain_period > absl::ZeroDuration()) {
+    LOG(INFO) << "SIGTERM: draining the tunnel for " << opts_.tunnel_drain_period
+              << ", then shutting down (another signal stops at once)";
+    tunnel_->Drain();
+    drain_timer_ = loop_->CreateTimer([this] { loop_->Stop(); });
+    drain_timer_->Arm(opts_.tunnel_drain_period);
+    return;
+  }
+  LOG(INFO) << "received signal " << signo << ", shutting down";
+  loop_->Stop();
 }
 
 void Agent::RegisterMetrics() {

@@ -19,6 +19,7 @@
 #include "agent/proxy/data_path_metrics.h"
 #include "agent/sources/file_source.h"
 #include "agent/vip/vip_manager.h"
+#include "tunnel/agent/tunnel_agent.h"
 
 namespace sluice::app {
 
@@ -40,6 +41,8 @@ class Agent final {
   void RegisterMetrics();
   absl::Status StartDataPath();
   admin::HealthInputs Health() const;
+  absl::Status StartTunnel();
+  void OnSignal(int signo);
 
   const AgentOptions opts_;
   const absl::Time started_ = absl::Now();
@@ -54,6 +57,8 @@ class Agent final {
   std::unique_ptr<proxier::DataPath> data_path_;
   std::unique_ptr<sources::SourceMetricFamilies> source_metrics_;
   std::vector<std::unique_ptr<sources::FileSource>> file_sources_;
+  std::unique_ptr<agent::TunnelAgent> tunnel_;
+  std::unique_ptr<event::Timer> drain_timer_;
   std::unique_ptr<admin::AdminServer> admin_;
   base::UniqueFd signal_fd_;
   std::unique_ptr<event::FileEvent> signal_watch_;

@@ -9,6 +9,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -58,6 +59,21 @@ void RegisterFlags(base::FlagSet& flags, AgentOptions& o) {
       "Reset connections of a removed service port after this long (0: let them finish)");
   flags.Duration("udp-idle-timeout", &o.udp_idle_timeout,
                  "Close a UDP flow (client address -> endpoint) after this long without datagrams");
+  flags.List("tunnel-server-address", &o.tunnel_servers,
+             "HOST:PORT[,...] of Konnectivity servers' agent ports: runs the tunnel agent");
+  flags.String("tunnel-ca-cert", &o.tunnel_ca_cert, "CA that signs the tunnel servers' certificate");
+  flags.String("tunnel-cert", &o.tunnel_cert, "Client certificate for the tunnel servers (mTLS)");
+  flags.String("tunnel-key", &o.tunnel_key, "Key of --tunnel-cert");
+  flags.String("tunnel-token-path", &o.tunnel_token_path,
+               "Bearer token file sent to the tunnel servers (re-read on every connect)");
+  flags.String("tunnel-agent-identifiers", &o.tunnel_identifiers,
+               "URL-query encoded identifiers sent to the tunnel servers (default: "
+               "host=<node name>)");
+  flags.List("tunnel-allowed-destinations", &o.tunnel_allowed_destinations,
+             "CIDR[:PORT[-PORT]] the tunnel agent may dial (default: any)");
+  flags.Duration("tunnel-drain-period", &o.tunnel_drain_period,
+                 "On SIGTERM with the tunnel on: tell the servers we are draining and keep "
+                 "serving this long before stopping (a second signal stops at once)");
   flags.Int("v", &o.v, "Log verbosity");
   flags.Bool("help", &o.help, "Show this help and exit");
   flags.Bool("version", &o.version, "Print the version and exit");
@@ -188,6 +204,19 @@ absl::Status Validate(AgentOptions& o) {
           "invalid value \"", c, "\" for flag --nodeport-addresses: want a CIDR like 10.0.0.0/8"));
     }
     o.nodeport_cidrs.push_back(*cidr);
+  }
+  for (const auto& server : o.tunnel_servers) {
+    auto colon = server.rfind(':');
+    int64_t port = 0;
+    if (colon == std::string::npos || colon == 0 ||
+        !absl::SimpleAtoi(server.substr(colon + 1), &port) || port < 1 || port > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat("invalid value \"", server,
+                                                     "\" for flag --tunnel-server-address: want "
+                                                     "HOST:PORT"));
+    }
+  }
+  if (o.tunnel_cert.empty() != o.tunnel_key.empty()) {
+    return absl::InvalidArgumentError("--tunnel-cert and --tunnel-key go together");
   }
   o.node_name = o.hostname_override;
   if (o.node_name.empty()) {

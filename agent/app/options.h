@@ -41,6 +41,15 @@ struct AgentOptions {
   absl::Duration tcp_idle_timeout = absl::Hours(1);
   absl::Duration drain_timeout = absl::ZeroDuration();
   absl::Duration udp_idle_timeout = absl::Seconds(30);
+  // Tunnel agent (Konnectivity); off unless servers are given.
+  std::vector<std::string> tunnel_servers;
+  std::string tunnel_ca_cert;
+  std::string tunnel_cert;
+  std::string tunnel_key;
+  std::string tunnel_token_path;
+  std::string tunnel_identifiers;  // default: host=<node name>
+  std::vector<std::string> tunnel_allowed_destinations;
+  absl::Duration tunnel_drain_period = absl::Seconds(10);
   int64_t v = 0;
   bool help = false;
   bool version = false;

@@ -23,6 +23,7 @@ import grpc
 
 SERVER_BIN = os.environ["SLUICE_TUNNEL_SERVER"]
 AGENT_BIN = os.environ["SLUICE_PROXY_AGENT"]
+NODE_AGENT_BIN = os.environ.get("SLUICE_AGENT")  # sluice-agent, which hosts a tunnel agent
 sys.path.insert(0, os.environ["SLUICE_PROTO_PY"])
 import client_pb2 as pb  # noqa: E402  (generated at build time)
 
@@ -187,6 +188,35 @@ class Agent:
 
     def metric(self, name):
         body = http_get("http://127.0.0.1:%d/metrics" % self.health_port)[1]
+        for line in body.splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+        return None
+
+
+class NodeAgent:
+    """sluice-agent with an empty file source and the tunnel agent on (mTLS to `server`)."""
+
+    def __init__(self, env, server, name="node-a", extra=()):
+        self.health_port = free_port()
+        self.metrics_port = free_port()
+        manifests = os.path.join(env.dir, name + "-manifests")
+        os.makedirs(manifests, exist_ok=True)
+        c = env.certs
+        argv = [NODE_AGENT_BIN, "--source=file:" + manifests, "--hostname-override=" + name,
+                "--healthz-bind-address=127.0.0.1:%d" % self.health_port,
+                "--metrics-bind-address=127.0.0.1:%d" % self.metrics_port, "--workers=1",
+                "--min-sync-period=0s", "--tunnel-server-address=127.0.0.1:%d" % server.agent_port,
+                "--tunnel-ca-cert=" + c.p("ca.crt"), "--tunnel-cert=" + c.p("agent.crt"),
+                "--tunnel-key=" + c.p("agent.key")]
+        self.proc = Proc(argv + list(extra), os.path.join(env.dir, name + ".log"))
+        env.procs.append(self.proc)
+
+    def readyz(self):
+        return http_get("http://127.0.0.1:%d/readyz" % self.health_port)
+
+    def metric(self, name):
+        body = http_get("http://127.0.0.1:%d/metrics" % self.metrics_port)[1]
         for line in body.splitlines():
             if line.startswith(name + " ") or line.startswith(name + "{"):
                 return float(line.rsplit(" ", 1)[1])

@@ -6,6 +6,7 @@ raw sockets for the exact reply strings and error codes of the contract."""
 import hashlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -102,6 +103,39 @@ class HttpConnectTest(unittest.TestCase):
         rc, _, _ = curl("-p", "-x", "https://127.0.0.1:%d" % s.server_port,
                         "--proxy-cacert", c.p("ca.crt"), self.url())
         self.assertNotEqual(rc, 0)
+
+    @unittest.skipUnless(h.NODE_AGENT_BIN, "SLUICE_AGENT not set")
+    def test_sluice_agent_hosts_the_tunnel_agent(self):
+        s = self.up(uds=False, agent=False)
+        node = h.NodeAgent(self.env, s, extra=["--tunnel-drain-period=3s"])
+        h.wait_until(s.ready, what="server ready")
+        h.wait_until(lambda: node.readyz()[0] == 200, what="sluice-agent /readyz")
+        self.assertEqual(node.metric("konnectivity_network_proxy_agent_open_server_connections"), 1)
+        rc, out, err = curl(*self.mtls_args(s), self.url())
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(out, b"hello from backend\n")
+        # The first SIGTERM drains: still serving, and stopping after the drain period.
+        node.proc.signal(signal.SIGTERM)
+        time.sleep(0.5)
+        self.assertTrue(node.proc.alive())
+        rc, out, err = curl(*self.mtls_args(s), self.url())
+        self.assertEqual(rc, 0, err)
+        node.proc.p.wait(timeout=15)
+        self.assertEqual(node.proc.p.returncode, 0, node.proc.output()[-2000:])
+        self.assertIn("draining the tunnel", node.proc.output())
+        # With no agent left the frontend answers 503 at once.
+        rc, _, err = curl(*self.mtls_args(s), self.url())
+        self.assertNotEqual(rc, 0)
+
+    def test_sluice_agent_is_not_ready_without_a_tunnel_server(self):
+        if not h.NODE_AGENT_BIN:
+            self.skipTest("SLUICE_AGENT not set")
+        s = self.up(uds=False, agent=False)
+        s.proc.stop()
+        node = h.NodeAgent(self.env, s)
+        h.wait_until(lambda: "no tunnel server connected" in node.readyz()[1],
+                     what="sluice-agent /readyz naming the tunnel")
+        self.assertEqual(node.readyz()[0], 503)
 
     def test_curl_over_unix_socket(self):
         s = self.up()
