@@ -4,8 +4,8 @@
 #include "absl/strings/str_cat.h"
 #include "httplib.h"
 
-#include "agent/base/log.h"
 #include "agent/base/json.h"
+#include "agent/base/log.h"
 #include "agent/base/status.h"
 #include "agent/net/address.h"
 
@@ -44,8 +44,8 @@ absl::StatusOr<std::unique_ptr<AdminServer>> AdminServer::Create(const std::stri
       HealthReport report = Healthz(src.health());
       const std::string why = src.not_ready ? src.not_ready() : "";
       if (report.healthy && !why.empty()) {
-        report = HealthReport{.healthy = false,
-                              .body = "{\"notReady\": " + base::JsonString(why) + "}"};
+        report =
+            HealthReport{.healthy = false, .body = "{\"notReady\": " + base::JsonString(why) + "}"};
       }
       ServeHealth(res, report);
     });

@@ -116,21 +116,20 @@ absl::Status Agent::Start() {
   }
 
   RETURN_IF_ERROR(StartTunnel());
-  admin::AdminSources admin_sources{.health = [this] { return Health(); },
-                                    .proxy_mode = [] { return std::string("splice"); },
-                                    .debug_services =
-                                        [this] {
-                                          return admin::RenderDebugServices(
-                                              *proxier_->table(), data_path_->Listeners());
-                                        },
-                                    .not_ready =
-                                        [this] {
-                                          return tunnel_ != nullptr &&
-                                                         tunnel_->ConnectedServers() == 0
-                                                     ? std::string("no tunnel server connected")
-                                                     : std::string();
-                                        },
-                                    .metrics = &metrics_};
+  admin::AdminSources admin_sources{
+      .health = [this] { return Health(); },
+      .proxy_mode = [] { return std::string("splice"); },
+      .debug_services =
+          [this] {
+            return admin::RenderDebugServices(*proxier_->table(), data_path_->Listeners());
+          },
+      .not_ready =
+          [this] {
+            return tunnel_ != nullptr && tunnel_->ConnectedServers() == 0
+                       ? std::string("no tunnel server connected")
+                       : std::string();
+          },
+      .metrics = &metrics_};
   ASSIGN_OR_RETURN(
       admin_, admin::AdminServer::Create(opts_.healthz_bind_address, opts_.metrics_bind_address,
                                          std::move(admin_sources)));
@@ -164,8 +163,8 @@ absl::Status Agent::StartTunnel() {
   c.token_path = opts_.tunnel_token_path;
   c.agent_id = opts_.node_name;
   // The node name lets the servers' destHost strategy route dials for this node to us.
-  c.identifiers = opts_.tunnel_identifiers.empty() ? "host=" + opts_.node_name
-                                                   : opts_.tunnel_identifiers;
+  c.identifiers =
+      opts_.tunnel_identifiers.empty() ? "host=" + opts_.node_name : opts_.tunnel_identifiers;
   c.allowed_destinations = opts_.tunnel_allowed_destinations;
   ASSIGN_OR_RETURN(tunnel_, agent::TunnelAgent::Create(std::move(c), metrics_));
   LOG(INFO) << "tunnel agent: serving " << absl::StrJoin(opts_.tunnel_servers, ",");

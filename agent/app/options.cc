@@ -61,7 +61,8 @@ void RegisterFlags(base::FlagSet& flags, AgentOptions& o) {
                  "Close a UDP flow (client address -> endpoint) after this long without datagrams");
   flags.List("tunnel-server-address", &o.tunnel_servers,
              "HOST:PORT[,...] of Konnectivity servers' agent ports: runs the tunnel agent");
-  flags.String("tunnel-ca-cert", &o.tunnel_ca_cert, "CA that signs the tunnel servers' certificate");
+  flags.String("tunnel-ca-cert", &o.tunnel_ca_cert,
+               "CA that signs the tunnel servers' certificate");
   flags.String("tunnel-cert", &o.tunnel_cert, "Client certificate for the tunnel servers (mTLS)");
   flags.String("tunnel-key", &o.tunnel_key, "Key of --tunnel-cert");
   flags.String("tunnel-token-path", &o.tunnel_token_path,

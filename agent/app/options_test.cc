@@ -94,6 +94,21 @@ TEST_F(OptionsTest, ConfigFileErrorsNameKeyAndLine) {
   EXPECT_FALSE(Parse({"--config=" + cfg}).ok());
 }
 
+TEST_F(OptionsTest, TunnelServerAddressesNeedAPort) {
+  ASSERT_TRUE(Parse({"--source=file:" + dir_,
+                     "--tunnel-server-address=konnectivity.example:8132,[::1]:8132"})
+                  .ok());
+  EXPECT_EQ(opts_.tunnel_servers,
+            (std::vector<std::string>{"konnectivity.example:8132", "[::1]:8132"}));
+  for (const char* bad : {"konnectivity.example", ":8132", "h:0", "h:70000", "h:x"}) {
+    absl::Status st =
+        Parse({"--source=file:" + dir_, std::string("--tunnel-server-address=") + bad});
+    EXPECT_NE(st.message().find("--tunnel-server-address"), std::string::npos) << bad << ": " << st;
+  }
+  EXPECT_NE(Parse({"--source=file:" + dir_, "--tunnel-cert=a.crt"}).message().find("--tunnel-key"),
+            std::string::npos);
+}
+
 TEST_F(OptionsTest, HelpSkipsValidation) {
   ASSERT_TRUE(Parse({"--help"}).ok());
   EXPECT_TRUE(opts_.help);
