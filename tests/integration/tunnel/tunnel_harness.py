@@ -54,6 +54,14 @@ def http_get(url, timeout=5):
         return e.code, e.read().decode()
 
 
+def metric_value(body, name):
+    """The first sample of `name` in Prometheus text, or None."""
+    for line in body.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
 class Certs:
     """A CA plus server, agent and frontend client certificates, made with openssl."""
 
@@ -153,10 +161,7 @@ class Server:
         return http_get("http://127.0.0.1:%d/metrics" % self.admin_port)[1]
 
     def metric(self, name):
-        for line in self.metrics().splitlines():
-            if line.startswith(name + " ") or line.startswith(name + "{"):
-                return float(line.rsplit(" ", 1)[1])
-        return None
+        return metric_value(self.metrics(), name)
 
     def channel(self):
         if self.uds:
@@ -187,11 +192,7 @@ class Agent:
         return http_get("http://127.0.0.1:%d/readyz" % self.health_port)[0] == 200
 
     def metric(self, name):
-        body = http_get("http://127.0.0.1:%d/metrics" % self.health_port)[1]
-        for line in body.splitlines():
-            if line.startswith(name + " ") or line.startswith(name + "{"):
-                return float(line.rsplit(" ", 1)[1])
-        return None
+        return metric_value(http_get("http://127.0.0.1:%d/metrics" % self.health_port)[1], name)
 
 
 class NodeAgent:
@@ -216,11 +217,7 @@ class NodeAgent:
         return http_get("http://127.0.0.1:%d/readyz" % self.health_port)
 
     def metric(self, name):
-        body = http_get("http://127.0.0.1:%d/metrics" % self.metrics_port)[1]
-        for line in body.splitlines():
-            if line.startswith(name + " ") or line.startswith(name + "{"):
-                return float(line.rsplit(" ", 1)[1])
-        return None
+        return metric_value(http_get("http://127.0.0.1:%d/metrics" % self.metrics_port)[1], name)
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
