@@ -123,6 +123,10 @@ void TunnelAgent::OnStreamDone(ServerStream* stream) {
     released_.push_back(std::move(it->second));
     channels_.erase(it);
   }
+}
+
+void TunnelAgent::OnStreamGone() {
+  absl::MutexLock lock(&mu_);
   --live_streams_;
 }
 

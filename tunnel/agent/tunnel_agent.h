@@ -61,7 +61,9 @@ class TunnelAgent final {
   // From ServerStream (gRPC threads). Ready returns false for a duplicate server ID.
   bool OnStreamReady(ServerStream* stream, const std::string& server_id, int server_count)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // OnStreamDone unlists a finished stream; OnStreamGone follows once it is deleted.
   void OnStreamDone(ServerStream* stream) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnStreamGone() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   TunnelAgent(TunnelAgentConfig config, base::Registry& registry, AllowList allow,
