@@ -22,6 +22,7 @@ Agent::~Agent() {
   // Sources and admin threads first: nothing may call into the pipeline while it goes away.
   admin_.reset();
   file_sources_.clear();
+  kube_source_.reset();
   data_path_.reset();  // workers stop; listeners and connections close
   if (vips_ && !opts_.keep_vips) {
     if (absl::Status st = vips_->RemoveAll(); !st.ok()) {
@@ -106,6 +107,10 @@ absl::Status Agent::Start() {
   }
   source_metrics_ = std::make_unique<sources::SourceMetricFamilies>(metrics_);
   for (size_t i = 0; i < opts_.source_specs.size(); ++i) {
+    if (opts_.source_specs[i].kind == SourceSpec::Kind::kKube) {
+      RETURN_IF_ERROR(StartKubeSource(channels[i]));
+      continue;
+    }
     ASSIGN_OR_RETURN(auto source,
                      sources::FileSource::Create(opts_.source_specs[i].path, channels[i], *loop_,
                                                  *source_metrics_));
@@ -139,6 +144,25 @@ absl::Status Agent::Start() {
     }
     loop_->Stop();
   }));
+  return absl::OkStatus();
+}
+
+absl::Status Agent::StartKubeSource(config::SourceChannel* channel) {
+  sources::KubeSource::Options kube{.kubeconfig = opts_.kubeconfig,
+                                    .master = opts_.master,
+                                    .service_proxy_name = opts_.service_proxy_name,
+                                    .node_name = opts_.node_name};
+  if (opts_.zone.empty()) {
+    // --zone wins; otherwise the Node's label, which the proxier applies on the control plane.
+    kube.on_zone = [this](const std::string& zone) {
+      loop_->Post([this, zone] {
+        proxier_->SetZone(zone);
+        runner_->Request();
+      });
+    };
+  }
+  ASSIGN_OR_RETURN(kube_source_,
+                   sources::KubeSource::Create(std::move(kube), channel, *source_metrics_));
   return absl::OkStatus();
 }
 

@@ -18,6 +18,7 @@
 #include "agent/proxier/sync_runner.h"
 #include "agent/proxy/data_path_metrics.h"
 #include "agent/sources/file_source.h"
+#include "agent/sources/kube_source.h"
 #include "agent/vip/vip_manager.h"
 
 namespace sluice::app {
@@ -39,6 +40,7 @@ class Agent final {
   absl::Status Start();
   void RegisterMetrics();
   absl::Status StartDataPath();
+  absl::Status StartKubeSource(config::SourceChannel* channel);
   admin::HealthInputs Health() const;
 
   const AgentOptions opts_;
@@ -54,6 +56,7 @@ class Agent final {
   std::unique_ptr<proxier::DataPath> data_path_;
   std::unique_ptr<sources::SourceMetricFamilies> source_metrics_;
   std::vector<std::unique_ptr<sources::FileSource>> file_sources_;
+  std::unique_ptr<sources::KubeSource> kube_source_;
   std::unique_ptr<admin::AdminServer> admin_;
   base::UniqueFd signal_fd_;
   std::unique_ptr<event::FileEvent> signal_watch_;

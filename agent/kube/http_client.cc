@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "agent/kube/http_client.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <mutex>
 
@@ -84,6 +87,12 @@ absl::StatusOr<std::unique_ptr<HttpClient>> HttpClient::Create(const ClientConfi
 }
 
 absl::Status HttpClient::Configure(const ClientConfig& c) {
+  // libcurl would only say "error setting certificate file" at the first request.
+  for (const std::string* file : {&c.ca_file, &c.client_cert_file, &c.client_key_file}) {
+    if (!file->empty() && ::access(file->c_str(), R_OK) != 0) {
+      return base::ErrnoStatus(errno, absl::StrCat("read ", *file));
+    }
+  }
   CURL* e = easy_.get();
   RETURN_IF_ERROR(SLUICE_SETOPT(e, CURLOPT_NOSIGNAL, 1L));  // threads: no SIGALRM for DNS
   RETURN_IF_ERROR(SLUICE_SETOPT(e, CURLOPT_PROTOCOLS_STR, "http,https"));
