@@ -241,6 +241,18 @@ absl::StatusOr<HttpResponse> HttpClient::Get(const std::string& target, absl::Du
   if (rc == CURLE_OPERATION_TIMEDOUT) {
     return absl::DeadlineExceededError(absl::StrCat("GET ", url, ": ", cause));
   }
+  switch (rc) {
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_CIPHER:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_ISSUER_ERROR:
+    case CURLE_SSL_CLIENTCERT:
+      return absl::FailedPreconditionError(absl::StrCat("GET ", url, ": TLS: ", cause));
+    default:
+      break;
+  }
   return absl::UnavailableError(absl::StrCat("GET ", url, ": ", cause));
 }
 

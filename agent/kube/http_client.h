@@ -44,8 +44,8 @@ class HttpClient final {
 
   // GET server + target ("/api/v1/services?..."). A 2xx body streams into `sink` as it arrives;
   // a non-OK status from the sink aborts the transfer and is returned. Any HTTP status is a
-  // response. Errors: Unavailable (connect, TLS, connection lost), DeadlineExceeded (`timeout`
-  // passed), Cancelled (Stop()).
+  // response. Errors: Unavailable (connect, connection lost), FailedPrecondition (TLS handshake
+  // or verification), DeadlineExceeded (`timeout` passed), Cancelled (Stop()).
   absl::StatusOr<HttpResponse> Get(const std::string& target, absl::Duration timeout,
                                    BodySink sink);
 

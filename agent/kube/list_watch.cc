@@ -229,6 +229,7 @@ ListWatcher::Step ListWatcher::Watch() {
   const bool healthy = stream.events > 0 || absl::Now() - start >= kHealthyWatch;
   if (healthy) {
     backoff_.Reset();
+    unauthorized_streak_ = 0;
   }
   if (result.ok() && result->status == 200 && lines.pending() > 0) {
     LOG(WARNING) << "kube " << resource_.name << ": watch ended inside an event ("
@@ -343,9 +344,20 @@ ListWatcher::Step ListWatcher::RequestFailed(std::string_view what, const absl::
   if (status.code() == absl::StatusCode::kCancelled) {
     return Step{.relist = relist};  // stopping
   }
-  const char* reason = status.code() == absl::StatusCode::kDeadlineExceeded    ? "timeout"
-                       : status.code() == absl::StatusCode::kResourceExhausted ? "oversized_list"
-                                                                               : "connection";
+  const char* reason = "connection";
+  switch (status.code()) {
+    case absl::StatusCode::kDeadlineExceeded:
+      reason = "timeout";
+      break;
+    case absl::StatusCode::kResourceExhausted:
+      reason = "oversized_list";
+      break;
+    case absl::StatusCode::kFailedPrecondition:
+      reason = "tls";
+      break;
+    default:
+      break;
+  }
   const absl::Duration delay = backoff_.Next();
   LOG(WARNING) << "kube " << resource_.name << ": " << what << " failed: " << status.message()
                << "; retrying in "

@@ -131,7 +131,10 @@ class ObjectMirror final : public kube::WatchHandler {
     Applied();
   }
 
-  void OnBookmark() override { metrics_.last_sync.Set(NowSeconds()); }
+  void OnBookmark() override {
+    metrics_.Event("BOOKMARK").Inc();
+    metrics_.last_sync.Set(NowSeconds());
+  }
 
   void OnError(std::string_view reason) override { metrics_.Error(std::string(reason)).Inc(); }
 
