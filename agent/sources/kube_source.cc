@@ -245,8 +245,12 @@ absl::StatusOr<std::unique_ptr<KubeSource>> KubeSource::Create(Options options,
                    kube::ResolveClientConfig(options.kubeconfig, options.master));
   auto source = std::unique_ptr<KubeSource>(new KubeSource(std::move(options), channel, metrics));
   KubeSource* self = source.get();
-  ASSIGN_OR_RETURN(source->token_, kube::BearerToken::Create(config.token, config.token_file,
-                                                             source->options_.token_reload_period));
+  auto token = kube::BearerToken::Create(config.token, config.token_file,
+                                         source->options_.token_reload_period);
+  if (!token.ok()) {
+    return base::Annotate(token.status(), absl::StrCat("API token of ", config.origin));
+  }
+  source->token_ = std::move(*token);
   const std::string selector = KubeLabelSelector(source->options_.service_proxy_name);
   std::vector<kube::ResourceSpec> specs = {
       {.name = "services", .path = "/api/v1/services", .label_selector = selector},
