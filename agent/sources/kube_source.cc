@@ -162,8 +162,12 @@ class ObjectMirror final : public kube::WatchHandler {
 class NodeZoneWatch final : public kube::WatchHandler {
  public:
   NodeZoneWatch(std::string node, SourceMetrics& metrics,
-                absl::AnyInvocable<void(const std::string&)> on_zone)
-      : node_(std::move(node)), metrics_(metrics), on_zone_(std::move(on_zone)) {}
+                absl::AnyInvocable<void(const std::string&)> on_zone,
+                absl::AnyInvocable<void()> on_first_list)
+      : node_(std::move(node)),
+        metrics_(metrics),
+        on_zone_(std::move(on_zone)),
+        on_first_list_(std::move(on_first_list)) {}
 
   // kube::WatchHandler
   void OnListBegin() override { listed_.reset(); }
@@ -174,6 +178,10 @@ class NodeZoneWatch final : public kube::WatchHandler {
     } else {
       LOG(WARNING) << "kube: Node \"" << node_ << "\" not found (check --hostname-override); "
                    << "topology hints stay off until it appears";
+    }
+    if (!listed_once_) {
+      listed_once_ = true;
+      on_first_list_();
     }
   }
   void OnWatchEvent(kube::EventType type, const simdjson::dom::element& object) override {
@@ -206,6 +214,8 @@ class NodeZoneWatch final : public kube::WatchHandler {
   const std::string node_;
   SourceMetrics& metrics_;
   absl::AnyInvocable<void(const std::string&)> on_zone_;
+  absl::AnyInvocable<void()> on_first_list_;
+  bool listed_once_ = false;
   std::optional<std::string> listed_;
   std::optional<std::string> zone_;
 };
@@ -232,8 +242,8 @@ KubeSource::~KubeSource() {
 }
 
 void KubeSource::OnKindListed() {
-  if (kinds_listed_.fetch_add(1) + 1 == 2) {
-    LOG(INFO) << channel_->name() << ": initial Services and EndpointSlices received";
+  if (kinds_listed_.fetch_add(1) + 1 == kinds_) {
+    LOG(INFO) << channel_->name() << ": initial state received";
     channel_->MarkSynced();
   }
 }
@@ -267,8 +277,10 @@ absl::StatusOr<std::unique_ptr<KubeSource>> KubeSource::Create(Options options,
                      .path = "/api/v1/nodes",
                      .field_selector = "metadata.name=" + source->options_.node_name});
     source->handlers_.push_back(std::make_unique<NodeZoneWatch>(
-        source->options_.node_name, source->metrics_, std::move(source->options_.on_zone)));
+        source->options_.node_name, source->metrics_, std::move(source->options_.on_zone),
+        [self] { self->OnKindListed(); }));
   }
+  source->kinds_ = static_cast<int>(specs.size());
   for (size_t i = 0; i < specs.size(); ++i) {
     ASSIGN_OR_RETURN(auto watcher,
                      kube::ListWatcher::Create(specs[i], source->options_.watch, config,

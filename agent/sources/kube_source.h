@@ -26,7 +26,8 @@ std::string KubeLabelSelector(const std::string& service_proxy_name);
 // this node's zone from its Node object. Each kind is listed, then watched (kube::ListWatcher);
 // a list replaces the kind's state (kSet, so objects deleted meanwhile go), watch events add or
 // remove single objects. A malformed object is skipped, logged and counted, keeping its last
-// good version. MarkSynced follows the first complete list of both kinds.
+// good version. MarkSynced follows the first complete list of both kinds and, when the Node
+// is watched, of the Node, so that the first sync already knows this node's zone.
 // Thread: created and destroyed on the control plane; the watchers' threads push into the
 // channel (thread-safe) and call on_zone.
 class KubeSource final {
@@ -56,6 +57,7 @@ class KubeSource final {
   Options options_;
   config::SourceChannel* channel_;
   SourceMetrics metrics_;
+  int kinds_ = 0;  // resources listed before MarkSynced; set before the watchers start
   std::atomic<int> kinds_listed_{0};
   std::unique_ptr<kube::BearerToken> token_;
   // Handlers before watchers: a watcher calls its handler until it is joined.
