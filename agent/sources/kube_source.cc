@@ -75,7 +75,8 @@ class ObjectMirror final : public kube::WatchHandler {
   void OnListItem(const simdjson::dom::element& object) override {
     absl::StatusOr<Ptr> decoded = Kind::Decode(object);
     if (decoded.ok()) {
-      listing_[(*decoded)->meta.id] = *std::move(decoded);
+      const config::NamespacedName id = (*decoded)->meta.id;
+      listing_[id] = *std::move(decoded);
       return;
     }
     Refuse(decoded.status());

@@ -131,7 +131,7 @@ std::string FakeApiServer::WriteKubeconfig(const KubeconfigSpec& spec) const {
     }
   }
   static int serial = 0;
-  const std::string path = absl::StrCat(dir_, "/kubeconfig-", ++serial);
+  std::string path = absl::StrCat(dir_, "/kubeconfig-", ++serial);
   std::ofstream(path) << "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
                       << "clusters:\n- name: fake\n  cluster:\n"
                       << cluster << "users:\n- name: u\n  user:\n"
