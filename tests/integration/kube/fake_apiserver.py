@@ -511,9 +511,11 @@ def main():
     with open(tmp, "w") as f:
         json.dump({"api": api.server_address[1], "control": ctl.server_address[1]}, f)
     os.rename(tmp, a.ports_file)
+    # The test kills us at its end; if it dies first (a crash, a closed pipe), so do we.
+    parent = os.getppid()
     try:
-        while True:
-            time.sleep(3600)
+        while os.getppid() == parent:
+            time.sleep(0.5)
     except KeyboardInterrupt:
         pass
 
