@@ -25,6 +25,7 @@ Agent::~Agent() {
   admin_.reset();
   tunnel_.reset();  // cancels its streams and waits for their connections
   file_sources_.clear();
+  kube_source_.reset();
   data_path_.reset();  // workers stop; listeners and connections close
   if (vips_ && !opts_.keep_vips) {
     if (absl::Status st = vips_->RemoveAll(); !st.ok()) {
@@ -109,6 +110,10 @@ absl::Status Agent::Start() {
   }
   source_metrics_ = std::make_unique<sources::SourceMetricFamilies>(metrics_);
   for (size_t i = 0; i < opts_.source_specs.size(); ++i) {
+    if (opts_.source_specs[i].kind == SourceSpec::Kind::kKube) {
+      RETURN_IF_ERROR(StartKubeSource(channels[i]));
+      continue;
+    }
     ASSIGN_OR_RETURN(auto source,
                      sources::FileSource::Create(opts_.source_specs[i].path, channels[i], *loop_,
                                                  *source_metrics_));
@@ -185,6 +190,25 @@ void Agent::OnSignal(int signo) {
   }
   LOG(INFO) << "received signal " << signo << ", shutting down";
   loop_->Stop();
+}
+
+absl::Status Agent::StartKubeSource(config::SourceChannel* channel) {
+  sources::KubeSource::Options kube{.kubeconfig = opts_.kubeconfig,
+                                    .master = opts_.master,
+                                    .service_proxy_name = opts_.service_proxy_name,
+                                    .node_name = opts_.node_name};
+  if (opts_.zone.empty()) {
+    // --zone wins; otherwise the Node's label, which the proxier applies on the control plane.
+    kube.on_zone = [this](const std::string& zone) {
+      loop_->Post([this, zone] {
+        proxier_->SetZone(zone);
+        runner_->Request();
+      });
+    };
+  }
+  ASSIGN_OR_RETURN(kube_source_,
+                   sources::KubeSource::Create(std::move(kube), channel, *source_metrics_));
+  return absl::OkStatus();
 }
 
 void Agent::RegisterMetrics() {

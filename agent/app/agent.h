@@ -18,6 +18,7 @@
 #include "agent/proxier/sync_runner.h"
 #include "agent/proxy/data_path_metrics.h"
 #include "agent/sources/file_source.h"
+#include "agent/sources/kube_source.h"
 #include "agent/vip/vip_manager.h"
 #include "tunnel/agent/tunnel_agent.h"
 
@@ -40,6 +41,7 @@ class Agent final {
   absl::Status Start();
   void RegisterMetrics();
   absl::Status StartDataPath();
+  absl::Status StartKubeSource(config::SourceChannel* channel);
   admin::HealthInputs Health() const;
   absl::Status StartTunnel();
   void OnSignal(int signo);
@@ -59,6 +61,7 @@ class Agent final {
   std::vector<std::unique_ptr<sources::FileSource>> file_sources_;
   std::unique_ptr<agent::TunnelAgent> tunnel_;
   std::unique_ptr<event::Timer> drain_timer_;
+  std::unique_ptr<sources::KubeSource> kube_source_;
   std::unique_ptr<admin::AdminServer> admin_;
   base::UniqueFd signal_fd_;
   std::unique_ptr<event::FileEvent> signal_watch_;

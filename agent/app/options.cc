@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -33,6 +34,12 @@ void RegisterFlags(base::FlagSet& flags, AgentOptions& o) {
   flags.String("service-proxy-name", &o.service_proxy_name,
                "Serve only services labelled service.kubernetes.io/service-proxy-name=NAME "
                "(default: only unlabelled services)");
+  flags.String("kubeconfig", &o.kubeconfig,
+               "--source=kube: kubeconfig file with the API server and credentials (default: "
+               "the pod's service account)");
+  flags.String("master", &o.master,
+               "--source=kube: API server address, overriding the kubeconfig's (alone: with the "
+               "pod's service account credentials when mounted)");
   flags.String("healthz-bind-address", &o.healthz_bind_address,
                "IP:PORT for /healthz and /livez; empty disables");
   flags.String("metrics-bind-address", &o.metrics_bind_address,
@@ -103,9 +110,13 @@ absl::StatusOr<SourceSpec> ParseSourceSpec(const std::string& text) {
     }
     return spec;
   }
-  if (text == "kube" || absl::StartsWith(text, "etcd:")) {
-    return absl::UnimplementedError(absl::StrCat(
-        "--source=", text, ": the kube and etcd sources are not built into this version yet"));
+  if (text == "kube") {
+    spec.kind = SourceSpec::Kind::kKube;
+    return spec;
+  }
+  if (absl::StartsWith(text, "etcd:")) {
+    return absl::UnimplementedError(
+        absl::StrCat("--source=", text, ": the etcd source is not built into this version yet"));
   }
   return absl::InvalidArgumentError(
       absl::StrCat("--source=", text, ": want file:PATH, kube or etcd:URL[,URL...]"));
@@ -177,6 +188,10 @@ absl::Status Validate(AgentOptions& o) {
   o.source_specs.clear();
   for (const auto& s : o.sources) {
     ASSIGN_OR_RETURN(SourceSpec spec, ParseSourceSpec(s));
+    if (spec.kind == SourceSpec::Kind::kKube &&
+        std::count(o.sources.begin(), o.sources.end(), s) > 1) {
+      return absl::InvalidArgumentError("--source=kube given more than once");
+    }
     o.source_specs.push_back(std::move(spec));
   }
   RETURN_IF_ERROR(CheckBindAddress("healthz-bind-address", o.healthz_bind_address));

@@ -28,6 +28,8 @@ struct AgentOptions {
   std::string hostname_override;
   std::string zone;
   std::string service_proxy_name;
+  std::string kubeconfig;  // --source=kube
+  std::string master;
   std::string healthz_bind_address = "0.0.0.0:10256";
   std::string metrics_bind_address = "127.0.0.1:10249";
   absl::Duration sync_period = absl::Seconds(30);

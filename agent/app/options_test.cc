@@ -59,6 +59,18 @@ TEST_F(OptionsTest, RepeatedSourcesAndHostnameOverride) {
   EXPECT_EQ(opts_.node_name, "n1");
 }
 
+TEST_F(OptionsTest, KubeSourceWithKubeconfigAndMaster) {
+  ASSERT_TRUE(Parse({"--source=kube", "--kubeconfig=/etc/k.conf", "--master=https://10.0.0.1:6443",
+                     "--service-proxy-name=sluice"})
+                  .ok());
+  ASSERT_EQ(opts_.source_specs.size(), 1u);
+  EXPECT_EQ(opts_.source_specs[0].kind, SourceSpec::Kind::kKube);
+  EXPECT_EQ(opts_.source_specs[0].ToString(), "kube");
+  EXPECT_EQ(opts_.kubeconfig, "/etc/k.conf");
+  EXPECT_EQ(opts_.master, "https://10.0.0.1:6443");
+  EXPECT_EQ(opts_.service_proxy_name, "sluice");
+}
+
 TEST_F(OptionsTest, BadValuesFailWithTheFlagName) {
   absl::Status st = Parse({"--source=file:" + dir_, "--healthz-bind-address=localhost"});
   EXPECT_NE(st.message().find("--healthz-bind-address"), std::string::npos) << st;

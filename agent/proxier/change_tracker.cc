@@ -6,7 +6,7 @@
 namespace sluice::proxier {
 
 ChangeTracker::ChangeTracker(base::Clock& clock, absl::AnyInvocable<void()> on_change)
-    : clock_(clock), on_change_(std::move(on_change)) {}
+    : clock_(clock), started_(clock.Now()), on_change_(std::move(on_change)) {}
 
 template <typename T>
 void ChangeTracker::Record(ChangeMap<T>& map, const std::shared_ptr<const T>& prev,
@@ -47,7 +47,7 @@ void ChangeTracker::OnEndpointSliceUpdate(const config::EndpointSlicePtr& prev,
       absl::Time t;
       std::string err;
       if (it != cur->meta.annotations.end() &&
-          absl::ParseTime(absl::RFC3339_full, base::Absl(it->second), &t, &err)) {
+          absl::ParseTime(absl::RFC3339_full, base::Absl(it->second), &t, &err) && t >= started_) {
         pending_.trigger_times.push_back(t);
       }
     }

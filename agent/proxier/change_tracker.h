@@ -24,8 +24,8 @@ using ChangeMap =
 struct Changes {
   ChangeMap<config::Service> services;
   ChangeMap<config::EndpointSlice> slices;
-  // endpoints.kubernetes.io/last-change-trigger-time of each slice change, for
-  // kubeproxy_network_programming_duration_seconds.
+  // endpoints.kubernetes.io/last-change-trigger-time of each slice added or updated since the
+  // tracker started, for kubeproxy_network_programming_duration_seconds.
   std::vector<absl::Time> trigger_times;
   bool empty() const { return services.empty() && slices.empty(); }
 };
@@ -61,6 +61,9 @@ class ChangeTracker final : public config::ServiceHandler, public config::Endpoi
               const std::shared_ptr<const T>& cur) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   base::Clock& clock_;
+  // Trigger times before this are left out, as kube-proxy does: the first list replays
+  // changes made while the agent was down, which would measure its downtime.
+  const absl::Time started_;
   absl::AnyInvocable<void()> on_change_;
   mutable absl::Mutex mu_;
   Changes pending_ ABSL_GUARDED_BY(mu_);

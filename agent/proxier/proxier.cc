@@ -2,6 +2,7 @@
 #include "agent/proxier/proxier.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "agent/base/log.h"
 
@@ -118,12 +119,18 @@ absl::Status Proxier::Sync() {
   Changes changes = tracker_.Take();
   std::shared_ptr<const ServiceTable> table;
   size_t rebuilt = 0;
-  if (changes.empty() && LastSync() != absl::InfinitePast()) {
+  if (changes.empty() && !rebuild_all_ && LastSync() != absl::InfinitePast()) {
     // A periodic sync: nothing changed, but consumers re-apply the table, which repairs drift
     // (a VIP removed by hand, a new node address for NodePorts) and releases drained VIPs.
     table = this->table();
   } else {
     rebuilt = ApplyChanges(changes);
+    if (std::exchange(rebuild_all_, false)) {
+      for (const auto& [id, svc] : services_) {
+        Rebuild(id);
+      }
+      rebuilt = services_.size();
+    }
     table = Publish();
   }
 
@@ -148,6 +155,13 @@ absl::Status Proxier::Sync() {
   VLOG(1) << "sync: " << rebuilt << " services rebuilt, " << table->ports().size()
           << " service ports in " << absl::FormatDuration(end - start);
   return absl::OkStatus();
+}
+
+void Proxier::SetZone(const std::string& zone) {
+  if (node_.zone != zone) {
+    node_.zone = zone;
+    rebuild_all_ = true;
+  }
 }
 
 std::shared_ptr<const ServiceTable> Proxier::table() const {

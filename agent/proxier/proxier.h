@@ -36,6 +36,10 @@ class Proxier final {
   // half-loaded view never removes what is serving.
   absl::Status Sync();
 
+  // Sets this node's zone (from the Node's topology label when --zone is not given). Topology
+  // hints select endpoints by zone, so every service is rebuilt at the next Sync.
+  void SetZone(const std::string& zone);
+
   std::shared_ptr<const ServiceTable> table() const ABSL_LOCKS_EXCLUDED(mu_);
   // When the last successful sync ended; InfinitePast before the first.
   absl::Time LastSync() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -52,7 +56,8 @@ class Proxier final {
                         std::vector<config::NamespacedName>* dirty);
 
   ChangeTracker& tracker_;
-  const NodeInfo node_;
+  NodeInfo node_;
+  bool rebuild_all_ = false;  // the node's zone changed
   base::Clock& clock_;
   std::vector<TableConsumer*> consumers_;
 

@@ -136,5 +136,48 @@ TEST_F(ProxierTest, MetricsAreExported) {
       << text;
 }
 
+TEST_F(ProxierTest, ANewZoneRebuildsHintedServices) {
+  auto slice =
+      std::make_shared<config::EndpointSlice>(*Slice("a", "a-1", {"10.0.0.1", "10.0.0.2"}));
+  slice->endpoints[0].has_hints = true;
+  slice->endpoints[0].hint_zones = {"zone-a"};
+  slice->endpoints[1].has_hints = true;
+  slice->endpoints[1].hint_zones = {"zone-b"};
+  src_->MarkSynced();
+  src_->UpdateServices(config::Op::kSet, {Svc("a", "10.96.0.1", 80)});
+  src_->UpdateEndpointSlices(config::Op::kSet, {slice});
+  ASSERT_TRUE(proxier_.Sync().ok());
+  EXPECT_EQ(Endpoints("a"), (std::vector<std::string>{"10.0.0.1:8080", "10.0.0.2:8080"}));
+  proxier_.SetZone("zone-b");
+  ASSERT_TRUE(proxier_.Sync().ok());
+  EXPECT_EQ(Endpoints("a"), (std::vector<std::string>{"10.0.0.2:8080"}));
+  proxier_.SetZone("zone-b");  // unchanged: a periodic sync re-applies the same table
+  auto before = proxier_.table();
+  ASSERT_TRUE(proxier_.Sync().ok());
+  EXPECT_EQ(proxier_.table(), before);
+}
+
+TEST_F(ProxierTest, ProgrammingLatencyRunsFromTheSliceTriggerTime) {
+  auto changed = [](const char* name, const char* trigger) {
+    auto s = std::make_shared<config::EndpointSlice>(*Slice("a", name, {"10.0.0.1"}));
+    s->meta.annotations[config::kLastChangeTriggerTimeAnnotation] = trigger;
+    return s;
+  };
+  src_->MarkSynced();
+  src_->UpdateServices(config::Op::kSet, {Svc("a", "10.96.0.1", 80)});
+  // A change from before the agent started (the initial list) would measure the agent's
+  // downtime, not programming latency: kube-proxy leaves those out too.
+  src_->UpdateEndpointSlices(config::Op::kSet, {changed("a-1", "2023-11-14T22:00:00Z")});
+  clock_.Advance(absl::Seconds(3));
+  src_->UpdateEndpointSlices(config::Op::kAdd, {changed("a-2", "2023-11-14T22:13:21Z")});
+  ASSERT_TRUE(proxier_.Sync().ok());
+  std::string text = metrics_.Render();
+  EXPECT_NE(text.find("kubeproxy_network_programming_duration_seconds_count 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("kubeproxy_network_programming_duration_seconds_sum 2\n"), std::string::npos)
+      << text;
+}
+
 }  // namespace
 }  // namespace sluice::proxier

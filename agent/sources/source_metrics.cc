@@ -18,7 +18,12 @@ SourceMetricFamilies::SourceMetricFamilies(base::Registry& r)
       objects(r.AddGauge("sluice_source_objects", "Objects a source currently provides",
                          {"source", "kind"})),
       last_sync(r.AddGauge("sluice_source_last_sync_timestamp_seconds",
-                           "When a source last delivered its state", {"source"})) {}
+                           "When a source last delivered its state", {"source"})),
+      events(r.AddCounter("sluice_source_events_total", "Watch events a source received, by type",
+                          {"source", "type"})),
+      relists(r.AddCounter("sluice_source_relists_total",
+                           "Full lists after the initial one (expired resourceVersion, lost watch)",
+                           {"source"})) {}
 
 SourceMetrics::SourceMetrics(SourceMetricFamilies& f, const std::string& src)
     : updates(f.updates.WithLabels({src})),
@@ -29,6 +34,8 @@ SourceMetrics::SourceMetrics(SourceMetricFamilies& f, const std::string& src)
       services(f.objects.WithLabels({src, "Service"})),
       endpoint_slices(f.objects.WithLabels({src, "EndpointSlice"})),
       last_sync(f.last_sync.WithLabels({src})),
-      source(src) {}
+      source(src),
+      events(f.events),
+      relists(f.relists.WithLabels({src})) {}
 
 }  // namespace sluice::sources

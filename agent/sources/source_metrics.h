@@ -17,6 +17,8 @@ struct SourceMetricFamilies {
   base::Family<base::Counter>& reloads;
   base::Family<base::Gauge>& objects;
   base::Family<base::Gauge>& last_sync;
+  base::Family<base::Counter>& events;   // by {source, type}: watch events received
+  base::Family<base::Counter>& relists;  // full lists after the first (a 410, a broken stream)
 };
 
 // One source's children of those families.
@@ -32,6 +34,9 @@ struct SourceMetrics {
   base::Gauge& last_sync;
   const std::string source;
   base::Counter& Error(const std::string& reason) { return errors.WithLabels({source, reason}); }
+  base::Family<base::Counter>& events;  // by {source, type}: use Event()
+  base::Counter& relists;
+  base::Counter& Event(const std::string& type) { return events.WithLabels({source, type}); }
 };
 
 }  // namespace sluice::sources

@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/statusor.h"
+
+#include "agent/config/mux.h"
+#include "agent/kube/bearer_token.h"
+#include "agent/kube/list_watch.h"
+#include "agent/sources/source_metrics.h"
+
+namespace sluice::sources {
+
+// The label selector both kinds are listed and watched with, as kube-proxy's: objects of other
+// service proxies and headless services' slices stay on the server. With a proxy name, only
+// objects labelled with that name (the EndpointSlice controller copies a Service's labels to
+// its slices).
+std::string KubeLabelSelector(const std::string& service_proxy_name);
+
+// --source=kube: Services and EndpointSlices of all namespaces from the Kubernetes API, and
+// this node's zone from its Node object. Each kind is listed, then watched (kube::ListWatcher);
+// a list replaces the kind's state (kSet, so objects deleted meanwhile go), watch events add or
+// remove single objects. A malformed object is skipped, logged and counted, keeping its last
+// good version. MarkSynced follows the first complete list of both kinds and, when the Node
+// is watched, of the Node, so that the first sync already knows this node's zone.
+// Thread: created and destroyed on the control plane; the watchers' threads push into the
+// channel (thread-safe) and call on_zone.
+class KubeSource final {
+ public:
+  struct Options {
+    std::string kubeconfig;  // see kube::ResolveClientConfig
+    std::string master;
+    std::string service_proxy_name;
+    std::string node_name;
+    // Receives the Node's topology.kubernetes.io/zone label ("" when unlabelled) when first
+    // read and on every change, on a watcher thread. Unset: the Node is not watched.
+    absl::AnyInvocable<void(const std::string& zone)> on_zone;
+    kube::ListWatchOptions watch;
+    absl::Duration token_reload_period = kube::BearerToken::kReloadPeriod;
+  };
+
+  static absl::StatusOr<std::unique_ptr<KubeSource>> Create(Options options,
+                                                            config::SourceChannel* channel,
+                                                            SourceMetricFamilies& metrics);
+  // Stops every watcher at once, then joins them.
+  ~KubeSource();
+
+ private:
+  KubeSource(Options options, config::SourceChannel* channel, SourceMetricFamilies& metrics);
+  void OnKindListed();
+
+  Options options_;
+  config::SourceChannel* channel_;
+  SourceMetrics metrics_;
+  int kinds_ = 0;  // resources listed before MarkSynced; set before the watchers start
+  std::atomic<int> kinds_listed_{0};
+  std::unique_ptr<kube::BearerToken> token_;
+  // Handlers before watchers: a watcher calls its handler until it is joined.
+  std::vector<std::unique_ptr<kube::WatchHandler>> handlers_;
+  std::vector<std::unique_ptr<kube::ListWatcher>> watchers_;
+};
+
+}  // namespace sluice::sources

@@ -1,0 +1,146 @@
+// SPDX-License-Identifier: Apache-2.0
+// The real sluice-agent with --source=kube against the test API server, in a private network
+// namespace (tests/integration/agent_fixture.h): a Service created through the API is proxied
+// through its VIP, follows endpoint, zone and deletion changes, and /healthz waits for the
+// first sync.
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+
+#include "tests/integration/agent_fixture.h"
+#include "tests/integration/kube/fake_apiserver.h"
+#include "tests/testutil/tcp_server.h"
+
+namespace sluice::testing {
+namespace {
+
+using testutil::ConnectTcp;
+using testutil::TcpServer;
+using testutil::WaitFor;
+
+net::SocketAddress Addr(const std::string& s) { return *net::SocketAddress::Parse(s); }
+
+// The backend's name through the proxy, or "" on failure.
+std::string Hello(const std::string& to) {
+  int err = 0;
+  auto fd = ConnectTcp(Addr(to), &err);
+  std::string out;
+  char buf[256];
+  ssize_t n;
+  while (fd && (n = recv(fd.get(), buf, sizeof(buf), 0)) > 0) {
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+std::string Node(const std::string& zone) {
+  return absl::StrCat(R"({"metadata":{"name":"node1","labels":{"topology.kubernetes.io/zone":")",
+                      zone, R"("}}})");
+}
+
+class KubeAgentTest : public AgentTest {
+ protected:
+  void SetUp() override {
+    AgentTest::SetUp();
+    if (IsSkipped()) {
+      return;
+    }
+    // Started after the namespace exists, so it listens inside it.
+    api_ = FakeApiServer::Start({.tls = true});
+    ASSERT_NE(api_, nullptr);
+  }
+  void TearDown() override {
+    AgentTest::TearDown();  // the agent first
+    api_.reset();
+  }
+  int Healthz() {
+    int status = 0;
+    Get("/healthz", &status);
+    return status;
+  }
+  std::unique_ptr<FakeApiServer> api_;
+};
+
+TEST_F(KubeAgentTest, ProxiesAnApiServiceThroughItsVipAndFollowsChanges) {
+  auto a = TcpServer::Start(Addr("127.0.0.2:8080"), TcpServer::Mode::kHello, 0, "a");
+  auto b = TcpServer::Start(Addr("127.0.0.3:8080"), TcpServer::Mode::kHello, 0, "b");
+  ASSERT_TRUE(a && b);
+  api_->Put("services", ServiceJson("test", "web", "10.96.0.10", 80));
+  api_->Put("endpointslices",
+            SliceJson("test", "web", "web-1", {"127.0.0.2", "127.0.0.3"}, 8080, "",
+                      {R"("hints":{"forZones":[{"name":"zone-a"}]})",
+                       R"("hints":{"forZones":[{"name":"zone-b"}]})"}));
+  api_->Put("nodes", Node("zone-b"));
+  // The agent's token is not accepted yet: it retries, and is not ready.
+  const std::string token_file = api_->dir() + "/token";
+  std::ofstream(token_file) << "stale-token-7f3a";
+  api_->Control(R"({"op":"auth","tokens":["fresh-token-9c2e"]})");
+  StartAgent({"--source=kube",
+              "--kubeconfig=" + api_->WriteKubeconfig({.token_file = token_file, .ca = "file"})});
+  ASSERT_TRUE(WaitFor([&] { return Healthz() == 503; }, absl::Seconds(10))) << agent_->Output();
+  absl::SleepFor(absl::Seconds(1));
+  EXPECT_EQ(Healthz(), 503);
+  EXPECT_GE(MetricValue(R"(sluice_source_errors_total{source="kube",reason="unauthorized"})"), 1)
+      << Metrics();
+
+  // The rotated token is read after the next 401.
+  std::ofstream(token_file) << "fresh-token-9c2e";
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.10:80", true, absl::Seconds(20))) << agent_->Output();
+  ASSERT_TRUE(WaitFor([&] { return Healthz() == 200; }, absl::Seconds(10)));
+  // The Node says zone-b, so the hints leave only b (no --zone given).
+  ASSERT_TRUE(WaitFor([&] { return Hello("10.96.0.10:80") == "b"; }, absl::Seconds(10)));
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(Hello("10.96.0.10:80"), "b");
+  }
+  api_->Put("nodes", Node("zone-a"));
+  ASSERT_TRUE(WaitFor([&] { return Hello("10.96.0.10:80") == "a"; }, absl::Seconds(10)))
+      << agent_->Output();
+
+  // Endpoint change, then a port change, then deletion.
+  api_->Put("endpointslices", SliceJson("test", "web", "web-1", {"127.0.0.3"}, 8080));
+  ASSERT_TRUE(WaitFor([&] { return Hello("10.96.0.10:80") == "b"; }, absl::Seconds(10)));
+  api_->Put("services", ServiceJson("test", "web", "10.96.0.10", 81));
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.10:81"));
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.10:80", false));
+  api_->Delete("services", "test", "web");
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.10:81", false));
+
+  EXPECT_GE(MetricValue(R"(sluice_source_events_total{source="kube",type="MODIFIED"})"), 2);
+  EXPECT_GE(MetricValue(R"(sluice_source_events_total{source="kube",type="DELETED"})"), 1);
+  EXPECT_EQ(MetricValue(R"(sluice_source_relists_total{source="kube"})"), 0);
+  EXPECT_GE(MetricValue("kubeproxy_sync_proxy_rules_last_timestamp_seconds"), 1e9);
+  // The token never reaches the log.
+  EXPECT_EQ(agent_->Output().find("fresh-token-9c2e"), std::string::npos);
+  EXPECT_EQ(agent_->Output().find("stale-token-7f3a"), std::string::npos);
+  EXPECT_EQ(agent_->Output().find("Bearer"), std::string::npos);
+}
+
+TEST_F(KubeAgentTest, AnExpiredWatchRelistsAndRemovesWhatWasDeletedMeanwhile) {
+  auto a = TcpServer::Start(Addr("127.0.0.2:8080"), TcpServer::Mode::kHello, 0, "a");
+  ASSERT_TRUE(a);
+  for (const char* name : {"one", "two"}) {
+    const std::string ip = std::string("10.96.0.") + (name[0] == 'o' ? "11" : "12");
+    api_->Put("services", ServiceJson("test", name, ip, 80));
+    api_->Put("endpointslices",
+              SliceJson("test", name, std::string(name) + "-1", {"127.0.0.2"}, 8080));
+  }
+  StartAgent(
+      {"--source=kube", "--kubeconfig=" + api_->WriteKubeconfig({.ca = "data"}), "--zone=zone-z"});
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.11:80")) << agent_->Output();
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.12:80"));
+  EXPECT_EQ(Hello("10.96.0.11:80"), "a");
+  api_->Control(R"({"op":"hold","value":true})");
+  api_->Delete("services", "test", "one");
+  api_->Control(R"({"op":"compact"})");
+  api_->Control(R"({"op":"hold","value":false})");  // the running watches get ERROR 410
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.11:80", false)) << agent_->Output();
+  EXPECT_EQ(Hello("10.96.0.12:80"), "a");
+  EXPECT_GE(MetricValue(R"(sluice_source_relists_total{source="kube"})"), 1);
+  // --zone given: the Node is not watched.
+  for (const auto& r : api_->Requests()) {
+    EXPECT_NE(r.path, "/api/v1/nodes");
+  }
+}
+
+}  // namespace
+}  // namespace sluice::testing
