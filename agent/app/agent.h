@@ -17,6 +17,7 @@
 #include "agent/proxier/proxier.h"
 #include "agent/proxier/sync_runner.h"
 #include "agent/proxy/data_path_metrics.h"
+#include "agent/sources/etcd_source.h"
 #include "agent/sources/file_source.h"
 #include "agent/vip/vip_manager.h"
 
@@ -39,6 +40,8 @@ class Agent final {
   absl::Status Start();
   void RegisterMetrics();
   absl::Status StartDataPath();
+  absl::StatusOr<std::unique_ptr<sources::EtcdSource>> CreateEtcdSource(
+      const SourceSpec& spec, config::SourceChannel* channel);
   admin::HealthInputs Health() const;
 
   const AgentOptions opts_;
@@ -54,6 +57,7 @@ class Agent final {
   std::unique_ptr<proxier::DataPath> data_path_;
   std::unique_ptr<sources::SourceMetricFamilies> source_metrics_;
   std::vector<std::unique_ptr<sources::FileSource>> file_sources_;
+  std::vector<std::unique_ptr<sources::EtcdSource>> etcd_sources_;
   std::unique_ptr<admin::AdminServer> admin_;
   base::UniqueFd signal_fd_;
   std::unique_ptr<event::FileEvent> signal_watch_;

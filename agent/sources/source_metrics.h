@@ -15,6 +15,7 @@ struct SourceMetricFamilies {
   base::Family<base::Counter>& errors;
   base::Family<base::Counter>& decode_errors;
   base::Family<base::Counter>& reloads;
+  base::Family<base::Counter>& relists;
   base::Family<base::Gauge>& objects;
   base::Family<base::Gauge>& last_sync;
 };
@@ -27,6 +28,7 @@ struct SourceMetrics {
   base::Counter& decode_errors;
   base::Counter& reloads_ok;
   base::Counter& reloads_failed;
+  base::Counter& relists;
   base::Gauge& services;
   base::Gauge& endpoint_slices;
   base::Gauge& last_sync;
