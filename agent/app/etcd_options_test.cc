@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // --source=etcd:... and the --etcd-* flags.
-#include "agent/app/options.h"
-
 #include "gtest/gtest.h"
+
+#include "agent/app/options.h"
 
 namespace sluice::app {
 namespace {
@@ -12,6 +12,7 @@ absl::Status Parse(std::vector<std::string> args, AgentOptions& opts) {
   RegisterFlags(flags, opts);
   args.insert(args.begin(), "sluice-agent");
   std::vector<char*> argv;
+  argv.reserve(args.size());
   for (auto& a : args) {
     argv.push_back(a.data());
   }
@@ -41,8 +42,7 @@ TEST(EtcdOptionsTest, BadUrlsNameTheFlagAndTheUrl) {
     absl::Status st = Parse({std::string("--source=") + source}, opts);
     ASSERT_FALSE(st.ok()) << source;
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(st.message().find(std::string("--source=") + source), absl::string_view::npos)
-        << st;
+    EXPECT_NE(st.message().find(std::string("--source=") + source), absl::string_view::npos) << st;
     EXPECT_NE(st.message().find("want http://HOST:PORT or https://HOST:PORT"),
               absl::string_view::npos)
         << st;

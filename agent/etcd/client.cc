@@ -71,8 +71,8 @@ std::shared_ptr<grpc::Channel> Client::Channel() {
     args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kConnectTimeoutMs);
     const Endpoint& ep = endpoint();
-    channel_ = grpc::CreateCustomChannel(
-        ep.Target(), ep.tls ? tls_ : grpc::InsecureChannelCredentials(), args);
+    channel_ = grpc::CreateCustomChannel(ep.Target(),
+                                         ep.tls ? tls_ : grpc::InsecureChannelCredentials(), args);
     kv_ = etcdserverpb::KV::NewStub(channel_);
     watch_ = etcdserverpb::Watch::NewStub(channel_);
   }
@@ -196,9 +196,7 @@ WatchStream::~WatchStream() {
   client_.End(&context_);
 }
 
-bool WatchStream::Read(etcdserverpb::WatchResponse* response) {
-  return stream_->Read(response);
-}
+bool WatchStream::Read(etcdserverpb::WatchResponse* response) { return stream_->Read(response); }
 
 absl::Status WatchStream::Finish() {
   finished_ = true;

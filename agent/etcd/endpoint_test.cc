@@ -31,16 +31,15 @@ TEST(EndpointTest, RejectsWithTheReason) {
     const char* url;
     const char* why;
   };
-  for (const Case& c : {Case{"127.0.0.1:2379", "unknown scheme"},
-                        Case{"unix:///run/etcd.sock", "unknown scheme"},
-                        Case{"http://127.0.0.1", "missing port"},
-                        Case{"http://:2379", "missing host"},
-                        Case{"http://127.0.0.1:0", "port must be between"},
-                        Case{"http://127.0.0.1:99999", "port must be between"},
-                        Case{"http://127.0.0.1:2379/v3", "only a host and port"},
-                        Case{"http://user@127.0.0.1:2379", "only a host and port"},
-                        Case{"http://fd00::5:2379", "needs brackets"},
-                        Case{"http://[fd00::5]", "needs brackets and a port"}}) {
+  for (const Case& c :
+       {Case{"127.0.0.1:2379", "unknown scheme"}, Case{"unix:///run/etcd.sock", "unknown scheme"},
+        Case{"http://127.0.0.1", "missing port"}, Case{"http://:2379", "missing host"},
+        Case{"http://127.0.0.1:0", "port must be between"},
+        Case{"http://127.0.0.1:99999", "port must be between"},
+        Case{"http://127.0.0.1:2379/v3", "only a host and port"},
+        Case{"http://user@127.0.0.1:2379", "only a host and port"},
+        Case{"http://fd00::5:2379", "needs brackets"},
+        Case{"http://[fd00::5]", "needs brackets and a port"}}) {
     auto ep = ParseEndpoint(c.url);
     ASSERT_FALSE(ep.ok()) << c.url;
     EXPECT_EQ(ep.status().code(), absl::StatusCode::kInvalidArgument);

@@ -27,11 +27,23 @@ std::string_view DeclaredNamespace(const simdjson::dom::element& object) {
   return ns;
 }
 
+// The decoder's messages start with the object as its metadata names it ("Service default/web: "
+// when the namespace is left out); the caller names it by its key instead.
+absl::Status WithoutObjectName(const absl::Status& status, std::string_view kind) {
+  const std::string_view message = base::Std(status.message());
+  const size_t colon = message.find(": ");
+  if (message.substr(0, kind.size()) != kind || colon == std::string_view::npos) {
+    return status;
+  }
+  return absl::Status(status.code(), Absl(message.substr(colon + 2)));
+}
+
 // Decodes one value with `decode` and reconciles its identity with the key's.
 template <typename T, typename Decode>
 absl::StatusOr<std::shared_ptr<const T>> DecodeValue(simdjson::dom::parser& parser,
                                                      const config::NamespacedName& id,
-                                                     std::string_view value, Decode decode) {
+                                                     std::string_view value, std::string_view kind,
+                                                     Decode decode) {
   simdjson::dom::element root;
   // The value is not padded for simdjson, so the parser copies it into its own buffer.
   if (auto error = parser.parse(value.data(), value.size(), true).get(root)) {
@@ -40,12 +52,12 @@ absl::StatusOr<std::shared_ptr<const T>> DecodeValue(simdjson::dom::parser& pars
   }
   absl::StatusOr<std::shared_ptr<const T>> object = decode(root);
   if (!object.ok()) {
-    return object.status();
+    return WithoutObjectName(object.status(), kind);
   }
   const config::NamespacedName& got = (*object)->meta.id;
   if (got.name != id.name) {
-    return absl::InvalidArgumentError(absl::StrCat("metadata.name is \"", got.name,
-                                                   "\" but the key names \"", id.name, "\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("metadata.name is \"", got.name, "\" but the key names \"", id.name, "\""));
   }
   const std::string_view declared = DeclaredNamespace(root);
   if (!declared.empty() && declared != id.ns) {
@@ -101,9 +113,8 @@ absl::StatusOr<std::optional<RegistryKey>> RegistryLayout::Parse(std::string_vie
   const size_t sep = id.find('/');
   if (sep == std::string_view::npos || sep == 0 || sep + 1 == id.size() ||
       id.find('/', sep + 1) != std::string_view::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("key does not have the form ", prefix_, "/", Absl(resource),
-                     "/NAMESPACE/NAME"));
+    return absl::InvalidArgumentError(absl::StrCat("key does not have the form ", prefix_, "/",
+                                                   Absl(resource), "/NAMESPACE/NAME"));
   }
   out.id.ns.assign(id.substr(0, sep));
   out.id.name.assign(id.substr(sep + 1));
@@ -115,15 +126,15 @@ RegistryDecoder::~RegistryDecoder() = default;
 
 absl::StatusOr<config::ServicePtr> RegistryDecoder::Service(const config::NamespacedName& id,
                                                             std::string_view value) {
-  return DecodeValue<config::Service>(*parser_, id, value, [](const simdjson::dom::element& e) {
-    return config::DecodeService(e);
-  });
+  return DecodeValue<config::Service>(
+      *parser_, id, value, "Service",
+      [](const simdjson::dom::element& e) { return config::DecodeService(e); });
 }
 
 absl::StatusOr<config::EndpointSlicePtr> RegistryDecoder::EndpointSlice(
     const config::NamespacedName& id, std::string_view value) {
   return DecodeValue<config::EndpointSlice>(
-      *parser_, id, value,
+      *parser_, id, value, "EndpointSlice",
       [](const simdjson::dom::element& e) { return config::DecodeEndpointSlice(e); });
 }
 

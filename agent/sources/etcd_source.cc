@@ -131,10 +131,9 @@ void EtcdSource::Run() {
 absl::Status EtcdSource::List() {
   const absl::Time start = absl::Now();
   Batch next;
-  ASSIGN_OR_RETURN(
-      const int64_t revision,
-      client_->RangeAll(layout_.RangeStart(), layout_.RangeEnd(),
-                        [&](const mvccpb::KeyValue& kv) { Put(kv, next); }));
+  ASSIGN_OR_RETURN(const int64_t revision,
+                   client_->RangeAll(layout_.RangeStart(), layout_.RangeEnd(),
+                                     [&](const mvccpb::KeyValue& kv) { Put(kv, next); }));
   // kSet: whatever this source provided before and is gone now is removed.
   channel_->UpdateServices(config::Op::kSet, Values(next.services));
   channel_->UpdateEndpointSlices(config::Op::kSet, Values(next.slices));
@@ -165,14 +164,13 @@ absl::Status EtcdSource::Watch(etcd::Backoff& backoff) {
   while (stream->Read(&response)) {
     if (response.compact_revision() != 0) {
       need_list_ = true;
-      return absl::OutOfRangeError(absl::StrCat(
-          "watch ", client_->endpoint().url, ": revision ", revision_ + 1,
-          " is compacted (the oldest kept is ", response.compact_revision(), ")"));
+      return absl::OutOfRangeError(absl::StrCat("watch ", client_->endpoint().url, ": revision ",
+                                                revision_ + 1, " is compacted (the oldest kept is ",
+                                                response.compact_revision(), ")"));
     }
     if (response.canceled()) {
-      return absl::UnavailableError(absl::StrCat("watch ", client_->endpoint().url,
-                                                 ": cancelled by etcd: ",
-                                                 response.cancel_reason()));
+      return absl::UnavailableError(absl::StrCat(
+          "watch ", client_->endpoint().url, ": cancelled by etcd: ", response.cancel_reason()));
     }
     if (response.created()) {
       // Its header revision is etcd's current one, not what we have seen: events may follow.
@@ -251,9 +249,8 @@ void EtcdSource::Delete(const std::string& key, Batch& batch) {
 }
 
 void EtcdSource::ApplyEvents(Batch& batch) {
-  Commit(batch.services, store_.services, [this](config::Op op, auto objects) {
-    channel_->UpdateServices(op, std::move(objects));
-  });
+  Commit(batch.services, store_.services,
+         [this](config::Op op, auto objects) { channel_->UpdateServices(op, std::move(objects)); });
   Commit(batch.slices, store_.slices, [this](config::Op op, auto objects) {
     channel_->UpdateEndpointSlices(op, std::move(objects));
   });

@@ -38,8 +38,8 @@ struct EtcdSourceOptions {
 class EtcdSource final {
  public:
   static absl::StatusOr<std::unique_ptr<EtcdSource>> Create(const EtcdSourceOptions& options,
-                                                             config::SourceChannel* channel,
-                                                             SourceMetricFamilies& metrics);
+                                                            config::SourceChannel* channel,
+                                                            SourceMetricFamilies& metrics);
   // Cancels the call in progress and joins the thread.
   ~EtcdSource();
 
@@ -68,7 +68,7 @@ class EtcdSource final {
   RegistryDecoder decoder_;
   config::SourceChannel* const channel_;
   SourceMetrics metrics_;
-  Batch store_;  // what this source currently provides: the last good object per key
+  Batch store_;           // what this source currently provides: the last good object per key
   int64_t revision_ = 0;  // the last revision applied
   bool need_list_ = true;
   bool synced_ = false;

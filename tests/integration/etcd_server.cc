@@ -24,7 +24,8 @@ absl::StatusOr<std::unique_ptr<EtcdServer>> EtcdServer::Start(Options options) {
   server->dir_ = tmpl;
   server->client_port_ = testutil::FreePort();
   server->peer_port_ = testutil::FreePort();
-  server->url_ = absl::StrCat(options.tls ? "https" : "http", "://127.0.0.1:", server->client_port_);
+  server->url_ =
+      absl::StrCat(options.tls ? "https" : "http", "://127.0.0.1:", server->client_port_);
   if (options.tls) {
     if (absl::Status st = server->MakeCertificates(); !st.ok()) {
       return st;
@@ -76,16 +77,13 @@ absl::Status EtcdServer::Launch() {
                                    "--logger=zap",
                                    "--log-level=warn"};
   if (options_.tls) {
-    for (std::string flag : {"--cert-file=" + dir_ + "/server.pem",
-                             "--key-file=" + dir_ + "/server-key.pem",
-                             "--trusted-ca-file=" + dir_ + "/ca.pem",
-                             std::string("--client-cert-auth")}) {
-      argv.push_back(flag);
-    }
+    argv.insert(argv.end(),
+                {"--cert-file=" + dir_ + "/server.pem", "--key-file=" + dir_ + "/server-key.pem",
+                 "--trusted-ca-file=" + dir_ + "/ca.pem", "--client-cert-auth"});
   }
   process_ = std::make_unique<testutil::Subprocess>(argv);
-  const bool up = testutil::WaitFor(
-      [&] { return !process_->running() || Revision().ok(); }, absl::Seconds(20));
+  const bool up =
+      testutil::WaitFor([&] { return !process_->running() || Revision().ok(); }, absl::Seconds(20));
   if (!up || !process_->running()) {
     return absl::UnavailableError("etcd did not start: " + process_->Output());
   }

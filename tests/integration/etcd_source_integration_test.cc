@@ -38,6 +38,7 @@ std::string ServiceJson(const std::string& name, const std::string& ip, int port
 std::string SliceJson(const std::string& name, const std::string& service,
                       const std::vector<std::string>& addresses, int port = 8080) {
   std::vector<std::string> endpoints;
+  endpoints.reserve(addresses.size());
   for (const auto& a : addresses) {
     endpoints.push_back(absl::StrCat(R"({"addresses":[")", a, R"("]})"));
   }
@@ -163,8 +164,8 @@ TEST_F(EtcdSourceTest, MalformedUpdateKeepsTheLastGoodObject) {
   ASSERT_TRUE(WaitListener("tcp/10.96.0.10:80")) << agent_->Output();
 
   Put(ServiceKey("web"), ServiceJson("web", "10.96.0.10", 0));
-  ASSERT_TRUE(WaitFor([&] { return SourceMetric("sluice_source_decode_errors_total") == 1; },
-                      kApply))
+  ASSERT_TRUE(
+      WaitFor([&] { return SourceMetric("sluice_source_decode_errors_total") == 1; }, kApply))
       << agent_->Output();
   EXPECT_TRUE(Contains("\"servicePort\": 80,"));
   EXPECT_NE(agent_->Output().find(ServiceKey("web") + " (revision"), std::string::npos);
@@ -191,9 +192,8 @@ TEST_F(EtcdSourceTest, NotReadyUntilTheFirstReadThenSurvivesEtcdRestart) {
   ASSERT_TRUE(etcd_->Stop().ok());
   StartEtcdAgent(etcd_->url());
   // No etcd: not ready, the failures are counted and retried.
-  ASSERT_TRUE(WaitFor([&] { return SourceMetric("sluice_source_errors_total",
-                                                ",reason=\"list\"") >= 2; },
-                      kApply))
+  ASSERT_TRUE(WaitFor(
+      [&] { return SourceMetric("sluice_source_errors_total", ",reason=\"list\"") >= 2; }, kApply))
       << agent_->Output();
   EXPECT_EQ(Healthz(), 503);
   EXPECT_FALSE(Contains("test/web"));
@@ -204,9 +204,8 @@ TEST_F(EtcdSourceTest, NotReadyUntilTheFirstReadThenSurvivesEtcdRestart) {
 
   // etcd goes away while the agent watches: the last state stays and health stays up.
   ASSERT_TRUE(etcd_->Stop().ok());
-  ASSERT_TRUE(WaitFor([&] { return SourceMetric("sluice_source_errors_total",
-                                                ",reason=\"watch\"") >= 1; },
-                      kApply))
+  ASSERT_TRUE(WaitFor(
+      [&] { return SourceMetric("sluice_source_errors_total", ",reason=\"watch\"") >= 1; }, kApply))
       << agent_->Output();
   EXPECT_TRUE(Contains("\"127.0.0.2:8080\""));
   EXPECT_EQ(Healthz(), 200);
@@ -229,8 +228,7 @@ TEST_F(EtcdSourceTest, CompactionWhileDisconnectedRereadsAndRemovesWhatVanished)
     EXPECT_TRUE(WaitFor(
         [&] {
           std::string out;
-          testutil::RunCommand({"ss", "-Htln", "sport", "=", absl::StrCat(":", relay_port)},
-                               &out);
+          testutil::RunCommand({"ss", "-Htln", "sport", "=", absl::StrCat(":", relay_port)}, &out);
           return !out.empty();
         },
         absl::Seconds(5)))
@@ -248,10 +246,12 @@ TEST_F(EtcdSourceTest, CompactionWhileDisconnectedRereadsAndRemovesWhatVanished)
   ASSERT_TRUE(WaitListener("tcp/10.96.0.10:80"));
 
   relay.reset();  // SIGKILL: the agent's connection drops
-  ASSERT_TRUE(WaitFor([&] { return MetricValue(absl::StrCat(
-                                       "sluice_source_errors_total{source=\"etcd:", via,
-                                       "\",reason=\"watch\"}")) >= 1; },
-                      kApply))
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return MetricValue(absl::StrCat("sluice_source_errors_total{source=\"etcd:", via,
+                                        "\",reason=\"watch\"}")) >= 1;
+      },
+      kApply))
       << agent_->Output();
   ASSERT_TRUE(etcd_->Delete(ServiceKey("old")).ok());
   ASSERT_TRUE(etcd_->Delete(SliceKey("old-1")).ok());
@@ -268,11 +268,9 @@ TEST_F(EtcdSourceTest, CompactionWhileDisconnectedRereadsAndRemovesWhatVanished)
   EXPECT_TRUE(Contains("\"127.0.0.3:8080\""));
   EXPECT_FALSE(Contains("\"127.0.0.2:8080\""));
   EXPECT_TRUE(Contains("\"test/keep\""));
-  EXPECT_EQ(MetricValue(absl::StrCat("sluice_source_relists_total{source=\"etcd:", via, "\"}")),
-            1);
-  EXPECT_EQ(MetricValue(absl::StrCat("sluice_source_decode_errors_total{source=\"etcd:", via,
-                                     "\"}")),
-            1);
+  EXPECT_EQ(MetricValue(absl::StrCat("sluice_source_relists_total{source=\"etcd:", via, "\"}")), 1);
+  EXPECT_EQ(
+      MetricValue(absl::StrCat("sluice_source_decode_errors_total{source=\"etcd:", via, "\"}")), 1);
   EXPECT_NE(agent_->Output().find("is compacted"), std::string::npos) << agent_->Output();
   // The new watch works.
   Put(SliceKey("new-1"), SliceJson("new-1", "new", {"127.0.0.7"}));
@@ -334,8 +332,7 @@ TEST_F(EtcdTlsTest, ClientCertificatesOverHttps) {
   auto etcd = EtcdServer::Start({.tls = true});
   ASSERT_TRUE(etcd.ok()) << etcd.status();
   ASSERT_TRUE((*etcd)->Put(ServiceKey("web"), ServiceJson("web", "10.96.0.10", 80)).ok());
-  ASSERT_TRUE(
-      (*etcd)->Put(SliceKey("web-1"), SliceJson("web-1", "web", {"127.0.0.2"})).ok());
+  ASSERT_TRUE((*etcd)->Put(SliceKey("web-1"), SliceJson("web-1", "web", {"127.0.0.2"})).ok());
   StartAgent({"--source=etcd:" + (*etcd)->url(), "--etcd-cafile=" + (*etcd)->ca_file(),
               "--etcd-certfile=" + (*etcd)->client_cert(),
               "--etcd-keyfile=" + (*etcd)->client_key()});
@@ -345,10 +342,12 @@ TEST_F(EtcdTlsTest, ClientCertificatesOverHttps) {
 
   // Without the client certificate etcd refuses us: nothing is read, errors are counted.
   StartAgent({"--source=etcd:" + (*etcd)->url(), "--etcd-cafile=" + (*etcd)->ca_file()});
-  EXPECT_TRUE(WaitFor([&] { return MetricValue(absl::StrCat(
-                                       "sluice_source_errors_total{source=\"etcd:",
-                                       (*etcd)->url(), "\",reason=\"list\"}")) >= 1; },
-                      kApply))
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return MetricValue(absl::StrCat("sluice_source_errors_total{source=\"etcd:", (*etcd)->url(),
+                                        "\",reason=\"list\"}")) >= 1;
+      },
+      kApply))
       << agent_->Output();
   EXPECT_FALSE(Get("/debug/services").find("test/web") != std::string::npos);
 }
