@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 
 #include "agent/base/file.h"
 #include "agent/base/log.h"
@@ -120,46 +121,82 @@ absl::Status Client::FromGrpc(const grpc::Status& status, const std::string& op)
                       absl::StrCat(op, " ", endpoint().url, ": ", status.error_message()));
 }
 
+// One Range call on the callback API, so the caller can decode the previous page meanwhile. The
+// completion runs on a gRPC thread and only records the status.
+struct Client::PendingRange {
+  etcdserverpb::RangeRequest request;
+  etcdserverpb::RangeResponse response;
+  grpc::ClientContext context;
+  grpc::Status status;
+  absl::Notification done;
+};
+
+std::unique_ptr<Client::PendingRange> Client::StartRange(const std::string& from,
+                                                         const std::string& range_end,
+                                                         int64_t limit, int64_t revision) {
+  auto call = std::make_unique<PendingRange>();
+  call->request.set_key(from);
+  call->request.set_range_end(range_end);
+  call->request.set_limit(limit);
+  call->request.set_revision(revision);
+  call->context.set_deadline(absl::ToChronoTime(absl::Now() + options_.request_timeout));
+  Channel();
+  if (!Begin(&call->context)) {
+    call->status = grpc::Status(grpc::StatusCode::CANCELLED, "etcd client cancelled");
+    call->done.Notify();
+    return call;
+  }
+  PendingRange* raw = call.get();
+  kv_->async()->Range(&raw->context, &raw->request, &raw->response, [raw](grpc::Status status) {
+    raw->status = std::move(status);
+    raw->done.Notify();
+  });
+  return call;
+}
+
+grpc::Status Client::FinishRange(PendingRange& call) {
+  call.done.WaitForNotification();
+  End(&call.context);
+  return call.status;
+}
+
 absl::StatusOr<int64_t> Client::RangeAll(const std::string& key, const std::string& range_end,
                                          absl::FunctionRef<void(const mvccpb::KeyValue&)> fn) {
   int64_t revision = 0;  // pinned by the first page, so the pages form one snapshot
   int64_t limit = options_.page_size;
   std::string from = key;
+  std::unique_ptr<PendingRange> page = StartRange(from, range_end, limit, revision);
   while (true) {
-    etcdserverpb::RangeRequest request;
-    request.set_key(from);
-    request.set_range_end(range_end);
-    request.set_limit(limit);
-    request.set_revision(revision);
-    etcdserverpb::RangeResponse response;
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + options_.request_timeout));
-    Channel();
-    if (!Begin(&context)) {
-      return absl::CancelledError("etcd client cancelled");
-    }
-    const grpc::Status status = kv_->Range(&context, request, &response);
-    End(&context);
+    const grpc::Status status = FinishRange(*page);
     if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED && limit > 1) {
       limit = std::max<int64_t>(1, limit / 2);
       VLOG(1) << "range " << endpoint().url << ": " << status.error_message() << "; retrying with "
               << limit << " keys per page";
+      page = StartRange(from, range_end, limit, revision);
       continue;
     }
     if (!status.ok()) {
       return FromGrpc(status, "range");
     }
+    const etcdserverpb::RangeResponse& response = page->response;
     if (revision == 0) {
       revision = response.header().revision();
+    }
+    // Ask for the next page before decoding this one: etcd serves it meanwhile. The next call
+    // is always waited for at the top of the loop, so it never outlives this function.
+    std::unique_ptr<PendingRange> next;
+    if (response.more() && !response.kvs().empty()) {
+      from = response.kvs().rbegin()->key();
+      from.push_back('\0');  // the next key after the last one read
+      next = StartRange(from, range_end, limit, revision);
     }
     for (const mvccpb::KeyValue& kv : response.kvs()) {
       fn(kv);
     }
-    if (!response.more() || response.kvs().empty()) {
+    if (!next) {
       return revision;
     }
-    from = response.kvs().rbegin()->key();
-    from.push_back('\0');  // the next key after the last one read
+    page = std::move(next);
   }
 }
 

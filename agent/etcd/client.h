@@ -70,8 +70,9 @@ class Client final {
   void NextEndpoint();
 
   // Reads every key in [key, range_end) at one revision, page by page, calling `fn` for each
-  // in key order. Returns that revision. A page too big for max_message_bytes is retried with
-  // fewer keys. OutOfRange means the revision was compacted between pages.
+  // in key order (the next page is fetched while `fn` runs over one). Returns that revision. A
+  // page too big for max_message_bytes is retried with fewer keys. OutOfRange means the
+  // revision was compacted between pages.
   absl::StatusOr<int64_t> RangeAll(const std::string& key, const std::string& range_end,
                                    absl::FunctionRef<void(const mvccpb::KeyValue&)> fn);
 
@@ -88,9 +89,14 @@ class Client final {
 
  private:
   friend class WatchStream;
+  struct PendingRange;
   explicit Client(ClientOptions options, std::shared_ptr<grpc::ChannelCredentials> tls)
       : options_(std::move(options)), tls_(std::move(tls)) {}
   std::shared_ptr<grpc::Channel> Channel();
+  // Starts one Range page; FinishRange waits for it (always called, also on errors).
+  std::unique_ptr<PendingRange> StartRange(const std::string& from, const std::string& range_end,
+                                           int64_t limit, int64_t revision);
+  grpc::Status FinishRange(PendingRange& call);
   // Registers the context of the call about to start, so Cancel() can reach it. False if
   // already cancelled.
   bool Begin(grpc::ClientContext* context);
