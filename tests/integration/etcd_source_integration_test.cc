@@ -224,12 +224,13 @@ TEST_F(EtcdSourceTest, CompactionWhileDisconnectedRereadsAndRemovesWhatVanished)
     auto relay = std::make_unique<testutil::Subprocess>(std::vector<std::string>{
         "socat", absl::StrCat("TCP-LISTEN:", relay_port, ",bind=127.0.0.1,reuseaddr"),
         absl::StrCat("TCP:127.0.0.1:", etcd_->client_port())});
-    // socat (without fork) serves one connection: wait for its listener without using it up.
+    // socat (without fork) serves one connection and then stops listening; the agent may take
+    // it at once. Wait for the listener or that connection, without using it up.
     EXPECT_TRUE(WaitFor(
         [&] {
           std::string out;
-          testutil::RunCommand({"ss", "-Htln", "sport", "=", absl::StrCat(":", relay_port)}, &out);
-          return !out.empty();
+          testutil::RunCommand({"ss", "-Htan", "sport", "=", absl::StrCat(":", relay_port)}, &out);
+          return out.find("LISTEN") != std::string::npos || out.find("ESTAB") != std::string::npos;
         },
         absl::Seconds(5)))
         << relay->Output();
