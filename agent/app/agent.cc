@@ -26,6 +26,7 @@ Agent::~Agent() {
   tunnel_.reset();  // cancels its streams and waits for their connections
   file_sources_.clear();
   kube_source_.reset();
+  etcd_sources_.clear();
   data_path_.reset();  // workers stop; listeners and connections close
   if (vips_ && !opts_.keep_vips) {
     if (absl::Status st = vips_->RemoveAll(); !st.ok()) {
@@ -77,6 +78,20 @@ absl::Status Agent::StartDataPath() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::unique_ptr<sources::EtcdSource>> Agent::CreateEtcdSource(
+    const SourceSpec& spec, config::SourceChannel* channel) {
+  sources::EtcdSourceOptions options;
+  for (const std::string& url : spec.urls) {
+    ASSIGN_OR_RETURN(etcd::Endpoint endpoint, etcd::ParseEndpoint(url));
+    options.endpoints.push_back(std::move(endpoint));
+  }
+  options.prefix = opts_.etcd_prefix;
+  options.ca_file = opts_.etcd_cafile;
+  options.cert_file = opts_.etcd_certfile;
+  options.key_file = opts_.etcd_keyfile;
+  return sources::EtcdSource::Create(options, channel, *source_metrics_);
+}
+
 absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(const AgentOptions& opts) {
   auto agent = std::unique_ptr<Agent>(new Agent(opts));
   RETURN_IF_ERROR(agent->Start());
@@ -112,6 +127,11 @@ absl::Status Agent::Start() {
   for (size_t i = 0; i < opts_.source_specs.size(); ++i) {
     if (opts_.source_specs[i].kind == SourceSpec::Kind::kKube) {
       RETURN_IF_ERROR(StartKubeSource(channels[i]));
+      continue;
+    }
+    if (opts_.source_specs[i].kind == SourceSpec::Kind::kEtcd) {
+      ASSIGN_OR_RETURN(auto source, CreateEtcdSource(opts_.source_specs[i], channels[i]));
+      etcd_sources_.push_back(std::move(source));
       continue;
     }
     ASSIGN_OR_RETURN(auto source,

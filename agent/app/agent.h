@@ -17,6 +17,7 @@
 #include "agent/proxier/proxier.h"
 #include "agent/proxier/sync_runner.h"
 #include "agent/proxy/data_path_metrics.h"
+#include "agent/sources/etcd_source.h"
 #include "agent/sources/file_source.h"
 #include "agent/sources/kube_source.h"
 #include "agent/vip/vip_manager.h"
@@ -42,6 +43,8 @@ class Agent final {
   void RegisterMetrics();
   absl::Status StartDataPath();
   absl::Status StartKubeSource(config::SourceChannel* channel);
+  absl::StatusOr<std::unique_ptr<sources::EtcdSource>> CreateEtcdSource(
+      const SourceSpec& spec, config::SourceChannel* channel);
   admin::HealthInputs Health() const;
   absl::Status StartTunnel();
   void OnSignal(int signo);
@@ -62,6 +65,7 @@ class Agent final {
   std::unique_ptr<agent::TunnelAgent> tunnel_;
   std::unique_ptr<event::Timer> drain_timer_;
   std::unique_ptr<sources::KubeSource> kube_source_;
+  std::vector<std::unique_ptr<sources::EtcdSource>> etcd_sources_;
   std::unique_ptr<admin::AdminServer> admin_;
   base::UniqueFd signal_fd_;
   std::unique_ptr<event::FileEvent> signal_watch_;

@@ -17,6 +17,8 @@
 #include "yaml-cpp/yaml.h"
 
 #include "agent/base/status.h"
+#include "agent/base/strings.h"
+#include "agent/etcd/endpoint.h"
 #include "agent/net/address.h"
 
 namespace sluice::app {
@@ -28,6 +30,14 @@ void RegisterFlags(base::FlagSet& flags, AgentOptions& o) {
   flags.String("config", &o.config_file,
                "YAML file with these settings (keys are flag names); flags given on the command "
                "line win");
+  flags.String("etcd-prefix", &o.etcd_prefix,
+               "Key prefix of etcd sources: Services under PREFIX/services/NAMESPACE/NAME, "
+               "EndpointSlices under PREFIX/endpointslices/NAMESPACE/NAME");
+  flags.String("etcd-cafile", &o.etcd_cafile,
+               "PEM CA bundle to verify https etcd servers (default: the system's)");
+  flags.String("etcd-certfile", &o.etcd_certfile,
+               "PEM client certificate for https etcd servers (with --etcd-keyfile)");
+  flags.String("etcd-keyfile", &o.etcd_keyfile, "PEM key of --etcd-certfile");
   flags.String("hostname-override", &o.hostname_override,
                "Node name used for traffic policy Local (default: the host name)");
   flags.String("zone", &o.zone, "This node's topology zone, for topology-aware hints");
@@ -115,8 +125,16 @@ absl::StatusOr<SourceSpec> ParseSourceSpec(const std::string& text) {
     return spec;
   }
   if (absl::StartsWith(text, "etcd:")) {
-    return absl::UnimplementedError(
-        absl::StrCat("--source=", text, ": the etcd source is not built into this version yet"));
+    for (absl::string_view url : absl::StrSplit(text.substr(5), ',')) {
+      auto endpoint = etcd::ParseEndpoint(base::Std(url));
+      if (!endpoint.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--source=", text, ": ", endpoint.status().message()));
+      }
+      spec.kind = SourceSpec::Kind::kEtcd;
+      spec.urls.push_back(std::string(url));
+    }
+    return spec;
   }
   return absl::InvalidArgumentError(
       absl::StrCat("--source=", text, ": want file:PATH, kube or etcd:URL[,URL...]"));
@@ -180,6 +198,29 @@ absl::Status LoadConfigFile(const std::string& path, base::FlagSet& flags) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// TLS files only make sense for https URLs; a CA without https usually means a typo'd scheme.
+absl::Status CheckEtcdTls(const AgentOptions& o) {
+  if (o.etcd_certfile.empty() != o.etcd_keyfile.empty()) {
+    return absl::InvalidArgumentError("--etcd-certfile and --etcd-keyfile go together");
+  }
+  if (o.etcd_cafile.empty() && o.etcd_certfile.empty()) {
+    return absl::OkStatus();
+  }
+  for (const SourceSpec& spec : o.source_specs) {
+    for (const std::string& url : spec.urls) {
+      if (absl::StartsWith(url, "https://")) {
+        return absl::OkStatus();
+      }
+    }
+  }
+  return absl::InvalidArgumentError(
+      "--etcd-cafile, --etcd-certfile and --etcd-keyfile need an https:// etcd source URL");
+}
+
+}  // namespace
+
 absl::Status Validate(AgentOptions& o) {
   if (o.sources.empty()) {
     return absl::InvalidArgumentError(
@@ -194,6 +235,7 @@ absl::Status Validate(AgentOptions& o) {
     }
     o.source_specs.push_back(std::move(spec));
   }
+  RETURN_IF_ERROR(CheckEtcdTls(o));
   RETURN_IF_ERROR(CheckBindAddress("healthz-bind-address", o.healthz_bind_address));
   RETURN_IF_ERROR(CheckBindAddress("metrics-bind-address", o.metrics_bind_address));
   if (o.sync_period <= absl::ZeroDuration()) {

@@ -25,6 +25,11 @@ struct SourceSpec {
 struct AgentOptions {
   std::vector<std::string> sources;
   std::string config_file;
+  // etcd sources (kube-apiserver's flag names).
+  std::string etcd_prefix = "/sluice/registry";
+  std::string etcd_cafile;
+  std::string etcd_certfile;
+  std::string etcd_keyfile;
   std::string hostname_override;
   std::string zone;
   std::string service_proxy_name;

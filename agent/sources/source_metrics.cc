@@ -15,15 +15,16 @@ SourceMetricFamilies::SourceMetricFamilies(base::Registry& r)
       reloads(r.AddCounter("sluice_source_reloads_total",
                            "File reloads by result (success: applied, error: kept last good)",
                            {"source", "result"})),
+      relists(r.AddCounter("sluice_source_relists_total",
+                           "Full re-reads of a source's state after its watch lost history "
+                           "(etcd compaction, API 410 Gone)",
+                           {"source"})),
       objects(r.AddGauge("sluice_source_objects", "Objects a source currently provides",
                          {"source", "kind"})),
       last_sync(r.AddGauge("sluice_source_last_sync_timestamp_seconds",
                            "When a source last delivered its state", {"source"})),
       events(r.AddCounter("sluice_source_events_total", "Watch events a source received, by type",
-                          {"source", "type"})),
-      relists(r.AddCounter("sluice_source_relists_total",
-                           "Full lists after the initial one (expired resourceVersion, lost watch)",
-                           {"source"})) {}
+                          {"source", "type"}))) {}
 
 SourceMetrics::SourceMetrics(SourceMetricFamilies& f, const std::string& src)
     : updates(f.updates.WithLabels({src})),
@@ -31,11 +32,11 @@ SourceMetrics::SourceMetrics(SourceMetricFamilies& f, const std::string& src)
       decode_errors(f.decode_errors.WithLabels({src})),
       reloads_ok(f.reloads.WithLabels({src, "success"})),
       reloads_failed(f.reloads.WithLabels({src, "error"})),
+      relists(f.relists.WithLabels({src})),
       services(f.objects.WithLabels({src, "Service"})),
       endpoint_slices(f.objects.WithLabels({src, "EndpointSlice"})),
       last_sync(f.last_sync.WithLabels({src})),
       source(src),
-      events(f.events),
-      relists(f.relists.WithLabels({src})) {}
+      events(f.events) {}
 
 }  // namespace sluice::sources

@@ -15,10 +15,10 @@ struct SourceMetricFamilies {
   base::Family<base::Counter>& errors;
   base::Family<base::Counter>& decode_errors;
   base::Family<base::Counter>& reloads;
+  base::Family<base::Counter>& relists;  // full re-reads after the first (410, compaction)
   base::Family<base::Gauge>& objects;
   base::Family<base::Gauge>& last_sync;
   base::Family<base::Counter>& events;   // by {source, type}: watch events received
-  base::Family<base::Counter>& relists;  // full lists after the first (a 410, a broken stream)
 };
 
 // One source's children of those families.
@@ -29,13 +29,13 @@ struct SourceMetrics {
   base::Counter& decode_errors;
   base::Counter& reloads_ok;
   base::Counter& reloads_failed;
+  base::Counter& relists;
   base::Gauge& services;
   base::Gauge& endpoint_slices;
   base::Gauge& last_sync;
   const std::string source;
   base::Counter& Error(const std::string& reason) { return errors.WithLabels({source, reason}); }
   base::Family<base::Counter>& events;  // by {source, type}: use Event()
-  base::Counter& relists;
   base::Counter& Event(const std::string& type) { return events.WithLabels({source, type}); }
 };
 
