@@ -24,7 +24,7 @@ SourceMetricFamilies::SourceMetricFamilies(base::Registry& r)
       last_sync(r.AddGauge("sluice_source_last_sync_timestamp_seconds",
                            "When a source last delivered its state", {"source"})),
       events(r.AddCounter("sluice_source_events_total", "Watch events a source received, by type",
-                          {"source", "type"}))) {}
+                          {"source", "type"})) {}
 
 SourceMetrics::SourceMetrics(SourceMetricFamilies& f, const std::string& src)
     : updates(f.updates.WithLabels({src})),
