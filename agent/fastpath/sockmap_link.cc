@@ -1,0 +1,144 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "agent/fastpath/sockmap_link.h"
+
+#include <linux/sockios.h>
+#include <netinet/in.h>
+#include <linux/tcp.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
+
+#include "agent/base/status.h"
+
+namespace sluice::fastpath {
+
+const char* FallbackName(Fallback f) {
+  switch (f) {
+    case Fallback::kNotEstablished:
+      return "not_established";
+    case Fallback::kMapFull:
+      return "map_full";
+    case Fallback::kError:
+      return "error";
+  }
+  return "error";
+}
+
+Fallback FallbackFor(const absl::Status& enrol_error) {
+  // Map insertions report EOPNOTSUPP as Unimplemented and a full map as ResourceExhausted.
+  if (absl::IsUnimplemented(enrol_error)) {
+    return Fallback::kNotEstablished;
+  }
+  if (absl::IsResourceExhausted(enrol_error)) {
+    return Fallback::kMapFull;
+  }
+  return Fallback::kError;
+}
+
+absl::StatusOr<uint64_t> BytesWritten(int fd) {
+  tcp_info info{};
+  socklen_t len = sizeof(info);
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) {
+    return base::ErrnoStatus(errno, absl::StrCat("getsockopt(fd ", fd, ", TCP_INFO)"));
+  }
+  int queued = 0;  // written but not acked, sent or not (FIN included once shut down)
+  if (ioctl(fd, SIOCOUTQ, &queued) != 0) {
+    return base::ErrnoStatus(errno, absl::StrCat("ioctl(fd ", fd, ", SIOCOUTQ)"));
+  }
+  return info.tcpi_bytes_acked + static_cast<uint64_t>(queued);
+}
+
+absl::StatusOr<std::unique_ptr<SockmapLink>> SockmapLink::Enrol(SockmapFastPath& fast_path,
+                                                                int client_fd, int backend_fd,
+                                                                uint32_t ring,
+                                                                uint64_t first_mark) {
+  std::unique_ptr<SockmapLink> link(new SockmapLink(fast_path, ring));
+  link->end(Side::kClient).fd = client_fd;
+  link->end(Side::kBackend).fd = backend_fd;
+  if (absl::Status st = link->Insert(first_mark); !st.ok()) {
+    return st;  // the destructor removes whatever was inserted; nothing was attached
+  }
+  return link;
+}
+
+absl::Status SockmapLink::Insert(uint64_t first_mark) {
+  for (End& e : ends_) {
+    ASSIGN_OR_RETURN(e.cookie, SocketCookie(e.fd));
+    ASSIGN_OR_RETURN(e.written_base, BytesWritten(e.fd));
+  }
+  for (End& e : ends_) {
+    RETURN_IF_ERROR(fast_path_.Track(e.cookie, ring_, first_mark));
+    e.tracked = true;
+  }
+  // Peers before attachments: a source must find its peer from its first verdict on.
+  for (Side s : {Side::kClient, Side::kBackend}) {
+    RETURN_IF_ERROR(fast_path_.AddPeer(cookie(s), end(Other(s)).fd));
+    end(s).peered = true;
+  }
+  if (absl::Status st = Attach(Side::kClient); !attached(Side::kClient)) {
+    return st;
+  }
+  // From here on client bytes may be in the backend's psock queue: no rollback any more. A
+  // backend that cannot be attached now (it sent FIN meanwhile) is served by the caller's
+  // splice pump; its receive queue is untouched.
+  (void)Attach(Side::kBackend);
+  return absl::OkStatus();
+}
+
+SockmapLink::~SockmapLink() {
+  for (Side s : {Side::kClient, Side::kBackend}) {
+    Detach(s);
+  }
+  for (End& e : ends_) {
+    if (e.peered) {
+      fast_path_.RemovePeer(e.cookie);
+    }
+  }
+  for (End& e : ends_) {
+    if (e.tracked) {
+      fast_path_.Untrack(e.cookie);
+    }
+  }
+}
+
+void SockmapLink::Detach(Side src) {
+  End& e = end(src);
+  if (e.attached) {
+    (void)fast_path_.Detach(e.cookie);  // NotFound: the kernel unlinked it at close
+    e.attached = false;
+  }
+}
+
+absl::Status SockmapLink::Attach(Side src) {
+  End& e = end(src);
+  if (e.attached) {
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(fast_path_.Attach(e.cookie, e.fd));
+  e.attached = true;
+  // Setting SO_RCVLOWAT runs the socket's data_ready, now the verdict, over bytes already
+  // queued; without it they wait until more bytes arrive (tcp_set_rcvlowat).
+  const int one = 1;
+  if (setsockopt(e.fd, SOL_SOCKET, SO_RCVLOWAT, &one, sizeof(one)) != 0) {
+    return base::ErrnoStatus(errno, absl::StrCat("setsockopt(fd ", e.fd, ", SO_RCVLOWAT)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Progress> SockmapLink::Measure(Side src) const {
+  Progress p;
+  ASSIGN_OR_RETURN(p.consumed, fast_path_.Bytes(cookie(src)));
+  const End& dst = end(Other(src));
+  ASSIGN_OR_RETURN(uint64_t written, BytesWritten(dst.fd));
+  p.written = written - dst.written_base;
+  return p;
+}
+
+absl::Status SockmapLink::SetMark(Side src, uint64_t notify_at) {
+  return fast_path_.SetMark(cookie(src), ring_, notify_at);
+}
+
+}  // namespace sluice::fastpath
