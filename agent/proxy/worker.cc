@@ -76,8 +76,9 @@ class Connection final : public event::DeferredDeletable,
     }
   }
   void OnDialed(BackendDialer&, base::UniqueFd backend) override {
-    auto session = TcpSession::Create(*worker_.loop_, worker_.pipes_, std::move(client_),
-                                      std::move(backend), worker_.options_.session, *this);
+    auto session =
+        TcpSession::Create(*worker_.loop_, worker_.pipes_, std::move(client_), std::move(backend),
+                           worker_.options_.session, *this, worker_.sockmap_.get());
     if (!session.ok()) {
       LOG(WARNING) << "session for " << key_.ToString() << ": " << session.status();
       worker_.metrics_.connections_failed.Inc();
@@ -85,6 +86,11 @@ class Connection final : public event::DeferredDeletable,
       return;
     }
     session_ = std::move(*session);
+    DataPathMetrics& m = worker_.metrics_;
+    if (auto fallback = session_->fallback()) {
+      m.sockmap_fallbacks.WithLabels({fastpath::FallbackName(*fallback)}).Inc();
+    }
+    m.path_connections.WithLabels({PathName(session_->path())}).Inc();
   }
   void OnDialGaveUp(BackendDialer&) override {
     worker_.metrics_.connections_failed.Inc();
@@ -97,12 +103,27 @@ class Connection final : public event::DeferredDeletable,
     DataPathMetrics& m = worker_.metrics_;
     m.bytes_to_backend.Inc(static_cast<double>(session.bytes_to_backend()));
     m.bytes_to_client.Inc(static_cast<double>(session.bytes_to_client()));
-    const char* path = session.path() == SplicePump::Path::kCopy ? "copy" : "splice";
-    m.closed.WithLabels({path, CloseReasonName(reason)}).Inc();
+    CountPathBytes(session);
+    m.closed.WithLabels({PathName(session.path()), CloseReasonName(reason)}).Inc();
     Finish();
   }
 
  private:
+  // Bytes by the path that moved them: a sockmap connection's pumps move only what is left
+  // when a direction ends (or a direction the kernel refused), and those bytes count as splice.
+  void CountPathBytes(const TcpSession& session) {
+    DataPathMetrics& m = worker_.metrics_;
+    const uint64_t kernel_up = session.kernel_bytes_to_backend();
+    const uint64_t kernel_down = session.kernel_bytes_to_client();
+    const char* user = session.path() == TcpSession::Path::kCopy ? "copy" : "splice";
+    m.path_bytes.WithLabels({"sockmap", "to_backend"}).Inc(static_cast<double>(kernel_up));
+    m.path_bytes.WithLabels({"sockmap", "to_client"}).Inc(static_cast<double>(kernel_down));
+    m.path_bytes.WithLabels({user, "to_backend"})
+        .Inc(static_cast<double>(session.bytes_to_backend() - kernel_up));
+    m.path_bytes.WithLabels({user, "to_client"})
+        .Inc(static_cast<double>(session.bytes_to_client() - kernel_down));
+  }
+
   void Finish() {
     if (!finished_) {
       finished_ = true;
@@ -134,8 +155,30 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(int id, const Options& op
                                                        DataPathMetrics& metrics) {
   ASSIGN_OR_RETURN(auto loop, event::EventLoop::Create());
   auto worker = std::unique_ptr<Worker>(new Worker(id, options, metrics, std::move(loop)));
+  if (options.sockmap != nullptr) {
+    RETURN_IF_ERROR(worker->StartSockmap());
+  }
   worker->thread_ = std::thread([w = worker.get()] { w->loop_->Run(); });
   return worker;
+}
+
+absl::Status Worker::StartSockmap() {
+  sockmap_ = std::unique_ptr<SockmapContext>(
+      new SockmapContext{.fast_path = *options_.sockmap,
+                         .ring = static_cast<uint32_t>(id_),
+                         .marks = options_.sockmap_marks,
+                         .paused = metrics_.sockmap_paused,
+                         .pauses = metrics_.sockmap_pauses});
+  ASSIGN_OR_RETURN(ring_, fastpath::FlowRing::Create(
+                              *options_.sockmap, sockmap_->ring, [this](uint64_t cookie, uint64_t) {
+                                auto it = sockmap_->sessions.find(cookie);
+                                if (it != sockmap_->sessions.end()) {
+                                  it->second->OnSockmapSignal(cookie);
+                                }
+                              }));
+  ASSIGN_OR_RETURN(ring_event_,
+                   loop_->Watch(ring_->fd(), EPOLLIN, [this](uint32_t) { ring_->Consume(); }));
+  return absl::OkStatus();
 }
 
 Worker::~Worker() {

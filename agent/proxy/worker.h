@@ -9,9 +9,12 @@
 
 #include "agent/base/unique_fd.h"
 #include "agent/event/event_loop.h"
+#include "agent/fastpath/flow_ring.h"
+#include "agent/fastpath/sockmap_fast_path.h"
 #include "agent/proxy/data_path_metrics.h"
 #include "agent/proxy/pipe_pool.h"
 #include "agent/proxy/route_table.h"
+#include "agent/proxy/sockmap_relay.h"
 #include "agent/proxy/tcp_session.h"
 #include "agent/proxy/udp_proxy.h"
 
@@ -33,6 +36,10 @@ class Worker final {
     TcpSession::Options session;
     PipePool::Options pipes;
     UdpOptions udp;
+    // The node's sockmap fast path (not owned; outlives the worker), or null for splice only.
+    // The worker uses ring index `id`.
+    fastpath::SockmapFastPath* sockmap = nullptr;
+    SockmapWatermarks sockmap_marks;
   };
 
   static absl::StatusOr<std::unique_ptr<Worker>> Create(int id, const Options& options,
@@ -58,6 +65,7 @@ class Worker final {
 
   Worker(int id, const Options& options, DataPathMetrics& metrics,
          std::unique_ptr<event::EventLoop> loop);
+  absl::Status StartSockmap();
   void OnAcceptable(const ListenKey& key, int fd);
   // At EMFILE/ENFILE: accepts one pending connection on the reserve fd and resets it. Returns
   // false when there is no reserve to spend (another thread took the freed fd).
@@ -78,6 +86,11 @@ class Worker final {
   PipePool pipes_;
   DatagramArena udp_arena_;  // before listeners_: their UdpProxies use it
   RouteTablePtr routes_;
+  // Sockmap fast path: the context sessions share, and this worker's signal ring. Declared
+  // before connections_ so that sessions unregister from it before it goes.
+  std::unique_ptr<SockmapContext> sockmap_;
+  std::unique_ptr<fastpath::FlowRing> ring_;
+  std::unique_ptr<event::FileEvent> ring_event_;
   std::map<ListenKey, Listener> listeners_;
   absl::flat_hash_map<Connection*, std::unique_ptr<Connection>> connections_;
   // Kept open so that at EMFILE one fd can be freed to accept and reset a connection instead
