@@ -41,6 +41,9 @@ struct AgentOptions {
   absl::Duration tcp_idle_timeout = absl::Hours(1);
   absl::Duration drain_timeout = absl::ZeroDuration();
   absl::Duration udp_idle_timeout = absl::Seconds(30);
+  // "auto": the sockmap fast path if the startup probe passes, else splice; "splice"; or
+  // "sockmap": fail at start unless the probe passes.
+  std::string datapath = "auto";
   int64_t v = 0;
   bool help = false;
   bool version = false;
