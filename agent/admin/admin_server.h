@@ -22,12 +22,13 @@ namespace sluice::admin {
 struct AdminSources {
   std::function<HealthInputs()> health;
   std::function<std::string()> proxy_mode;
-  std::function<std::string()> debug_services;  // JSON
+  std::function<std::string()> debug_services;     // JSON
+  std::function<std::string()> debug_connections;  // JSON
   base::Registry* metrics = nullptr;
 };
 
 // kube-proxy's two HTTP servers: /healthz and /livez on --healthz-bind-address, and /metrics,
-// /proxyMode and /debug/services on --metrics-bind-address. An empty address disables that
+// /proxyMode, /debug/services (and our /debug/connections) on --metrics-bind-address. An empty address disables that
 // server. Owns one listener thread per server; handlers only read AdminSources.
 class AdminServer final {
  public:

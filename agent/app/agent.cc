@@ -151,6 +151,11 @@ absl::Status Agent::Start() {
                                           return admin::RenderDebugServices(
                                               *proxier_->table(), data_path_->Listeners());
                                         },
+                                    .debug_connections =
+                                        [this] {
+                                          return admin::RenderDebugConnections(
+                                              data_path_->Connections());
+                                        },
                                     .metrics = &metrics_};
   ASSIGN_OR_RETURN(
       admin_, admin::AdminServer::Create(opts_.healthz_bind_address, opts_.metrics_bind_address,

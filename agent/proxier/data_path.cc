@@ -211,6 +211,16 @@ absl::Status DataPath::Apply(const std::shared_ptr<const ServiceTable>& table) {
   return result;
 }
 
+std::vector<proxy::ConnectionInfo> DataPath::Connections() const {
+  std::vector<proxy::ConnectionInfo> all;
+  for (const auto& w : workers_) {  // workers_ is fixed after Create
+    auto infos = w->Connections(absl::Seconds(1));
+    all.insert(all.end(), std::make_move_iterator(infos.begin()),
+               std::make_move_iterator(infos.end()));
+  }
+  return all;
+}
+
 std::map<std::string, std::vector<std::string>> DataPath::Listeners() const {
   absl::MutexLock lock(&mu_);
   return listeners_view_;

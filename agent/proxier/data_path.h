@@ -41,6 +41,10 @@ class DataPath final : public TableConsumer {
   // TableConsumer
   absl::Status Apply(const std::shared_ptr<const ServiceTable>& table) override;
 
+  // Every worker's open TCP connections, for /debug/connections. Thread-safe (the admin thread
+  // calls it); waits briefly for each worker loop.
+  std::vector<proxy::ConnectionInfo> Connections() const;
+
   // Open listeners ("tcp/10.96.0.10:80") by service port, for /debug/services.
   std::map<std::string, std::vector<std::string>> Listeners() const ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -7,6 +7,8 @@
 
 #include <cerrno>
 
+#include "absl/synchronization/mutex.h"
+
 #include "agent/base/log.h"
 #include "agent/base/status.h"
 #include "agent/net/socket.h"
@@ -37,13 +39,14 @@ class Connection final : public event::DeferredDeletable,
                          public BackendDialerCallbacks,
                          public TcpSessionCallbacks {
  public:
-  Connection(Worker& worker, ListenKey key, base::UniqueFd client, net::IpAddress client_ip,
-             const Route& route)
+  Connection(Worker& worker, ListenKey key, base::UniqueFd client,
+             const net::SocketAddress& client_addr, const Route& route)
       : worker_(worker),
         key_(std::move(key)),
+        client_addr_(client_addr),
         active_(route.active),
         client_(std::move(client)),
-        dialer_(std::make_unique<BackendDialer>(*worker.loop_, route.balancer, client_ip,
+        dialer_(std::make_unique<BackendDialer>(*worker.loop_, route.balancer, client_addr.ip(),
                                                 worker.options_.dial_budget, *this)) {
     active_->fetch_add(1, std::memory_order_relaxed);
   }
@@ -51,6 +54,21 @@ class Connection final : public event::DeferredDeletable,
 
   void Start() { dialer_->Start(); }
   const ListenKey& key() const { return key_; }
+
+  ConnectionInfo Describe() const {
+    ConnectionInfo info{.listener = key_.ToString(),
+                        .client = client_addr_.ToString(),
+                        .backend = dialer_->endpoint().ToString(),
+                        .path = "dialling"};
+    if (session_ != nullptr) {
+      info.path = PathName(session_->path());
+      info.to_backend = session_->DirectionState(true);
+      info.to_client = session_->DirectionState(false);
+      info.bytes_to_backend = session_->bytes_to_backend();
+      info.bytes_to_client = session_->bytes_to_client();
+    }
+    return info;
+  }
 
   void Drain(absl::Duration after) {
     if (drain_timer_ == nullptr) {
@@ -133,6 +151,7 @@ class Connection final : public event::DeferredDeletable,
 
   Worker& worker_;
   const ListenKey key_;
+  const net::SocketAddress client_addr_;
   const std::shared_ptr<std::atomic<int64_t>> active_;
   base::UniqueFd client_;
   std::unique_ptr<BackendDialer> dialer_;
@@ -238,6 +257,31 @@ void Worker::UpdateUdpRoutes() {
   }
 }
 
+std::vector<ConnectionInfo> Worker::Connections(absl::Duration timeout) {
+  // Shared with the posted task, which may run after a timed-out caller has returned.
+  struct Result {
+    absl::Mutex mu;
+    bool done ABSL_GUARDED_BY(mu) = false;
+    std::vector<ConnectionInfo> infos ABSL_GUARDED_BY(mu);
+  };
+  auto result = std::make_shared<Result>();
+  loop_->Post([this, result] {
+    std::vector<ConnectionInfo> infos;
+    infos.reserve(connections_.size());
+    for (const auto& [raw, conn] : connections_) {
+      infos.push_back(raw->Describe());
+    }
+    absl::MutexLock lock(&result->mu);
+    result->infos = std::move(infos);
+    result->done = true;
+  });
+  absl::MutexLock lock(&result->mu);
+  if (!result->mu.AwaitWithTimeout(absl::Condition(&result->done), timeout)) {
+    return {};
+  }
+  return std::move(result->infos);
+}
+
 void Worker::RemoveListener(const ListenKey& key) {
   loop_->Post([this, key] { listeners_.erase(key); });
 }
@@ -271,7 +315,7 @@ void Worker::OnAcceptable(const ListenKey& key, int listen_fd) {
       Reset(client);  // the route went away between sync steps
       continue;
     }
-    auto conn = std::make_unique<Connection>(*this, key, std::move(client), client_addr->ip(),
+    auto conn = std::make_unique<Connection>(*this, key, std::move(client), *client_addr,
                                              route->second);
     Connection* raw = conn.get();
     connections_.emplace(raw, std::move(conn));

@@ -2,7 +2,9 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
@@ -21,6 +23,19 @@
 namespace sluice::proxy {
 
 class Connection;
+
+// One TCP connection as /debug/connections shows it.
+struct ConnectionInfo {
+  std::string listener;  // "tcp/10.96.0.10:80"
+  std::string client;    // the client's address
+  std::string backend;   // the endpoint dialled (the last attempt while dialling)
+  // "dialling", or the session's path: "sockmap", "splice" or "copy".
+  std::string path;
+  // Per direction: "attached", "paused", "draining" (kernel), "user:splice" (a sockmap
+  // direction handed to its pump), "splice" or "copy".
+  std::string to_backend, to_client;
+  uint64_t bytes_to_backend = 0, bytes_to_client = 0;
+};
 
 // One data-path thread: its EventLoop, its share of every SO_REUSEPORT listener (the control
 // plane creates the sockets, so bind errors surface in its sync, and posts them here), and the
@@ -52,6 +67,9 @@ class Worker final {
   // Closes this worker's socket for `key`; its established TCP connections continue, its UDP
   // flows close.
   void RemoveListener(const ListenKey& key);
+  // The worker's open connections, gathered on its thread. Thread-safe, but blocks up to
+  // `timeout` for the loop: never call it from a worker thread. Empty on timeout.
+  std::vector<ConnectionInfo> Connections(absl::Duration timeout);
   // Runs `fn` on the worker thread (tests and shutdown use it to wait for queued work).
   void Post(absl::AnyInvocable<void() &&> fn) { loop_->Post(std::move(fn)); }
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -24,6 +25,76 @@ using testutil::Fnv64;
 using testutil::TcpServer;
 
 net::SocketAddress Addr(const std::string& s) { return *net::SocketAddress::Parse(s); }
+
+// A backend that accepts one connection and runs `script` on it in its own thread.
+class ScriptedBackend {
+ public:
+  ScriptedBackend(const net::SocketAddress& at, std::function<void(int fd)> script) {
+    listener_.Reset(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    int one = 1;
+    setsockopt(listener_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_storage ss;
+    socklen_t len = at.ToSockaddr(&ss);
+    EXPECT_EQ(bind(listener_.get(), reinterpret_cast<sockaddr*>(&ss), len), 0);
+    EXPECT_EQ(listen(listener_.get(), 16), 0);
+    thread_ = std::thread([this, script = std::move(script)] {
+      base::UniqueFd fd(accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (fd) {
+        timeval tv{.tv_sec = 30, .tv_usec = 0};
+        setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+        script(fd.get());
+      }
+    });
+  }
+  ~ScriptedBackend() { Join(); }
+  void Join() {
+    if (thread_.joinable()) {
+      thread_.join();
+    }
+  }
+
+ private:
+  base::UniqueFd listener_;
+  std::thread thread_;
+};
+
+// Reads to EOF; returns the byte count and sets *hash to their Fnv64.
+uint64_t ReadAllHashed(int fd, uint64_t* hash, int* err = nullptr) {
+  std::string buf(1 << 20, '\0');
+  uint64_t total = 0;
+  *hash = testutil::kFnvBasis;
+  ssize_t n;
+  while ((n = recv(fd, buf.data(), buf.size(), 0)) > 0) {
+    *hash = Fnv64(*hash, buf.data(), static_cast<size_t>(n));
+    total += static_cast<uint64_t>(n);
+  }
+  if (err != nullptr) {
+    *err = n < 0 ? errno : 0;
+  }
+  return total;
+}
+
+// Sends `bytes` of stream `seed`; returns their Fnv64.
+uint64_t SendStream(int fd, uint64_t seed, uint64_t bytes) {
+  std::string buf(1 << 20, '\0');
+  uint64_t hash = testutil::kFnvBasis;
+  for (uint64_t off = 0; off < bytes;) {
+    const size_t n = std::min<uint64_t>(buf.size(), bytes - off);
+    FillStream(seed, off, buf.data(), n);
+    hash = Fnv64(hash, buf.data(), n);
+    for (size_t done = 0; done < n;) {
+      ssize_t w = send(fd, buf.data() + done, n - done, MSG_NOSIGNAL);
+      if (w <= 0) {
+        ADD_FAILURE() << "send: " << strerror(errno);
+        return 0;
+      }
+      done += static_cast<size_t>(w);
+    }
+    off += n;
+  }
+  return hash;
+}
 
 class TcpIntegrityTest : public DatapathTest {
  protected:
@@ -99,6 +170,59 @@ TEST_P(TcpIntegrityTest, OneGibibyteWithChecksum) {
                         "\",direction=\"to_backend\"}"),
             0);
   EXPECT_EQ(MetricValue("sluice_datapath_connections_total{path=\"" + moved + "\"}"), 1);
+}
+
+// The client closes its socket right after its last send, while most of the bytes are still
+// queued in the kernel (the backend starts reading late): every byte still arrives, then EOF.
+TEST_P(TcpIntegrityTest, CloseWhileDataInFlightDeliversEverything) {
+  constexpr uint64_t kBytes = 48 << 20;
+  uint64_t got = 0, got_hash = 0;
+  ScriptedBackend backend(Addr("127.0.0.2:9000"), [&](int fd) {
+    absl::SleepFor(absl::Milliseconds(300));
+    got = ReadAllHashed(fd, &got_hash);
+  });
+  Write("svc.yaml", ServiceYaml("svc", {"10.96.0.20"}, {{"tcp", 80}}) + "---\n" +
+                        SliceYaml("svc", {"127.0.0.2"}, {{"tcp", 9000}}));
+  StartAgent();
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.20:80"));
+  auto fd = Connect();
+  const uint64_t sent_hash = SendStream(fd.get(), 3, kBytes);
+  fd.Reset();  // close(2) with bytes in flight: a FIN after them, not a reset
+  backend.Join();
+  EXPECT_EQ(got, kBytes);
+  EXPECT_EQ(got_hash, sent_hash);
+}
+
+// The backend half-closes first; the client then sends a request and closes, so the client's
+// last bytes can arrive with its FIN on a proxy socket whose own FIN went out already.
+TEST_P(TcpIntegrityTest, BackendHalfClosesFirstClientThenSendsAndCloses) {
+  constexpr uint64_t kBytes = 16 << 20;
+  uint64_t got = 0, got_hash = 0;
+  ScriptedBackend backend(Addr("127.0.0.2:9000"), [&](int fd) {
+    // Late enough that the connection is enrolled first (a backend that has already closed its
+    // side cannot be inserted, and the connection would simply stay on splice).
+    absl::SleepFor(absl::Milliseconds(100));
+    ASSERT_EQ(send(fd, "hello", 5, MSG_NOSIGNAL), 5);
+    shutdown(fd, SHUT_WR);
+    got = ReadAllHashed(fd, &got_hash);
+  });
+  Write("svc.yaml", ServiceYaml("svc", {"10.96.0.20"}, {{"tcp", 80}}) + "---\n" +
+                        SliceYaml("svc", {"127.0.0.2"}, {{"tcp", 9000}}));
+  StartAgent();
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.20:80"));
+  auto fd = Connect();
+  uint64_t hello_hash;
+  EXPECT_EQ(ReadAllHashed(fd.get(), &hello_hash), 5u);  // "hello", then the forwarded FIN
+  const uint64_t sent_hash = SendStream(fd.get(), 4, kBytes);
+  shutdown(fd.get(), SHUT_WR);
+  backend.Join();
+  EXPECT_EQ(got, kBytes);
+  EXPECT_EQ(got_hash, sent_hash);
+  EXPECT_TRUE(testutil::WaitFor([&] { return MetricValue("sluice_connections_active") == 0; },
+                                absl::Seconds(10)));
+  EXPECT_EQ(MetricValue(
+                "sluice_connections_closed_total{path=\"" + GetParam() + "\",reason=\"done\"}"),
+            1);
 }
 
 TEST_P(TcpIntegrityTest, BackendSpeaksFirst) {
