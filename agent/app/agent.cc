@@ -9,6 +9,8 @@
 #include <cstring>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
+
 #include "agent/admin/debug_services.h"
 #include "agent/base/log.h"
 #include "agent/base/status.h"
@@ -65,7 +67,10 @@ absl::Status Agent::ChooseDataPath(int workers) {
       fastpath::ProbeSockmap({.rings = static_cast<uint32_t>(workers)});
   if (probe.fast_path == nullptr) {
     if (opts_.datapath == "sockmap") {
-      return base::Annotate(probe.status, "--datapath=sockmap: the sockmap fast path is unavailable");
+      return base::Annotate(probe.status,
+                            absl::StrCat("--datapath=sockmap: the sockmap fast path is "
+                                         "unavailable (",
+                                         probe.reason, ")"));
     }
     LOG(WARNING) << "datapath auto: using splice, sockmap unavailable (" << probe.reason
                  << "): " << probe.status.message();

@@ -14,6 +14,25 @@
 #include "agent/base/status.h"
 
 namespace sluice::fastpath {
+namespace {
+
+// Receive buffer of an enrolled socket. Left to autotuning, it grows to tcp_rmem[2] (32 MiB on
+// 6.18) because the verdict empties it as fast as bytes arrive; a paused source then queues
+// that much, and attaching it again moves all of it into the peer's psock queue at once while
+// the client refills the window. A fixed 4 MiB (8 MiB of kernel accounting) still covers the
+// bandwidth-delay product of 10 Gbit/s at 3 ms. SO_RCVBUFFORCE: rmem_max may be lower, and we
+// hold CAP_NET_ADMIN anyway.
+constexpr int kReceiveBuffer = 4 << 20;
+
+absl::Status FixReceiveBuffer(int fd) {
+  if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &kReceiveBuffer, sizeof(kReceiveBuffer)) != 0 &&
+      setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &kReceiveBuffer, sizeof(kReceiveBuffer)) != 0) {
+    return base::ErrnoStatus(errno, absl::StrCat("setsockopt(fd ", fd, ", SO_RCVBUF)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 const char* FallbackName(Fallback f) {
   switch (f) {
@@ -68,6 +87,7 @@ absl::Status SockmapLink::Insert(uint64_t first_mark) {
   for (End& e : ends_) {
     ASSIGN_OR_RETURN(e.cookie, SocketCookie(e.fd));
     ASSIGN_OR_RETURN(e.written_base, BytesWritten(e.fd));
+    RETURN_IF_ERROR(FixReceiveBuffer(e.fd));
   }
   for (End& e : ends_) {
     RETURN_IF_ERROR(fast_path_.Track(e.cookie, ring_, first_mark));

@@ -22,79 +22,12 @@ namespace {
 using testutil::ConnectTcp;
 using testutil::FillStream;
 using testutil::Fnv64;
+using testutil::ReadAllHashed;
+using testutil::ScriptedBackend;
+using testutil::SendStream;
 using testutil::TcpServer;
 
 net::SocketAddress Addr(const std::string& s) { return *net::SocketAddress::Parse(s); }
-
-// A backend that accepts one connection and runs `script` on it in its own thread.
-class ScriptedBackend {
- public:
-  ScriptedBackend(const net::SocketAddress& at, std::function<void(int fd)> script) {
-    listener_.Reset(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    int one = 1;
-    setsockopt(listener_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    sockaddr_storage ss;
-    socklen_t len = at.ToSockaddr(&ss);
-    EXPECT_EQ(bind(listener_.get(), reinterpret_cast<sockaddr*>(&ss), len), 0);
-    EXPECT_EQ(listen(listener_.get(), 16), 0);
-    thread_ = std::thread([this, script = std::move(script)] {
-      base::UniqueFd fd(accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-      if (fd) {
-        timeval tv{.tv_sec = 30, .tv_usec = 0};
-        setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-        setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-        script(fd.get());
-      }
-    });
-  }
-  ~ScriptedBackend() { Join(); }
-  void Join() {
-    if (thread_.joinable()) {
-      thread_.join();
-    }
-  }
-
- private:
-  base::UniqueFd listener_;
-  std::thread thread_;
-};
-
-// Reads to EOF; returns the byte count and sets *hash to their Fnv64.
-uint64_t ReadAllHashed(int fd, uint64_t* hash, int* err = nullptr) {
-  std::string buf(1 << 20, '\0');
-  uint64_t total = 0;
-  *hash = testutil::kFnvBasis;
-  ssize_t n;
-  while ((n = recv(fd, buf.data(), buf.size(), 0)) > 0) {
-    *hash = Fnv64(*hash, buf.data(), static_cast<size_t>(n));
-    total += static_cast<uint64_t>(n);
-  }
-  if (err != nullptr) {
-    *err = n < 0 ? errno : 0;
-  }
-  return total;
-}
-
-// Sends `bytes` of stream `seed`; returns their Fnv64.
-uint64_t SendStream(int fd, uint64_t seed, uint64_t bytes) {
-  std::string buf(1 << 20, '\0');
-  uint64_t hash = testutil::kFnvBasis;
-  for (uint64_t off = 0; off < bytes;) {
-    const size_t n = std::min<uint64_t>(buf.size(), bytes - off);
-    FillStream(seed, off, buf.data(), n);
-    hash = Fnv64(hash, buf.data(), n);
-    for (size_t done = 0; done < n;) {
-      ssize_t w = send(fd, buf.data() + done, n - done, MSG_NOSIGNAL);
-      if (w <= 0) {
-        ADD_FAILURE() << "send: " << strerror(errno);
-        return 0;
-      }
-      done += static_cast<size_t>(w);
-    }
-    off += n;
-  }
-  return hash;
-}
 
 class TcpIntegrityTest : public DatapathTest {
  protected:
