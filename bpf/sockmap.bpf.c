@@ -48,10 +48,11 @@ struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__array(values, struct {
-		__uint(type, BPF_MAP_TYPE_RINGBUF);
-		__uint(max_entries, SLUICE_RING_BYTES);
-	});
+	__array(
+	    values, struct {
+		    __uint(type, BPF_MAP_TYPE_RINGBUF);
+		    __uint(max_entries, SLUICE_RING_BYTES);
+	    });
 } sluice_rings SEC(".maps");
 
 /* Counts `len` redirected bytes and, once they reach the armed mark, disarms it and signals the
@@ -69,7 +70,7 @@ static __always_inline int account(__u64 cookie, __u32 len)
 	bytes = bpf_map_lookup_elem(&sluice_bytes, &cookie);
 	if (!bytes)
 		return -ENOENT;
-	/* A socket's receive path is serialised by its lock; the atomic is for the agent's reads. */
+	/* Serialised per socket by its lock; atomic because the agent reads it meanwhile. */
 	after = __sync_add_and_fetch(bytes, len);
 	limit = bpf_map_lookup_elem(&sluice_limit, &cookie);
 	if (!limit)

@@ -28,8 +28,9 @@ struct AdminSources {
 };
 
 // kube-proxy's two HTTP servers: /healthz and /livez on --healthz-bind-address, and /metrics,
-// /proxyMode, /debug/services (and our /debug/connections) on --metrics-bind-address. An empty address disables that
-// server. Owns one listener thread per server; handlers only read AdminSources.
+// /proxyMode, /debug/services (and our /debug/connections) on --metrics-bind-address. An empty
+// address disables that server. Owns one listener thread per server; handlers only read
+// AdminSources.
 class AdminServer final {
  public:
   // Binds both addresses now, so a taken or bad address fails at start.

@@ -63,8 +63,7 @@ absl::Status Agent::ChooseDataPath(int workers) {
     in_use.WithLabels({"splice"}).Set(1);
     return absl::OkStatus();
   }
-  fastpath::ProbeResult probe =
-      fastpath::ProbeSockmap({.rings = static_cast<uint32_t>(workers)});
+  fastpath::ProbeResult probe = fastpath::ProbeSockmap({.rings = static_cast<uint32_t>(workers)});
   if (probe.fast_path == nullptr) {
     if (opts_.datapath == "sockmap") {
       return base::Annotate(probe.status,
@@ -149,19 +148,16 @@ absl::Status Agent::Start() {
     file_sources_.push_back(std::move(source));
   }
 
-  admin::AdminSources admin_sources{.health = [this] { return Health(); },
-                                    .proxy_mode = [this] { return datapath_; },
-                                    .debug_services =
-                                        [this] {
-                                          return admin::RenderDebugServices(
-                                              *proxier_->table(), data_path_->Listeners());
-                                        },
-                                    .debug_connections =
-                                        [this] {
-                                          return admin::RenderDebugConnections(
-                                              data_path_->Connections());
-                                        },
-                                    .metrics = &metrics_};
+  admin::AdminSources admin_sources{
+      .health = [this] { return Health(); },
+      .proxy_mode = [this] { return datapath_; },
+      .debug_services =
+          [this] {
+            return admin::RenderDebugServices(*proxier_->table(), data_path_->Listeners());
+          },
+      .debug_connections =
+          [this] { return admin::RenderDebugConnections(data_path_->Connections()); },
+      .metrics = &metrics_};
   ASSIGN_OR_RETURN(
       admin_, admin::AdminServer::Create(opts_.healthz_bind_address, opts_.metrics_bind_address,
                                          std::move(admin_sources)));

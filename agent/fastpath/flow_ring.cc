@@ -1,13 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "agent/fastpath/flow_ring.h"
 
-#include <bpf/bpf.h>
-#include <bpf/libbpf.h>
-
 #include <cerrno>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
 
 #include "agent/base/status.h"
 #include "bpf/include/sluice/bpf_abi.h"
@@ -32,8 +31,7 @@ absl::StatusOr<std::unique_ptr<FlowRing>> FlowRing::Create(SockmapFastPath& fast
   return ring;
 }
 
-FlowRing::FlowRing(SockmapFastPath& fast_path, uint32_t index, base::UniqueFd map,
-                   Handler handler)
+FlowRing::FlowRing(SockmapFastPath& fast_path, uint32_t index, base::UniqueFd map, Handler handler)
     : fast_path_(fast_path), index_(index), map_(std::move(map)), handler_(std::move(handler)) {}
 
 FlowRing::~FlowRing() {

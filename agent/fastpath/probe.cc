@@ -44,8 +44,8 @@ absl::Status CheckCapabilities() {
     missing += missing.empty() ? "CAP_NET_ADMIN" : " and CAP_NET_ADMIN";
   }
   if (!missing.empty()) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "missing ", missing, " (needs CAP_BPF and CAP_NET_ADMIN, or CAP_SYS_ADMIN)"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("missing ", missing, " (needs CAP_BPF and CAP_NET_ADMIN, or CAP_SYS_ADMIN)"));
   }
   return absl::OkStatus();
 }
@@ -158,8 +158,8 @@ absl::Status SelfTest(SockmapFastPath& fast_path) {
   const std::string early = "sent before insertion", late = "sent after";
   RETURN_IF_ERROR(SendText(client.far.get(), early));
   absl::SleepFor(absl::Milliseconds(5));  // let it land in the receive queue first
-  ASSIGN_OR_RETURN(auto link, SockmapLink::Enrol(fast_path, client.near.get(),
-                                                 backend.near.get(), 0, /*first_mark=*/1));
+  ASSIGN_OR_RETURN(auto link, SockmapLink::Enrol(fast_path, client.near.get(), backend.near.get(),
+                                                 0, /*first_mark=*/1));
   if (!link->attached(Side::kBackend)) {
     return Fail("could not attach an established socket");
   }
@@ -175,8 +175,8 @@ absl::Status SelfTest(SockmapFastPath& fast_path) {
   RETURN_IF_ERROR(ExpectText(client.far.get(), late, "client"));
   // FIN each way: the empty skb must be dropped, not redirected (it would break the peer).
   shutdown(client.far.get(), SHUT_WR);
-  RETURN_IF_ERROR(ForwardFin(*link, Side::kClient, client.near.get(), backend.near.get(),
-                             early.size()));
+  RETURN_IF_ERROR(
+      ForwardFin(*link, Side::kClient, client.near.get(), backend.near.get(), early.size()));
   RETURN_IF_ERROR(ExpectEof(backend.far.get(), "backend"));
   RETURN_IF_ERROR(SendText(backend.far.get(), early));  // the backend may still talk
   RETURN_IF_ERROR(ExpectText(client.far.get(), early, "half-closed client"));

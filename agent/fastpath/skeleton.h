@@ -1,14 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-#include <bpf/bpf.h>
-#include <bpf/libbpf.h>
-
 #include <cerrno>
 #include <memory>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
 
 #include "agent/base/status.h"
 

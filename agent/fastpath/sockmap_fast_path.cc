@@ -40,18 +40,19 @@ absl::StatusOr<uint64_t> SocketCookie(int fd) {
 
 absl::StatusOr<std::unique_ptr<SockmapFastPath>> SockmapFastPath::Create(const Options& options) {
   const uint32_t sockets = 2 * options.max_connections;
-  ASSIGN_OR_RETURN(auto skel, Skeleton<sockmap_bpf>::Create([&](sockmap_bpf& s) {
-    for (bpf_map* m : {s.maps.sluice_peer, s.maps.sluice_attach, s.maps.sluice_bytes,
-                       s.maps.sluice_limit}) {
-      if (int err = bpf_map__set_max_entries(m, sockets); err != 0) {
-        return base::ErrnoStatus(-err, "bpf_map__set_max_entries");
-      }
-    }
-    if (int err = bpf_map__set_max_entries(s.maps.sluice_rings, options.rings); err != 0) {
-      return base::ErrnoStatus(-err, "bpf_map__set_max_entries(sluice_rings)");
-    }
-    return absl::OkStatus();
-  }));
+  ASSIGN_OR_RETURN(
+      auto skel, Skeleton<sockmap_bpf>::Create([&](sockmap_bpf& s) {
+        for (bpf_map* m :
+             {s.maps.sluice_peer, s.maps.sluice_attach, s.maps.sluice_bytes, s.maps.sluice_limit}) {
+          if (int err = bpf_map__set_max_entries(m, sockets); err != 0) {
+            return base::ErrnoStatus(-err, "bpf_map__set_max_entries");
+          }
+        }
+        if (int err = bpf_map__set_max_entries(s.maps.sluice_rings, options.rings); err != 0) {
+          return base::ErrnoStatus(-err, "bpf_map__set_max_entries(sluice_rings)");
+        }
+        return absl::OkStatus();
+      }));
   std::unique_ptr<SockmapFastPath> fp(new SockmapFastPath(options, std::move(skel)));
   ASSIGN_OR_RETURN(fp->attach_,
                    ScopedProgAttach::Create(bpf_program__fd((*fp->skel_)->progs.sluice_verdict),

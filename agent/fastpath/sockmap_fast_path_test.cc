@@ -3,9 +3,8 @@
 // the kernel behaviour are tested in tests/bpf/ (they need CAP_BPF and CAP_NET_ADMIN).
 #include "agent/fastpath/sockmap_fast_path.h"
 
-#include <bpf/libbpf.h>
-
 #include "gtest/gtest.h"
+#include <bpf/libbpf.h>
 
 #include "agent/fastpath/skeleton.h"
 #include "bpf/sockmap.skel.h"

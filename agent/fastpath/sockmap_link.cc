@@ -2,8 +2,8 @@
 #include "agent/fastpath/sockmap_link.h"
 
 #include <linux/sockios.h>
-#include <netinet/in.h>
 #include <linux/tcp.h>
+#include <netinet/in.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 

@@ -19,8 +19,8 @@ const char* SockmapStateName(SockmapRelay::State state) {
   return "unknown";
 }
 
-SockmapRelay::SockmapRelay(fastpath::SockmapLink& link, fastpath::Side src,
-                           SockmapContext& context, bool attached)
+SockmapRelay::SockmapRelay(fastpath::SockmapLink& link, fastpath::Side src, SockmapContext& context,
+                           bool attached)
     : link_(link),
       src_(src),
       context_(context),

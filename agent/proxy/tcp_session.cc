@@ -282,8 +282,8 @@ bool TcpSession::CheckSocketError(uint32_t events, int fd, CloseReason reason) {
 void TcpSession::RunPumps() {
   const uint64_t before = bytes_to_backend() + bytes_to_client();
   bool yielded = false;
-  if (!Step(upstream_, up_relay_.get(), upstream_done_, backend_.get(),
-            CloseReason::kClientReset, CloseReason::kBackendReset, yielded) ||
+  if (!Step(upstream_, up_relay_.get(), upstream_done_, backend_.get(), CloseReason::kClientReset,
+            CloseReason::kBackendReset, yielded) ||
       !Step(downstream_, down_relay_.get(), downstream_done_, client_.get(),
             CloseReason::kBackendReset, CloseReason::kClientReset, yielded)) {
     return;

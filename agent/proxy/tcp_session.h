@@ -60,12 +60,9 @@ class TcpSession final : public event::DeferredDeletable {
   // Both fds must be non-blocking connected TCP sockets. Starts forwarding at once. With a
   // `sockmap` context (not owned; outlives the session) the connection is enrolled in the
   // fast path if the kernel accepts both sockets, else it stays on splice (see fallback()).
-  static absl::StatusOr<std::unique_ptr<TcpSession>> Create(event::EventLoop& loop, PipePool& pool,
-                                                            base::UniqueFd client,
-                                                            base::UniqueFd backend,
-                                                            const Options& options,
-                                                            TcpSessionCallbacks& callbacks,
-                                                            SockmapContext* sockmap = nullptr);
+  static absl::StatusOr<std::unique_ptr<TcpSession>> Create(
+      event::EventLoop& loop, PipePool& pool, base::UniqueFd client, base::UniqueFd backend,
+      const Options& options, TcpSessionCallbacks& callbacks, SockmapContext* sockmap = nullptr);
   ~TcpSession() override;
 
   // Resets both sides now and reports kAborted from within this call. No-op once closed.

@@ -65,20 +65,21 @@ class TcpSessionTest : public ::testing::TestWithParam<Mode>, public TcpSessionC
       return;
     }
     fast_path_ = std::move(*fp);
-    sockmap_ = std::unique_ptr<SockmapContext>(new SockmapContext{
-        .fast_path = *fast_path_,
-        .ring = 0,
-        .marks = marks_,
-        .paused = registry_.AddGauge("paused", "").Get(),
-        .pauses = registry_.AddCounter("pauses", "").Get()});
-    ring_ = std::move(*fastpath::FlowRing::Create(*fast_path_, 0, [this](uint64_t cookie, uint64_t) {
-      auto it = sockmap_->sessions.find(cookie);
-      if (it != sockmap_->sessions.end()) {
-        it->second->OnSockmapSignal(cookie);
-      }
-    }));
-    ring_event_ = std::move(
-        *loop_->Watch(ring_->fd(), EPOLLIN, [this](uint32_t) { ring_->Consume(); }));
+    sockmap_ = std::unique_ptr<SockmapContext>(
+        new SockmapContext{.fast_path = *fast_path_,
+                           .ring = 0,
+                           .marks = marks_,
+                           .paused = registry_.AddGauge("paused", "").Get(),
+                           .pauses = registry_.AddCounter("pauses", "").Get()});
+    ring_ =
+        std::move(*fastpath::FlowRing::Create(*fast_path_, 0, [this](uint64_t cookie, uint64_t) {
+          auto it = sockmap_->sessions.find(cookie);
+          if (it != sockmap_->sessions.end()) {
+            it->second->OnSockmapSignal(cookie);
+          }
+        }));
+    ring_event_ =
+        std::move(*loop_->Watch(ring_->fd(), EPOLLIN, [this](uint32_t) { ring_->Consume(); }));
   }
 
   TcpSession::Options SessionOptions(absl::Duration idle_timeout = absl::Hours(1)) const {
@@ -146,9 +147,10 @@ class TcpSessionTest : public ::testing::TestWithParam<Mode>, public TcpSessionC
 INSTANTIATE_TEST_SUITE_P(Paths, TcpSessionTest,
                          ::testing::Values(Mode::kSplice, Mode::kCopy, Mode::kSockmap),
                          [](const auto& info) {
-                           return PathName(info.param == Mode::kSplice  ? TcpSession::Path::kSplice
-                                           : info.param == Mode::kCopy ? TcpSession::Path::kCopy
-                                                                       : TcpSession::Path::kSockmap);
+                           return PathName(info.param == Mode::kSplice ? TcpSession::Path::kSplice
+                                           : info.param == Mode::kCopy
+                                               ? TcpSession::Path::kCopy
+                                               : TcpSession::Path::kSockmap);
                          });
 
 TEST_P(TcpSessionTest, EchoesOneMegabyteBothWays) {

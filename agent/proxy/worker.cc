@@ -182,19 +182,18 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(int id, const Options& op
 }
 
 absl::Status Worker::StartSockmap() {
-  sockmap_ = std::unique_ptr<SockmapContext>(
-      new SockmapContext{.fast_path = *options_.sockmap,
-                         .ring = static_cast<uint32_t>(id_),
-                         .marks = options_.sockmap_marks,
-                         .paused = metrics_.sockmap_paused,
-                         .pauses = metrics_.sockmap_pauses});
-  ASSIGN_OR_RETURN(ring_, fastpath::FlowRing::Create(
-                              *options_.sockmap, sockmap_->ring, [this](uint64_t cookie, uint64_t) {
-                                auto it = sockmap_->sessions.find(cookie);
-                                if (it != sockmap_->sessions.end()) {
-                                  it->second->OnSockmapSignal(cookie);
-                                }
-                              }));
+  sockmap_ = std::unique_ptr<SockmapContext>(new SockmapContext{.fast_path = *options_.sockmap,
+                                                                .ring = static_cast<uint32_t>(id_),
+                                                                .marks = options_.sockmap_marks,
+                                                                .paused = metrics_.sockmap_paused,
+                                                                .pauses = metrics_.sockmap_pauses});
+  ASSIGN_OR_RETURN(ring_, fastpath::FlowRing::Create(*options_.sockmap, sockmap_->ring,
+                                                     [this](uint64_t cookie, uint64_t) {
+                                                       auto it = sockmap_->sessions.find(cookie);
+                                                       if (it != sockmap_->sessions.end()) {
+                                                         it->second->OnSockmapSignal(cookie);
+                                                       }
+                                                     }));
   ASSIGN_OR_RETURN(ring_event_,
                    loop_->Watch(ring_->fd(), EPOLLIN, [this](uint32_t) { ring_->Consume(); }));
   return absl::OkStatus();
@@ -315,8 +314,8 @@ void Worker::OnAcceptable(const ListenKey& key, int listen_fd) {
       Reset(client);  // the route went away between sync steps
       continue;
     }
-    auto conn = std::make_unique<Connection>(*this, key, std::move(client), *client_addr,
-                                             route->second);
+    auto conn =
+        std::make_unique<Connection>(*this, key, std::move(client), *client_addr, route->second);
     Connection* raw = conn.get();
     connections_.emplace(raw, std::move(conn));
     metrics_.connections_active.Add(1);

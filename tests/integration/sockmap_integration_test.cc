@@ -102,13 +102,11 @@ class CapabilityFallbackTest : public AgentTest, public ::testing::WithParamInte
   }
 };
 
-INSTANTIATE_TEST_SUITE_P(Caps, CapabilityFallbackTest,
-                         ::testing::Values(Dropped{"-bpf,-sys_admin", "missing CAP_BPF"},
-                                           Dropped{"-net_admin,-sys_admin",
-                                                   "missing CAP_NET_ADMIN"}),
-                         [](const auto& info) {
-                           return std::string(info.index == 0 ? "NoCapBpf" : "NoCapNetAdmin");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Caps, CapabilityFallbackTest,
+    ::testing::Values(Dropped{"-bpf,-sys_admin", "missing CAP_BPF"},
+                      Dropped{"-net_admin,-sys_admin", "missing CAP_NET_ADMIN"}),
+    [](const auto& info) { return std::string(info.index == 0 ? "NoCapBpf" : "NoCapNetAdmin"); });
 
 TEST_P(CapabilityFallbackTest, AutoRunsOnSpliceAndSaysWhy) {
   datapath_ = "auto";
@@ -158,8 +156,7 @@ uint64_t NetnsTcpMemory() {
   std::string out;
   testutil::RunCommand({"ss", "-tmnH"}, &out);
   uint64_t total = 0;
-  for (size_t at = out.find("skmem:("); at != std::string::npos;
-       at = out.find("skmem:(", at + 1)) {
+  for (size_t at = out.find("skmem:("); at != std::string::npos; at = out.find("skmem:(", at + 1)) {
     const size_t end = out.find(')', at);
     for (const char* field : {"(r", ",w", ",f"}) {
       const size_t f = out.find(field, at);
@@ -235,8 +232,8 @@ TEST_P(SlowBackendTest, FastClientKeepsKernelMemoryBounded) {
     if (const int b = backend_fd.load(); b >= 0) {
       ioctl(b, SIOCINQ, &inq);
     }
-    proxy_peak = std::max<int64_t>(proxy_peak, static_cast<int64_t>(sent - received.load()) -
-                                                   outq - inq);
+    proxy_peak =
+        std::max<int64_t>(proxy_peak, static_cast<int64_t>(sent - received.load()) - outq - inq);
     if (absl::Now() > next_mem_sample) {  // ss costs a few ms: sample every 50 ms
       mem_peak = std::max(mem_peak, NetnsTcpMemory());
       next_mem_sample = absl::Now() + absl::Milliseconds(50);

@@ -96,12 +96,12 @@ TEST_P(TcpIntegrityTest, OneGibibyteWithChecksum) {
   // account for every byte, and no pump (splice or copy) moved any.
   const std::string moved = sockmap() ? "sockmap" : "splice";
   const std::string idle = sockmap() ? "splice" : "sockmap";
-  EXPECT_GE(MetricValue("sluice_datapath_bytes_total{path=\"" + moved +
-                        "\",direction=\"to_backend\"}"),
-            1 << 30);
-  EXPECT_EQ(MetricValue("sluice_datapath_bytes_total{path=\"" + idle +
-                        "\",direction=\"to_backend\"}"),
-            0);
+  EXPECT_GE(
+      MetricValue("sluice_datapath_bytes_total{path=\"" + moved + "\",direction=\"to_backend\"}"),
+      1 << 30);
+  EXPECT_EQ(
+      MetricValue("sluice_datapath_bytes_total{path=\"" + idle + "\",direction=\"to_backend\"}"),
+      0);
   EXPECT_EQ(MetricValue("sluice_datapath_connections_total{path=\"" + moved + "\"}"), 1);
 }
 
@@ -153,9 +153,9 @@ TEST_P(TcpIntegrityTest, BackendHalfClosesFirstClientThenSendsAndCloses) {
   EXPECT_EQ(got_hash, sent_hash);
   EXPECT_TRUE(testutil::WaitFor([&] { return MetricValue("sluice_connections_active") == 0; },
                                 absl::Seconds(10)));
-  EXPECT_EQ(MetricValue(
-                "sluice_connections_closed_total{path=\"" + GetParam() + "\",reason=\"done\"}"),
-            1);
+  EXPECT_EQ(
+      MetricValue("sluice_connections_closed_total{path=\"" + GetParam() + "\",reason=\"done\"}"),
+      1);
 }
 
 TEST_P(TcpIntegrityTest, BackendSpeaksFirst) {
