@@ -78,7 +78,7 @@ absl::StatusOr<std::unique_ptr<SockmapLink>> SockmapLink::Enrol(SockmapFastPath&
   link->end(Side::kClient).fd = client_fd;
   link->end(Side::kBackend).fd = backend_fd;
   if (absl::Status st = link->Insert(first_mark); !st.ok()) {
-    return st;  // the destructor removes whatever was inserted; nothing was attached
+    return st;  // the destructor removes whatever was inserted
   }
   return link;
 }
@@ -98,13 +98,6 @@ absl::Status SockmapLink::Insert(uint64_t first_mark) {
     RETURN_IF_ERROR(fast_path_.AddPeer(cookie(s), end(Other(s)).fd));
     end(s).peered = true;
   }
-  if (absl::Status st = Attach(Side::kClient); !attached(Side::kClient)) {
-    return st;
-  }
-  // From here on client bytes may be in the backend's psock queue: no rollback any more. A
-  // backend that cannot be attached now (it sent FIN meanwhile) is served by the caller's
-  // splice pump; its receive queue is untouched.
-  (void)Attach(Side::kBackend);
   return absl::OkStatus();
 }
 

@@ -36,12 +36,14 @@ Fallback FallbackFor(const absl::Status& enrol_error);
 
 // One connection's entries in the shared maps, and the per-connection rules that keep bytes
 // safe around them:
-//   - Enrol inserts counters first, then both sockets into the peer map, then into the attach
-//     map (client, then backend), so no socket runs the verdict before its peer is registered
-//     and counted, then sets SO_RCVLOWAT on each attached socket, which runs the verdict on
-//     bytes that arrived before insertion (they would otherwise wait for more to arrive).
-//   - Detach/Attach pause and resume one direction (flow control): a detached source keeps its
-//     bytes in its own receive queue, where TCP's window pushes back.
+//   - Enrol inserts the counters first, then both sockets into the peer map; Attach then puts a
+//     source into the attach map, so no socket runs the verdict before its peer is registered
+//     and counted. Attach a direction only while the caller holds none of its bytes (an empty
+//     splice pipe): the kernel would overtake them.
+//   - Attach sets SO_RCVLOWAT on the socket, which runs the verdict over bytes that arrived
+//     before (they would otherwise wait until more bytes arrive).
+//   - Detach/Attach also pause and resume one direction (flow control): a detached source keeps
+//     its bytes in its own receive queue, where TCP's window pushes back.
 //   - The destructor removes everything in the reverse order. The caller must only let it run
 //     when no bytes are in flight (Progress::in_flight() == 0), or when the connection is being
 //     reset: removing a socket from the maps discards its psock queue.
@@ -49,9 +51,9 @@ Fallback FallbackFor(const absl::Status& enrol_error);
 class SockmapLink final {
  public:
   // Neither socket is owned; both must stay open while the link exists. The marks signal the
-  // worker's ring after `first_mark` bytes per direction. Fails with nothing left in the maps
-  // and no byte redirected; a backend that could not be attached (the only insertion after
-  // the first that can race with the peer) leaves that direction unattached instead.
+  // worker's ring after `first_mark` bytes per direction. Fails, with nothing left in the maps,
+  // if either socket is not ESTABLISHED (Unimplemented) or the maps are full
+  // (ResourceExhausted).
   static absl::StatusOr<std::unique_ptr<SockmapLink>> Enrol(SockmapFastPath& fast_path,
                                                             int client_fd, int backend_fd,
                                                             uint32_t ring, uint64_t first_mark);
@@ -59,14 +61,14 @@ class SockmapLink final {
   SockmapLink(const SockmapLink&) = delete;
   SockmapLink& operator=(const SockmapLink&) = delete;
 
-  // Whether the kernel pumps the direction from `src` (it has not been detached by us).
+  // Whether the kernel pumps the direction from `src` (attached and not detached by us).
   bool attached(Side src) const { return end(src).attached; }
   uint64_t cookie(Side s) const { return end(s).cookie; }
 
   // Stops the program on `src`. Idempotent; a socket the kernel already unlinked counts as
   // detached.
   void Detach(Side src);
-  // Re-attaches `src` and kicks it. Fails (errno EOPNOTSUPP) once `src` left ESTABLISHED.
+  // Attaches `src` and kicks it. Fails (errno EOPNOTSUPP) once `src` left ESTABLISHED.
   absl::Status Attach(Side src);
   absl::StatusOr<Progress> Measure(Side src) const;
   // Re-arms the mark of `src` (see SockmapFastPath::SetMark).

@@ -24,7 +24,8 @@ DataPathMetrics::DataPathMetrics(base::Registry& r)
       bytes_to_backend(bytes.WithLabels({"to_backend"})),
       bytes_to_client(bytes.WithLabels({"to_client"})),
       path_connections(r.AddCounter("sluice_datapath_connections_total",
-                                    "TCP sessions started, by data path (sockmap, splice, copy)",
+                                    "TCP connections closed, by the data path they used "
+                                    "(sockmap once enrolled, else splice or copy)",
                                     {"path"})),
       path_bytes(r.AddCounter("sluice_datapath_bytes_total",
                               "Bytes proxied by the data path that moved them, counted when a "

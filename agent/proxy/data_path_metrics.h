@@ -19,9 +19,9 @@ struct DataPathMetrics {
   base::Family<base::Counter>& bytes;          // {direction}, counted when a connection closes
   base::Counter& bytes_to_backend;
   base::Counter& bytes_to_client;
-  base::Family<base::Counter>& path_connections;   // {path}, when the session starts
+  base::Family<base::Counter>& path_connections;   // {path}, at close
   base::Family<base::Counter>& path_bytes;         // {path, direction}, at close
-  base::Family<base::Counter>& sockmap_fallbacks;  // {reason}: connections left on splice
+  base::Family<base::Counter>& sockmap_fallbacks;  // {reason}, at close: enrolment refused
   base::Gauge& sockmap_paused;                     // kernel directions paused by flow control
   base::Counter& sockmap_pauses;
   base::Gauge& udp_flows;

@@ -7,6 +7,8 @@ namespace sluice::proxy {
 
 const char* SockmapStateName(SockmapRelay::State state) {
   switch (state) {
+    case SockmapRelay::State::kPending:
+      return "pending";
     case SockmapRelay::State::kAttached:
       return "attached";
     case SockmapRelay::State::kPaused:
@@ -19,12 +21,21 @@ const char* SockmapStateName(SockmapRelay::State state) {
   return "unknown";
 }
 
-SockmapRelay::SockmapRelay(fastpath::SockmapLink& link, fastpath::Side src, SockmapContext& context,
-                           bool attached)
-    : link_(link),
-      src_(src),
-      context_(context),
-      state_(attached ? State::kAttached : State::kUser) {}
+SockmapRelay::SockmapRelay(fastpath::SockmapLink& link, fastpath::Side src, SockmapContext& context)
+    : link_(link), src_(src), context_(context), state_(State::kPending) {}
+
+bool SockmapRelay::Attach() {
+  if (state_ != State::kPending) {
+    return kernel();
+  }
+  if (absl::Status st = link_.Attach(src_); !st.ok()) {
+    VLOG(2) << "sockmap attach: " << st;  // EOPNOTSUPP: the source got its FIN meanwhile
+    state_ = State::kUser;
+    return false;
+  }
+  state_ = State::kAttached;
+  return true;
+}
 
 SockmapRelay::~SockmapRelay() { SetPaused(false); }
 
@@ -65,6 +76,10 @@ SockmapRelay::Next SockmapRelay::OnSignal() {
 }
 
 SockmapRelay::Next SockmapRelay::OnSrcEof() {
+  if (state_ == State::kPending) {
+    state_ = State::kUser;  // never attached: the pump has the whole direction
+    return Next::kNothing;
+  }
   if (state_ == State::kUser || state_ == State::kDraining) {
     return Next::kNothing;
   }
@@ -78,6 +93,7 @@ SockmapRelay::Next SockmapRelay::OnSrcEof() {
 
 SockmapRelay::Next SockmapRelay::Poll() {
   switch (state_) {
+    case State::kPending:
     case State::kAttached:
     case State::kUser:
       return Next::kNothing;
@@ -126,7 +142,7 @@ SockmapRelay::Next SockmapRelay::Drain() {
 }
 
 bool SockmapRelay::Progressed() {
-  if (state_ == State::kUser) {
+  if (!kernel()) {
     return false;
   }
   auto p = link_.Measure(src_);

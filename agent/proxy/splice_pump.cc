@@ -111,6 +111,7 @@ SplicePump::Io SplicePump::SpliceIn() {
     pipe_->Added(static_cast<size_t>(n));
     bytes_in_ += static_cast<uint64_t>(n);
     spliced_any_ = true;
+    src_drained_ = false;
     return Io::kProgress;
   }
   if (n == 0) {
@@ -130,6 +131,7 @@ SplicePump::Io SplicePump::OnSpliceInError(int err, size_t in_pipe) {
         pipe_maybe_full_ = true;
       } else {
         src_readable_ = false;
+        src_drained_ = true;
       }
       return Io::kWouldBlock;
     case EINVAL:
@@ -180,6 +182,7 @@ SplicePump::Io SplicePump::CopyIn() {
     if (n > 0) {
       buffer_end_ = static_cast<size_t>(n);
       bytes_in_ += static_cast<uint64_t>(n);
+      src_drained_ = false;
       return Io::kProgress;
     }
     if (n == 0) {
@@ -191,6 +194,7 @@ SplicePump::Io SplicePump::CopyIn() {
     }
     if (errno == EAGAIN) {
       src_readable_ = false;
+      src_drained_ = true;
       return Io::kWouldBlock;
     }
     return Fail(errno, /*at_src=*/true);

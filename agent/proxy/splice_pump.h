@@ -49,6 +49,11 @@ class SplicePump final {
   // Bytes read from src and not yet written to dst.
   size_t pending() const;
   int error() const { return error_; }
+  // True while nothing was read from src since a read found it empty (or before the first
+  // read): no skb of src is partly consumed. Another reader that takes whole skbs (the sockmap
+  // verdict, via tcp_read_skb) may take over src only then, or it would repeat the unread
+  // part's already-read head.
+  bool src_drained() const { return src_drained_; }
   bool error_at_src() const { return error_at_src_; }
 
  private:
@@ -81,6 +86,7 @@ class SplicePump final {
   bool eof_reported_ = false;
   bool pipe_maybe_full_ = false;  // EAGAIN into a non-empty pipe: flush before reading
   bool spliced_any_ = false;      // a byte went through the pipe: no fallback any more
+  bool src_drained_ = true;
   uint64_t bytes_in_ = 0;         // read from src
   uint64_t bytes_ = 0;            // written to dst
   int error_ = 0;

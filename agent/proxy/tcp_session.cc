@@ -68,14 +68,15 @@ const char* PathName(TcpSession::Path path) {
 
 absl::StatusOr<std::unique_ptr<TcpSession>> TcpSession::Create(
     event::EventLoop& loop, PipePool& pool, base::UniqueFd client, base::UniqueFd backend,
-    const Options& options, TcpSessionCallbacks& callbacks, SockmapContext* sockmap) {
+    const Options& options, TcpSessionCallbacks& callbacks, SockmapContext* sockmap,
+    bool sockmap_at_start) {
   RETURN_IF_ERROR(CheckNonBlocking(client.get(), "client"));
   RETURN_IF_ERROR(CheckNonBlocking(backend.get(), "backend"));
   RETURN_IF_ERROR(net::SetTcpNoDelay(client.get()));
   RETURN_IF_ERROR(net::SetTcpNoDelay(backend.get()));
   std::unique_ptr<TcpSession> session(new TcpSession(
       loop, pool, std::move(client), std::move(backend), options, callbacks, sockmap));
-  RETURN_IF_ERROR(session->Start());
+  RETURN_IF_ERROR(session->Start(sockmap_at_start));
   return session;
 }
 
@@ -99,9 +100,17 @@ TcpSession::~TcpSession() {
   }
 }
 
-absl::Status TcpSession::Start() {
+absl::Status TcpSession::Start(bool sockmap_at_start) {
   if (sockmap_ != nullptr) {
-    Enrol();
+    promote_timer_ = loop_.CreateTimer([this] {
+      promote_due_ = true;
+      MaybePromote();
+    });
+    if (sockmap_at_start) {
+      Enrol();  // before the pumps read anything: both directions attach at once
+    } else {
+      promote_timer_->Arm(sockmap_->promotion.age);
+    }
   }
   // Registration reports the current readiness as the first edge, so data that arrived before
   // the session existed (a backend that speaks first) is not missed.
@@ -114,6 +123,19 @@ absl::Status TcpSession::Start() {
   return absl::OkStatus();
 }
 
+void TcpSession::MaybePromote() {
+  if (closed_ || link_ != nullptr || fallback_.has_value() || upstream_done_ ||
+      downstream_done_) {
+    return;
+  }
+  promote_due_ |= bytes_to_backend() + bytes_to_client() >= sockmap_->promotion.bytes;
+  if (!promote_due_) {
+    return;
+  }
+  promote_timer_->Disarm();
+  Enrol();
+}
+
 void TcpSession::Enrol() {
   auto link = fastpath::SockmapLink::Enrol(sockmap_->fast_path, client_.get(), backend_.get(),
                                            sockmap_->ring, sockmap_->marks.high);
@@ -123,13 +145,37 @@ void TcpSession::Enrol() {
     return;
   }
   link_ = std::move(*link);
-  up_relay_ = std::make_unique<SockmapRelay>(*link_, fastpath::Side::kClient, *sockmap_,
-                                             link_->attached(fastpath::Side::kClient));
-  down_relay_ = std::make_unique<SockmapRelay>(*link_, fastpath::Side::kBackend, *sockmap_,
-                                               link_->attached(fastpath::Side::kBackend));
+  up_relay_ = std::make_unique<SockmapRelay>(*link_, fastpath::Side::kClient, *sockmap_);
+  down_relay_ = std::make_unique<SockmapRelay>(*link_, fastpath::Side::kBackend, *sockmap_);
   sockmap_->sessions[link_->cookie(fastpath::Side::kClient)] = this;
   sockmap_->sessions[link_->cookie(fastpath::Side::kBackend)] = this;
   poll_timer_ = loop_.CreateTimer([this] { OnPollTimer(); });
+  AttachReady();
+}
+
+void TcpSession::AttachReady() {
+  bool attached = false;
+  for (bool up : {true, false}) {
+    SockmapRelay& relay = up ? *up_relay_ : *down_relay_;
+    const SplicePump& pump = up ? upstream_ : downstream_;
+    if (relay.state() != SockmapRelay::State::kPending || (up ? upstream_done_ : downstream_done_)) {
+      continue;
+    }
+    // Bytes in the pump's pipe would be overtaken by the kernel, and an skb the pump read in
+    // part would be redirected whole (tcp_read_skb ignores the read offset): hand over only
+    // between reads that emptied the socket. A pump that never catches up keeps the direction,
+    // which splice then serves with its natural backpressure.
+    if (pump.pending() == 0 && pump.src_drained()) {
+      attached |= relay.Attach();
+    }
+
+  }
+  if (attached) {
+    kernel_used_ = true;
+    if (client_event_ != nullptr) {  // else Start() registers with the right events
+      UpdateSocketEvents();
+    }
+  }
 }
 
 // A kernel direction needs no readiness at all: its source's FIN (EPOLLRDHUP) and errors are
@@ -153,7 +199,7 @@ void TcpSession::UpdateSocketEvents() {
 }
 
 TcpSession::Path TcpSession::path() const {
-  if (link_ != nullptr) {
+  if (kernel_used_) {
     return Path::kSockmap;
   }
   return upstream_.path() == SplicePump::Path::kCopy ||
@@ -291,6 +337,13 @@ void TcpSession::RunPumps() {
   if (bytes_to_backend() + bytes_to_client() != before) {
     // Cheaper than re-arming the timer per event: OnIdleTimer re-arms for the remainder.
     last_activity_ = loop_.MonotonicNow();
+    if (sockmap_ != nullptr && link_ == nullptr) {
+      MaybePromote();
+    }
+  }
+  if (link_ != nullptr && (up_relay_->state() == SockmapRelay::State::kPending ||
+                           down_relay_->state() == SockmapRelay::State::kPending)) {
+    AttachReady();
   }
   if (upstream_done_ && downstream_done_) {
     Close(CloseReason::kDone);
@@ -352,8 +405,10 @@ void TcpSession::Close(CloseReason reason) {
   }
   closed_ = true;
   idle_timer_->Disarm();
-  if (poll_timer_ != nullptr) {
-    poll_timer_->Disarm();
+  for (event::Timer* t : {poll_timer_.get(), promote_timer_.get()}) {
+    if (t != nullptr) {
+      t->Disarm();
+    }
   }
   for (SockmapRelay* relay : {up_relay_.get(), down_relay_.get()}) {
     if (relay != nullptr) {

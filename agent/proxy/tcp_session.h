@@ -40,9 +40,10 @@ class TcpSessionCallbacks {
 };
 
 // One proxied TCP connection: owns the accepted client socket and the connected backend socket
-// and moves each direction with a SplicePump on edge-triggered readiness, or, when the worker has
-// the sockmap fast path and both sockets could be enrolled, first through the kernel with a
-// SockmapRelay (the pump then only moves what is left at the end). A FIN is forwarded as
+// and moves each direction with a SplicePump on edge-triggered readiness. When the worker has the
+// sockmap fast path, a connection that outgrows SockmapPromotion is enrolled there, and each
+// direction then goes through the kernel with a SockmapRelay (the pump only moves what is left
+// when that direction ends). A FIN is forwarded as
 // shutdown(SHUT_WR) once that direction holds no bytes; a failure on either side resets both
 // (SO_LINGER 0); an idle timer resets both after options.idle_timeout without traffic.
 // Thread: owning worker loop.
@@ -58,11 +59,13 @@ class TcpSession final : public event::DeferredDeletable {
   enum class Path { kSockmap, kSplice, kCopy };
 
   // Both fds must be non-blocking connected TCP sockets. Starts forwarding at once. With a
-  // `sockmap` context (not owned; outlives the session) the connection is enrolled in the
-  // fast path if the kernel accepts both sockets, else it stays on splice (see fallback()).
+  // `sockmap` context (not owned; outlives the session) the connection is enrolled in the fast
+  // path at once if `sockmap_at_start`, else when it outgrows SockmapPromotion; if the kernel
+  // refuses the sockets it stays on splice (see fallback()).
   static absl::StatusOr<std::unique_ptr<TcpSession>> Create(
       event::EventLoop& loop, PipePool& pool, base::UniqueFd client, base::UniqueFd backend,
-      const Options& options, TcpSessionCallbacks& callbacks, SockmapContext* sockmap = nullptr);
+      const Options& options, TcpSessionCallbacks& callbacks, SockmapContext* sockmap = nullptr,
+      bool sockmap_at_start = false);
   ~TcpSession() override;
 
   // Resets both sides now and reports kAborted from within this call. No-op once closed.
@@ -76,8 +79,10 @@ class TcpSession final : public event::DeferredDeletable {
   // Of those, the bytes the kernel redirected (the rest went through the pumps).
   uint64_t kernel_bytes_to_backend() const { return up_relay_ ? up_relay_->bytes() : 0; }
   uint64_t kernel_bytes_to_client() const { return down_relay_ ? down_relay_->bytes() : 0; }
+  // kSockmap once a direction was handed to the kernel (even if some bytes went through the
+  // pumps).
   Path path() const;
-  // Why a session created with a sockmap context stayed on splice.
+  // Why a session that tried to enrol stayed on splice.
   std::optional<fastpath::Fallback> fallback() const { return fallback_; }
   // "attached", "paused", "draining", "user" (kernel direction handed to the pump), or
   // "splice"/"copy" for a direction that never was in the kernel.
@@ -86,11 +91,15 @@ class TcpSession final : public event::DeferredDeletable {
  private:
   TcpSession(event::EventLoop& loop, PipePool& pool, base::UniqueFd client, base::UniqueFd backend,
              const Options& options, TcpSessionCallbacks& callbacks, SockmapContext* sockmap);
+  absl::Status Start(bool sockmap_at_start);
   static uint64_t Bytes(const SplicePump& pump, const SockmapRelay* relay) {
     return pump.bytes() + (relay != nullptr ? relay->bytes() : 0);
   }
-  absl::Status Start();
+  // Enrols once the connection is due (SockmapPromotion).
+  void MaybePromote();
   void Enrol();
+  // Hands each enrolled direction whose pump holds no byte to the kernel.
+  void AttachReady();
   uint32_t SocketEvents(bool client) const;
   void UpdateSocketEvents();
   void OnClientEvents(uint32_t events);
@@ -125,6 +134,9 @@ class TcpSession final : public event::DeferredDeletable {
   std::unique_ptr<event::FileEvent> backend_event_;
   std::unique_ptr<event::Timer> idle_timer_;
   std::unique_ptr<event::Timer> poll_timer_;  // only while a relay is paused or draining
+  std::unique_ptr<event::Timer> promote_timer_;
+  bool promote_due_ = false;
+  bool kernel_used_ = false;  // a direction was attached: the path is sockmap
   absl::Duration poll_interval_;
   absl::Duration last_activity_;
   bool upstream_done_ = false;

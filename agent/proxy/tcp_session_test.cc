@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 
 #include <optional>
+
+#include "absl/synchronization/notification.h"
 #include <string>
 #include <thread>
 
@@ -92,7 +94,7 @@ class TcpSessionTest : public ::testing::TestWithParam<Mode>, public TcpSessionC
     backend_ = MakeTcpPair(/*dialed=*/true);
     auto session =
         TcpSession::Create(*loop_, pool_, std::move(client_.near), std::move(backend_.near),
-                           SessionOptions(idle_timeout), *this, sockmap_.get());
+                           SessionOptions(idle_timeout), *this, sockmap_.get(), at_start_);
     ASSERT_TRUE(session.ok()) << session.status();
     session_ = std::move(*session);
     if (sockmap_ != nullptr) {
@@ -109,6 +111,7 @@ class TcpSessionTest : public ::testing::TestWithParam<Mode>, public TcpSessionC
     to_client_ = session.bytes_to_client();
     kernel_to_backend_ = session.kernel_bytes_to_backend();
     kernel_to_client_ = session.kernel_bytes_to_client();
+    fallback_ = session.fallback();
     path_ = session.path();
     loop_->DeferDelete(std::move(session_));
     loop_->Stop();
@@ -130,6 +133,8 @@ class TcpSessionTest : public ::testing::TestWithParam<Mode>, public TcpSessionC
   std::unique_ptr<fastpath::SockmapFastPath> fast_path_;
   std::string sockmap_error_;
   SockmapWatermarks marks_;
+  // Enrol at once, so the sockmap runs test the kernel path; promotion has its own test.
+  bool at_start_ = true;
   std::unique_ptr<SockmapContext> sockmap_;
   std::unique_ptr<event::EventLoop> loop_;
   std::unique_ptr<fastpath::FlowRing> ring_;
@@ -141,6 +146,7 @@ class TcpSessionTest : public ::testing::TestWithParam<Mode>, public TcpSessionC
   std::optional<CloseReason> reason_;
   uint64_t to_backend_ = 0, to_client_ = 0;
   uint64_t kernel_to_backend_ = 0, kernel_to_client_ = 0;
+  std::optional<fastpath::Fallback> fallback_;
   TcpSession::Path path_ = TcpSession::Path::kSplice;
 };
 
@@ -225,7 +231,7 @@ TEST_P(TcpSessionTest, BackendSpeaksFirst) {
   ASSERT_TRUE(SendAll(backend_.far.get(), "220 ready\r\n"));
   session_ = std::move(*TcpSession::Create(*loop_, pool_, std::move(client_.near),
                                            std::move(backend_.near), SessionOptions(), *this,
-                                           sockmap_.get()));
+                                           sockmap_.get(), at_start_));
   std::string greeting;
   std::thread client([&] {
     char buf[64];
@@ -321,6 +327,131 @@ TEST_P(TcpSessionTest, PipeGoesBackToThePoolOnlyWhenEmpty) {
   EXPECT_EQ(reason_, CloseReason::kAborted);
   EXPECT_EQ(pool_.closed_non_empty(), 1u);
   EXPECT_EQ(pool_.idle(), pool_.created() - 1);
+}
+
+// The sockmap path's own rules; the other modes skip these.
+class SockmapSessionTest : public TcpSessionTest {
+ protected:
+  void SetUp() override {
+    TcpSessionTest::SetUp();
+    if (!IsSkipped() && GetParam() != Mode::kSockmap) {
+      GTEST_SKIP() << "sockmap only";
+    }
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Sockmap, SockmapSessionTest, ::testing::Values(Mode::kSockmap),
+                         [](const auto&) { return std::string("sockmap"); });
+
+TEST_P(SockmapSessionTest, ShortExchangeStaysOnSpliceAndABigOneMovesToTheKernel) {
+  sockmap_->promotion = {.bytes = 64 << 10, .age = absl::Hours(1)};
+  at_start_ = false;
+  StartSession();
+  const std::string small = RandomBytes(1000, 1), big = RandomBytes(4 << 20, 2);
+  std::string at_backend, at_client;
+  std::thread backend([&] {
+    at_backend = RecvToEof(backend_.far.get());
+    EXPECT_TRUE(SendAll(backend_.far.get(), "bye"));
+    backend_.far.Reset();
+  });
+  std::thread client([&] {
+    EXPECT_TRUE(SendAll(client_.far.get(), small));
+    absl::SleepFor(absl::Milliseconds(50));
+    absl::Notification checked;
+    loop_->Post([&] {
+      EXPECT_EQ(session_->path(), TcpSession::Path::kSplice);  // 1000 bytes: not promoted
+      EXPECT_EQ(session_->DirectionState(true), "splice");
+      checked.Notify();
+    });
+    checked.WaitForNotification();
+    // In bursts, as a request/response protocol would: between them the pump empties the
+    // socket, the only point where a direction may be handed to the kernel mid-stream.
+    for (size_t off = 0; off < big.size(); off += 64 << 10) {
+      EXPECT_TRUE(SendAll(client_.far.get(), big.substr(off, 64 << 10)));
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    shutdown(client_.far.get(), SHUT_WR);
+    at_client = RecvToEof(client_.far.get());
+  });
+  loop_->Run();
+  client.join();
+  backend.join();
+  EXPECT_EQ(reason_, CloseReason::kDone);
+  EXPECT_TRUE(at_backend == small + big) << at_backend.size();
+  EXPECT_EQ(at_client, "bye");
+  EXPECT_EQ(path_, TcpSession::Path::kSockmap);
+  EXPECT_GT(kernel_to_backend_, 2u << 20);  // most of `big` went through the verdict
+  EXPECT_EQ(to_backend_, small.size() + big.size());
+}
+
+TEST_P(SockmapSessionTest, ClientThatAlreadySentFinStaysOnSplice) {
+  client_ = MakeTcpPair(false);
+  backend_ = MakeTcpPair(true);
+  ASSERT_TRUE(SendAll(client_.far.get(), "GET / HTTP/1.0\r\n\r\n"));
+  ASSERT_EQ(shutdown(client_.far.get(), SHUT_WR), 0);
+  absl::SleepFor(absl::Milliseconds(10));  // the FIN has arrived: the socket is CLOSE_WAIT
+  session_ = std::move(*TcpSession::Create(*loop_, pool_, std::move(client_.near),
+                                           std::move(backend_.near), SessionOptions(), *this,
+                                           sockmap_.get(), at_start_));
+  std::string request;
+  std::thread backend([&] {
+    request = RecvToEof(backend_.far.get());
+    EXPECT_TRUE(SendAll(backend_.far.get(), "HTTP/1.0 200 OK\r\n\r\n"));
+    backend_.far.Reset();
+  });
+  std::string reply;
+  std::thread client([&] { reply = RecvToEof(client_.far.get()); });
+  loop_->Run();
+  backend.join();
+  client.join();
+  EXPECT_EQ(request, "GET / HTTP/1.0\r\n\r\n");
+  EXPECT_EQ(reply, "HTTP/1.0 200 OK\r\n\r\n");
+  EXPECT_EQ(reason_, CloseReason::kDone);
+  // Either the session saw the FIN first and never tried, or the kernel refused the socket.
+  EXPECT_EQ(path_, TcpSession::Path::kSplice);
+  EXPECT_NE(fallback_, fastpath::Fallback::kMapFull);
+}
+
+// A backend that stalls: the kernel-pumped direction pauses above the high watermark, resumes
+// below the low one, and the client's FIN during a pause hands the rest to the pump.
+TEST_P(SockmapSessionTest, SlowBackendPausesResumesAndDrainsOnFin) {
+  sockmap_->marks = {.high = 256 << 10, .low = 64 << 10};
+  StartSession();
+  const std::string data = RandomBytes(24 << 20, 5);
+  std::string at_backend;
+  std::thread client([&] {
+    EXPECT_TRUE(SendAll(client_.far.get(), data));
+    EXPECT_EQ(shutdown(client_.far.get(), SHUT_WR), 0);
+    RecvToEof(client_.far.get());
+  });
+  std::thread backend([&] {
+    char buf[64 << 10];
+    ssize_t n;
+    int reads = 0;
+    while ((n = recv(backend_.far.get(), buf, sizeof(buf), 0)) > 0) {
+      at_backend.append(buf, static_cast<size_t>(n));
+      if (++reads < 40) {
+        absl::SleepFor(absl::Milliseconds(10));  // 400 ms slow: the client runs ahead
+      }
+    }
+    backend_.far.Reset();
+  });
+  loop_->Run();
+  client.join();
+  backend.join();
+  EXPECT_EQ(reason_, CloseReason::kDone);
+  EXPECT_EQ(at_backend.size(), data.size());
+  if (at_backend != data) {
+    size_t i = 0;
+    while (i < std::min(at_backend.size(), data.size()) && at_backend[i] == data[i]) {
+      ++i;
+    }
+    ADD_FAILURE() << "first difference at byte " << i << " of " << data.size() << "; kernel "
+                  << kernel_to_backend_;
+  }
+  EXPECT_GT(sockmap_->pauses.Value(), 0);
+  EXPECT_EQ(sockmap_->paused.Value(), 0);
+  EXPECT_GT(kernel_to_backend_, 0u);
 }
 
 }  // namespace

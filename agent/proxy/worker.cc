@@ -45,6 +45,7 @@ class Connection final : public event::DeferredDeletable,
         key_(std::move(key)),
         client_addr_(client_addr),
         active_(route.active),
+        sizes_(route.sizes),
         client_(std::move(client)),
         dialer_(std::make_unique<BackendDialer>(*worker.loop_, route.balancer, client_addr.ip(),
                                                 worker.options_.dial_budget, *this)) {
@@ -94,9 +95,14 @@ class Connection final : public event::DeferredDeletable,
     }
   }
   void OnDialed(BackendDialer&, base::UniqueFd backend) override {
-    auto session =
-        TcpSession::Create(*worker_.loop_, worker_.pipes_, std::move(client_), std::move(backend),
-                           worker_.options_.session, *this, worker_.sockmap_.get());
+    SockmapContext* sockmap = worker_.sockmap_.get();
+    // Connections of a listener whose connections are typically big go into the kernel at
+    // once, before a byte is read; the others start on splice (SockmapPromotion).
+    const bool at_start =
+        sockmap != nullptr && sizes_->mean() >= sockmap->promotion.bytes;
+    auto session = TcpSession::Create(*worker_.loop_, worker_.pipes_, std::move(client_),
+                                      std::move(backend), worker_.options_.session, *this,
+                                      sockmap, at_start);
     if (!session.ok()) {
       LOG(WARNING) << "session for " << key_.ToString() << ": " << session.status();
       worker_.metrics_.connections_failed.Inc();
@@ -104,11 +110,6 @@ class Connection final : public event::DeferredDeletable,
       return;
     }
     session_ = std::move(*session);
-    DataPathMetrics& m = worker_.metrics_;
-    if (auto fallback = session_->fallback()) {
-      m.sockmap_fallbacks.WithLabels({fastpath::FallbackName(*fallback)}).Inc();
-    }
-    m.path_connections.WithLabels({PathName(session_->path())}).Inc();
   }
   void OnDialGaveUp(BackendDialer&) override {
     worker_.metrics_.connections_failed.Inc();
@@ -119,9 +120,14 @@ class Connection final : public event::DeferredDeletable,
   // TcpSessionCallbacks
   void OnSessionClosed(TcpSession& session, CloseReason reason) override {
     DataPathMetrics& m = worker_.metrics_;
+    sizes_->Add(session.bytes_to_backend() + session.bytes_to_client());
     m.bytes_to_backend.Inc(static_cast<double>(session.bytes_to_backend()));
     m.bytes_to_client.Inc(static_cast<double>(session.bytes_to_client()));
     CountPathBytes(session);
+    m.path_connections.WithLabels({PathName(session.path())}).Inc();
+    if (auto fallback = session.fallback()) {
+      m.sockmap_fallbacks.WithLabels({fastpath::FallbackName(*fallback)}).Inc();
+    }
     m.closed.WithLabels({PathName(session.path()), CloseReasonName(reason)}).Inc();
     Finish();
   }
@@ -153,6 +159,7 @@ class Connection final : public event::DeferredDeletable,
   const ListenKey key_;
   const net::SocketAddress client_addr_;
   const std::shared_ptr<std::atomic<int64_t>> active_;
+  const std::shared_ptr<ConnectionSizes> sizes_;
   base::UniqueFd client_;
   std::unique_ptr<BackendDialer> dialer_;
   std::unique_ptr<TcpSession> session_;
@@ -185,6 +192,7 @@ absl::Status Worker::StartSockmap() {
   sockmap_ = std::unique_ptr<SockmapContext>(new SockmapContext{.fast_path = *options_.sockmap,
                                                                 .ring = static_cast<uint32_t>(id_),
                                                                 .marks = options_.sockmap_marks,
+                         .promotion = options_.sockmap_promotion,
                                                                 .paused = metrics_.sockmap_paused,
                                                                 .pauses = metrics_.sockmap_pauses});
   ASSIGN_OR_RETURN(ring_, fastpath::FlowRing::Create(*options_.sockmap, sockmap_->ring,

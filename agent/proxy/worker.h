@@ -55,6 +55,7 @@ class Worker final {
     // The worker uses ring index `id`.
     fastpath::SockmapFastPath* sockmap = nullptr;
     SockmapWatermarks sockmap_marks;
+    SockmapPromotion sockmap_promotion;
   };
 
   static absl::StatusOr<std::unique_ptr<Worker>> Create(int id, const Options& options,

@@ -139,6 +139,8 @@ TEST_F(SockmapKernelTest, BothDirectionsAtOnceKeepEveryByte) {
   Pair client = LoopbackPair(), backend = LoopbackPair();
   auto link = SockmapLink::Enrol(*fp, client.near.get(), backend.near.get(), 0, 0);
   ASSERT_TRUE(link.ok()) << link.status();
+  ASSERT_TRUE((*link)->Attach(Side::kClient).ok());
+  ASSERT_TRUE((*link)->Attach(Side::kBackend).ok());
   const std::string up = RandomBytes(32 << 20, 1), down = RandomBytes(32 << 20, 2);
   std::string got_up, got_down;
   std::thread t1([&] { EXPECT_TRUE(SendAll(client.far.get(), up)); });
@@ -171,6 +173,7 @@ TEST_F(SockmapKernelTest, DetachingTheSourceStopsTheKernelQueueAndAttachResumes)
   ASSERT_TRUE(ring.ok()) << ring.status();
   auto link = SockmapLink::Enrol(*fp, client.near.get(), backend.near.get(), 0, 4 << 20);
   ASSERT_TRUE(link.ok()) << link.status();
+  ASSERT_TRUE((*link)->Attach(Side::kClient).ok());
   const std::string data = RandomBytes(64 << 20, 3);
   std::thread writer([&] { SendAll(client.far.get(), data); });
   pollfd p{.fd = (*ring)->fd(), .events = POLLIN, .revents = 0};
