@@ -27,15 +27,15 @@ struct {
 	__type(value, __u64);
 } sluice_attach SEC(".maps");
 
-/* source cookie -> bytes redirected from it (written only here, created by the agent). */
+/* source cookie -> bytes redirected and passed (written only here, created by the agent). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1);
 	__type(key, __u64);
-	__type(value, __u64);
-} sluice_bytes SEC(".maps");
+	__type(value, struct sluice_count);
+} sluice_count SEC(".maps");
 
-/* source cookie -> when to notify whom (written only by the agent). */
+/* source cookie -> pass or redirect, when to notify whom (written only by the agent). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1);
@@ -55,35 +55,25 @@ struct {
 	    });
 } sluice_rings SEC(".maps");
 
-/* Counts `len` redirected bytes and, once they reach the armed mark, disarms it and signals the
- * owning worker. The agent re-arms only in reaction to a signal (or while the socket is
- * detached), so disarming first means its new mark is never overwritten; a full ring leaves the
- * mark armed and the next skb retries. Returns 0 or -errno. */
-static __always_inline int account(__u64 cookie, __u32 len)
+/* After a redirect of `len` bytes: once the redirected count reaches the armed mark, disarms it
+ * and signals the owning worker. The agent re-arms only in reaction to a signal, so disarming
+ * first means its new mark is never overwritten; a full ring leaves the mark armed and the next
+ * skb retries. Returns 0 or -errno. */
+static __always_inline int signal_mark(struct sluice_limit *limit, __u64 cookie, __u64 redirected)
 {
-	struct sluice_limit *limit;
 	struct sluice_event ev;
-	__u64 *bytes, after, mark;
+	__u64 mark = limit->notify_at;
 	void *ring;
 	long err;
 
-	bytes = bpf_map_lookup_elem(&sluice_bytes, &cookie);
-	if (!bytes)
-		return -ENOENT;
-	/* Serialised per socket by its lock; atomic because the agent reads it meanwhile. */
-	after = __sync_add_and_fetch(bytes, len);
-	limit = bpf_map_lookup_elem(&sluice_limit, &cookie);
-	if (!limit)
-		return -ENOENT;
-	mark = limit->notify_at;
-	if (mark == 0 || after < mark)
+	if (mark == 0 || redirected < mark)
 		return 0;
 	ring = bpf_map_lookup_elem(&sluice_rings, &limit->ring);
 	if (!ring)
 		return -ENOENT;
 	limit->notify_at = 0;
 	ev.cookie = cookie;
-	ev.bytes = after;
+	ev.bytes = redirected;
 	err = bpf_ringbuf_output(ring, &ev, sizeof(ev), BPF_RB_FORCE_WAKEUP);
 	if (err)
 		limit->notify_at = mark;
@@ -93,6 +83,8 @@ static __always_inline int account(__u64 cookie, __u32 len)
 SEC("sk_skb/stream_verdict")
 int sluice_verdict(struct __sk_buff *skb)
 {
+	struct sluice_limit *limit;
+	struct sluice_count *count;
 	__u64 cookie;
 	long verdict;
 
@@ -101,9 +93,19 @@ int sluice_verdict(struct __sk_buff *skb)
 	if (skb->len == 0)
 		return SK_DROP;
 	cookie = bpf_get_socket_cookie(skb);
+	count = bpf_map_lookup_elem(&sluice_count, &cookie);
+	limit = bpf_map_lookup_elem(&sluice_limit, &cookie);
+	if (!count || !limit)
+		return SK_PASS; /* untracked: the agent reads it (it never attaches one) */
+	/* The socket's receive path is serialised by its lock; the atomics are for the agent's
+	 * concurrent reads. */
+	if (limit->pass || count->passed != limit->resume_at) {
+		__sync_fetch_and_add(&count->passed, skb->len);
+		return SK_PASS;
+	}
 	verdict = bpf_sk_redirect_hash(skb, &sluice_peer, &cookie, 0 /* peer's egress */);
 	if (verdict == SK_PASS)
-		account(cookie, skb->len);
+		signal_mark(limit, cookie, __sync_add_and_fetch(&count->redirected, skb->len));
 	return verdict;
 }
 

@@ -96,16 +96,21 @@ absl::Status ExpectEof(int fd, const char* where) {
   return absl::OkStatus();
 }
 
-// The worker's end-of-direction sequence: on the source's FIN, detach it, wait until what it
-// redirected reached the destination's send queue, then forward the FIN.
-absl::Status ForwardFin(SockmapLink& link, Side src, int src_fd, int dst_fd, uint64_t want) {
+struct Pair {
+  base::UniqueFd near;  // the proxy's non-blocking end
+  base::UniqueFd far;   // the peer
+};
+
+// The worker's end-of-direction sequence: on the source's FIN, wait until what it redirected
+// reached the destination's send queue, read the source to its EOF, then forward the FIN.
+absl::Status ForwardFin(SockmapLink& link, Side src, int src_fd, int dst_fd, uint64_t want,
+                        uint64_t user_written) {
   if ((WaitFd(src_fd, POLLRDHUP) & POLLRDHUP) == 0) {
     return Fail("no EPOLLRDHUP on an attached socket");
   }
-  link.Detach(src);
   const absl::Time deadline = absl::Now() + absl::Milliseconds(kStepTimeoutMs);
   for (;;) {
-    ASSIGN_OR_RETURN(Progress p, link.Measure(src));
+    ASSIGN_OR_RETURN(Progress p, link.Measure(src, user_written));
     if (p.consumed == want && p.in_flight() == 0) {
       break;
     }
@@ -117,7 +122,7 @@ absl::Status ForwardFin(SockmapLink& link, Side src, int src_fd, int dst_fd, uin
   }
   char c;
   if (recv(src_fd, &c, 1, MSG_DONTWAIT) != 0) {
-    return Fail("bytes or no EOF left in a detached source");
+    return Fail("bytes or no EOF left on a drained source");
   }
   if (shutdown(dst_fd, SHUT_WR) != 0) {
     return base::ErrnoStatus(errno, "self-test: shutdown");
@@ -125,10 +130,22 @@ absl::Status ForwardFin(SockmapLink& link, Side src, int src_fd, int dst_fd, uin
   return absl::OkStatus();
 }
 
-struct Pair {
-  base::UniqueFd near;  // the proxy's non-blocking end
-  base::UniqueFd far;   // the peer
-};
+// Flow control: while passing, the client's bytes stay on the accepted socket for recv(); the
+// agent forwards them itself, then resumes, and later bytes follow them in order.
+absl::Status PassAndResume(SockmapLink& link, Pair& client, Pair& backend, const std::string& text,
+                           uint64_t* user_written) {
+  RETURN_IF_ERROR(link.Pass(Side::kClient));
+  RETURN_IF_ERROR(SendText(client.far.get(), text));
+  RETURN_IF_ERROR(ExpectText(client.near.get(), text, "accepted socket (passed bytes)"));
+  RETURN_IF_ERROR(SendText(backend.near.get(), text));
+  *user_written += text.size();
+  ASSIGN_OR_RETURN(Progress p, link.Measure(Side::kClient, *user_written));
+  if (p.passed != *user_written) {
+    return Fail(absl::StrCat("passed ", p.passed, " bytes, want ", *user_written));
+  }
+  return link.Resume(Side::kClient, *user_written, 0);
+}
+
 
 absl::StatusOr<Pair> LoopbackPair() {
   ASSIGN_OR_RETURN(base::UniqueFd listener,
@@ -149,6 +166,7 @@ absl::StatusOr<Pair> LoopbackPair() {
 }  // namespace
 
 absl::Status SelfTest(SockmapFastPath& fast_path) {
+  uint64_t user_written = 0;
   ASSIGN_OR_RETURN(Pair client, LoopbackPair());   // far: the client, near: accepted side
   ASSIGN_OR_RETURN(Pair backend, LoopbackPair());  // near: dialled side, far: the backend
   uint64_t signalled = 0;
@@ -175,16 +193,20 @@ absl::Status SelfTest(SockmapFastPath& fast_path) {
   }
   RETURN_IF_ERROR(SendText(backend.far.get(), late));
   RETURN_IF_ERROR(ExpectText(client.far.get(), late, "client"));
+  const std::string held = "held by the agent";
+  RETURN_IF_ERROR(PassAndResume(*link, client, backend, held, &user_written));
+  RETURN_IF_ERROR(SendText(client.far.get(), late));
+  RETURN_IF_ERROR(ExpectText(backend.far.get(), held + late, "backend (after a pause)"));
   // FIN each way: the empty skb must be dropped, not redirected (it would break the peer).
   shutdown(client.far.get(), SHUT_WR);
-  RETURN_IF_ERROR(
-      ForwardFin(*link, Side::kClient, client.near.get(), backend.near.get(), early.size()));
+  RETURN_IF_ERROR(ForwardFin(*link, Side::kClient, client.near.get(), backend.near.get(),
+                             early.size() + late.size(), user_written));
   RETURN_IF_ERROR(ExpectEof(backend.far.get(), "backend"));
   RETURN_IF_ERROR(SendText(backend.far.get(), early));  // the backend may still talk
   RETURN_IF_ERROR(ExpectText(client.far.get(), early, "half-closed client"));
   shutdown(backend.far.get(), SHUT_WR);
   RETURN_IF_ERROR(ForwardFin(*link, Side::kBackend, backend.near.get(), client.near.get(),
-                             late.size() + early.size()));
+                             late.size() + early.size(), 0));
   return ExpectEof(client.far.get(), "client");
 }
 

@@ -24,8 +24,8 @@ struct ProbeResult {
 ProbeResult ProbeSockmap(const SockmapFastPath::Options& options);
 
 // Proxies one loopback TCP connection through the kernel the way workers do: bytes sent
-// before insertion, both directions, a flow-control signal, and FIN each way after draining;
-// then checks the byte counters. Uses ring index 0 while it runs.
+// before insertion, both directions, a flow-control signal, a pause (pass) and resume, and
+// FIN each way after draining; then checks the byte counters. Uses ring index 0 while it runs.
 absl::Status SelfTest(SockmapFastPath& fast_path);
 
 }  // namespace sluice::fastpath

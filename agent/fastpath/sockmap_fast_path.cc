@@ -13,7 +13,8 @@
 
 namespace sluice::fastpath {
 
-static_assert(sizeof(sluice_limit) == 16, "bpf_abi.h: struct sluice_limit");
+static_assert(sizeof(sluice_limit) == 24, "bpf_abi.h: struct sluice_limit");
+static_assert(sizeof(sluice_count) == 16, "bpf_abi.h: struct sluice_count");
 static_assert(sizeof(sluice_event) == 16, "bpf_abi.h: struct sluice_event");
 
 namespace {
@@ -43,7 +44,7 @@ absl::StatusOr<std::unique_ptr<SockmapFastPath>> SockmapFastPath::Create(const O
   ASSIGN_OR_RETURN(
       auto skel, Skeleton<sockmap_bpf>::Create([&](sockmap_bpf& s) {
         for (bpf_map* m :
-             {s.maps.sluice_peer, s.maps.sluice_attach, s.maps.sluice_bytes, s.maps.sluice_limit}) {
+             {s.maps.sluice_peer, s.maps.sluice_attach, s.maps.sluice_count, s.maps.sluice_limit}) {
           if (int err = bpf_map__set_max_entries(m, sockets); err != 0) {
             return base::ErrnoStatus(-err, "bpf_map__set_max_entries");
           }
@@ -66,19 +67,19 @@ SockmapFastPath::SockmapFastPath(const Options& options,
       skel_(std::move(skel)),
       peer_fd_(bpf_map__fd((*skel_)->maps.sluice_peer)),
       attach_fd_(bpf_map__fd((*skel_)->maps.sluice_attach)),
-      bytes_fd_(bpf_map__fd((*skel_)->maps.sluice_bytes)),
+      count_fd_(bpf_map__fd((*skel_)->maps.sluice_count)),
       limit_fd_(bpf_map__fd((*skel_)->maps.sluice_limit)),
       rings_fd_(bpf_map__fd((*skel_)->maps.sluice_rings)) {}
 
 SockmapFastPath::~SockmapFastPath() = default;
 
-absl::Status SockmapFastPath::Track(uint64_t cookie, uint32_t ring, uint64_t notify_at) {
-  const uint64_t zero = 0;
-  if (bpf_map_update_elem(bytes_fd_, &cookie, &zero, BPF_NOEXIST) != 0) {
-    return MapError("insert", "sluice_bytes", cookie);
+absl::Status SockmapFastPath::Track(uint64_t cookie, const Instructions& instructions) {
+  const sluice_count zero{};
+  if (bpf_map_update_elem(count_fd_, &cookie, &zero, BPF_NOEXIST) != 0) {
+    return MapError("insert", "sluice_count", cookie);
   }
-  if (absl::Status st = SetMark(cookie, ring, notify_at); !st.ok()) {
-    (void)bpf_map_delete_elem(bytes_fd_, &cookie);
+  if (absl::Status st = Instruct(cookie, instructions); !st.ok()) {
+    (void)bpf_map_delete_elem(count_fd_, &cookie);
     return st;
   }
   return absl::OkStatus();
@@ -86,19 +87,22 @@ absl::Status SockmapFastPath::Track(uint64_t cookie, uint32_t ring, uint64_t not
 
 void SockmapFastPath::Untrack(uint64_t cookie) {
   (void)bpf_map_delete_elem(limit_fd_, &cookie);
-  (void)bpf_map_delete_elem(bytes_fd_, &cookie);
+  (void)bpf_map_delete_elem(count_fd_, &cookie);
 }
 
-absl::StatusOr<uint64_t> SockmapFastPath::Bytes(uint64_t cookie) const {
-  uint64_t bytes = 0;
-  if (bpf_map_lookup_elem(bytes_fd_, &cookie, &bytes) != 0) {
-    return MapError("lookup", "sluice_bytes", cookie);
+absl::StatusOr<SockmapFastPath::Counts> SockmapFastPath::Count(uint64_t cookie) const {
+  sluice_count count{};
+  if (bpf_map_lookup_elem(count_fd_, &cookie, &count) != 0) {
+    return MapError("lookup", "sluice_count", cookie);
   }
-  return bytes;
+  return Counts{.redirected = count.redirected, .passed = count.passed};
 }
 
-absl::Status SockmapFastPath::SetMark(uint64_t cookie, uint32_t ring, uint64_t notify_at) {
-  const sluice_limit limit{.notify_at = notify_at, .ring = ring, .pad = 0};
+absl::Status SockmapFastPath::Instruct(uint64_t cookie, const Instructions& in) {
+  const sluice_limit limit{.notify_at = in.notify_at,
+                           .resume_at = in.resume_at,
+                           .ring = in.ring,
+                           .pass = in.pass ? 1u : 0u};
   if (bpf_map_update_elem(limit_fd_, &cookie, &limit, BPF_ANY) != 0) {
     return MapError("update", "sluice_limit", cookie);
   }

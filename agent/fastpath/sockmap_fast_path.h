@@ -14,8 +14,8 @@ namespace sluice::fastpath {
 
 // The sockmap program and its maps, loaded once per agent and shared by every worker: a
 // peer map (source cookie -> paired socket, no program), an attach map (own cookie -> self,
-// carrying the sk_skb verdict that redirects to the peer), per-source byte counters and marks,
-// and one flow-control ring per worker (bpf/sockmap.bpf.c). Every method is a bpf(2) call on a
+// carrying the sk_skb verdict that redirects to the peer), per-source counters and
+// instructions, and one flow-control ring per worker (bpf/sockmap.bpf.c). Every method is a bpf(2) call on a
 // shared map, so this class is thread-safe; per-connection order and state live in SockmapLink.
 // Thread-safe.
 class SockmapFastPath final {
@@ -32,15 +32,26 @@ class SockmapFastPath final {
   static absl::StatusOr<std::unique_ptr<SockmapFastPath>> Create(const Options& options);
   ~SockmapFastPath();
 
-  // Creates `cookie`'s byte counter (0) and mark. Must precede Attach of that socket, or its
-  // bytes go uncounted.
-  absl::Status Track(uint64_t cookie, uint32_t ring, uint64_t notify_at);
+  // What the program did with a source's bytes (struct sluice_count).
+  struct Counts {
+    uint64_t redirected = 0;
+    uint64_t passed = 0;
+  };
+  // What the program does with them (struct sluice_limit, bpf/include/sluice/bpf_abi.h).
+  struct Instructions {
+    uint64_t notify_at = 0;  // signal the ring once `redirected` reaches this; 0: disarmed
+    uint64_t resume_at = 0;  // redirect only while `passed` equals this
+    uint32_t ring = 0;
+    bool pass = false;  // leave every byte to the agent (recv), redirect none
+  };
+
+  // Creates `cookie`'s counters (0) and instructions. Must precede Attach of that socket.
+  absl::Status Track(uint64_t cookie, const Instructions& instructions);
   void Untrack(uint64_t cookie);
-  // Bytes the program redirected from `cookie`'s socket.
-  absl::StatusOr<uint64_t> Bytes(uint64_t cookie) const;
-  // Arms the mark: the ring gets one event once the counter reaches notify_at, and the program
-  // disarms it (0: disarmed). Call only while the socket is detached or after its event.
-  absl::Status SetMark(uint64_t cookie, uint32_t ring, uint64_t notify_at);
+  absl::StatusOr<Counts> Count(uint64_t cookie) const;
+  // Replaces the instructions. The program disarms a mark itself when it signals it, so while a
+  // mark is armed and the socket attached, re-arm only in reaction to its signal.
+  absl::Status Instruct(uint64_t cookie, const Instructions& instructions);
   // Insertions fail with errno EOPNOTSUPP for a socket that is not ESTABLISHED.
   absl::Status AddPeer(uint64_t src_cookie, int peer_fd);
   void RemovePeer(uint64_t src_cookie);
@@ -61,7 +72,7 @@ class SockmapFastPath final {
   const Options options_;
   std::unique_ptr<Skeleton<sockmap_bpf>> skel_;
   std::unique_ptr<ScopedProgAttach> attach_;  // after skel_: detaches before the maps close
-  int peer_fd_, attach_fd_, bytes_fd_, limit_fd_, rings_fd_;
+  int peer_fd_, attach_fd_, count_fd_, limit_fd_, rings_fd_;
 };
 
 // SO_COOKIE of a socket: the key of every map.

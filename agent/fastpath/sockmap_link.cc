@@ -57,7 +57,7 @@ Fallback FallbackFor(const absl::Status& enrol_error) {
   return Fallback::kError;
 }
 
-absl::StatusOr<uint64_t> BytesWritten(int fd) {
+absl::StatusOr<uint64_t> BytesWritten(int fd, uint64_t* queued_out) {
   tcp_info info{};
   socklen_t len = sizeof(info);
   if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) {
@@ -66,6 +66,9 @@ absl::StatusOr<uint64_t> BytesWritten(int fd) {
   int queued = 0;  // written but not acked, sent or not (FIN included once shut down)
   if (ioctl(fd, SIOCOUTQ, &queued) != 0) {
     return base::ErrnoStatus(errno, absl::StrCat("ioctl(fd ", fd, ", SIOCOUTQ)"));
+  }
+  if (queued_out != nullptr) {
+    *queued_out = static_cast<uint64_t>(queued);
   }
   return info.tcpi_bytes_acked + static_cast<uint64_t>(queued);
 }
@@ -90,7 +93,8 @@ absl::Status SockmapLink::Insert(uint64_t first_mark) {
     RETURN_IF_ERROR(FixReceiveBuffer(e.fd));
   }
   for (End& e : ends_) {
-    RETURN_IF_ERROR(fast_path_.Track(e.cookie, ring_, first_mark));
+    e.instructions = {.notify_at = first_mark, .resume_at = 0, .ring = ring_, .pass = false};
+    RETURN_IF_ERROR(fast_path_.Track(e.cookie, e.instructions));
     e.tracked = true;
   }
   // Peers before attachments: a source must find its peer from its first verdict on.
@@ -132,26 +136,49 @@ absl::Status SockmapLink::Attach(Side src) {
   }
   RETURN_IF_ERROR(fast_path_.Attach(e.cookie, e.fd));
   e.attached = true;
-  // Setting SO_RCVLOWAT runs the socket's data_ready, now the verdict, over bytes already
-  // queued; without it they wait until more bytes arrive (tcp_set_rcvlowat).
-  const int one = 1;
-  if (setsockopt(e.fd, SOL_SOCKET, SO_RCVLOWAT, &one, sizeof(one)) != 0) {
-    return base::ErrnoStatus(errno, absl::StrCat("setsockopt(fd ", e.fd, ", SO_RCVLOWAT)"));
-  }
-  return absl::OkStatus();
+  return Kick(src);
 }
 
-absl::StatusOr<Progress> SockmapLink::Measure(Side src) const {
-  Progress p;
-  ASSIGN_OR_RETURN(p.consumed, fast_path_.Bytes(cookie(src)));
+absl::StatusOr<Progress> SockmapLink::Measure(Side src, uint64_t user_written) const {
+  ASSIGN_OR_RETURN(SockmapFastPath::Counts counts, fast_path_.Count(cookie(src)));
   const End& dst = end(Other(src));
-  ASSIGN_OR_RETURN(uint64_t written, BytesWritten(dst.fd));
-  p.written = written - dst.written_base;
+  uint64_t queued = 0;
+  ASSIGN_OR_RETURN(uint64_t written, BytesWritten(dst.fd, &queued));
+  Progress p{.consumed = counts.redirected, .passed = counts.passed, .dst_queued = queued};
+  const uint64_t base = dst.written_base + user_written;
+  p.written = written > base ? written - base : 0;
   return p;
 }
 
 absl::Status SockmapLink::SetMark(Side src, uint64_t notify_at) {
-  return fast_path_.SetMark(cookie(src), ring_, notify_at);
+  End& e = end(src);
+  e.instructions.notify_at = notify_at;
+  return fast_path_.Instruct(e.cookie, e.instructions);
+}
+
+absl::Status SockmapLink::Pass(Side src) {
+  End& e = end(src);
+  e.instructions.pass = true;
+  e.instructions.notify_at = 0;
+  return fast_path_.Instruct(e.cookie, e.instructions);
+}
+
+absl::Status SockmapLink::Resume(Side src, uint64_t forwarded, uint64_t notify_at) {
+  End& e = end(src);
+  e.instructions = {.notify_at = notify_at, .resume_at = forwarded, .ring = ring_, .pass = false};
+  RETURN_IF_ERROR(fast_path_.Instruct(e.cookie, e.instructions));
+  return Kick(src);
+}
+
+absl::Status SockmapLink::Kick(Side src) {
+  // Setting SO_RCVLOWAT runs the socket's data_ready, the verdict once attached, over bytes
+  // already queued; without it they wait until more bytes arrive (tcp_set_rcvlowat).
+  const int one = 1;
+  const int fd = end(src).fd;
+  if (setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &one, sizeof(one)) != 0) {
+    return base::ErrnoStatus(errno, absl::StrCat("setsockopt(fd ", fd, ", SO_RCVLOWAT)"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace sluice::fastpath

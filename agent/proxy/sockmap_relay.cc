@@ -13,6 +13,10 @@ const char* SockmapStateName(SockmapRelay::State state) {
       return "attached";
     case SockmapRelay::State::kPaused:
       return "paused";
+    case SockmapRelay::State::kForwarding:
+      return "forwarding";
+    case SockmapRelay::State::kResuming:
+      return "resuming";
     case SockmapRelay::State::kDraining:
       return "draining";
     case SockmapRelay::State::kUser:
@@ -21,8 +25,32 @@ const char* SockmapStateName(SockmapRelay::State state) {
   return "unknown";
 }
 
-SockmapRelay::SockmapRelay(fastpath::SockmapLink& link, fastpath::Side src, SockmapContext& context)
-    : link_(link), src_(src), context_(context), state_(State::kPending) {}
+SockmapRelay::SockmapRelay(fastpath::SockmapLink& link, fastpath::Side src, SplicePump& pump,
+                           SockmapContext& context)
+    : link_(link), src_(src), pump_(pump), context_(context), pump_base_(pump.bytes()) {}
+
+SockmapRelay::~SockmapRelay() { SetPaused(false); }
+
+void SockmapRelay::SetPaused(bool paused) {
+  if (paused == counted_paused_) {
+    return;
+  }
+  counted_paused_ = paused;
+  context_.paused.Add(paused ? 1 : -1);
+  if (paused) {
+    context_.pauses.Inc();
+  }
+}
+
+bool SockmapRelay::Measure() {
+  auto p = link_.Measure(src_, Forwarded());
+  if (!p.ok()) {
+    VLOG(2) << "sockmap measure: " << p.status();
+    return false;
+  }
+  last_ = *p;
+  return true;
+}
 
 bool SockmapRelay::Attach() {
   if (state_ != State::kPending) {
@@ -37,58 +65,99 @@ bool SockmapRelay::Attach() {
   return true;
 }
 
-SockmapRelay::~SockmapRelay() { SetPaused(false); }
-
-void SockmapRelay::SetPaused(bool paused) {
-  if (paused == (state_ == State::kPaused)) {
-    return;
-  }
-  if (paused) {
-    state_ = State::kPaused;
-    context_.paused.Add(1);
-    context_.pauses.Inc();
-  } else {
-    context_.paused.Add(-1);
-  }
-}
-
 SockmapRelay::Next SockmapRelay::OnSignal() {
   if (state_ != State::kAttached) {
-    return Next::kNothing;  // a signal raised just before the source was detached
+    return Next::kNothing;  // raised just before the direction paused or ended
   }
-  auto p = link_.Measure(src_);
-  if (!p.ok()) {
-    VLOG(2) << "sockmap measure: " << p.status();
+  if (!Measure()) {
     return Next::kFailed;
   }
-  last_ = *p;
-  if (p->in_flight() > context_.marks.high) {
-    link_.Detach(src_);
-    SetPaused(true);
-    return Next::kPoll;
+  if (last_.in_flight() > context_.marks.high) {
+    return Pause();
   }
   // Next signal once the kernel could hold `high` bytes if the destination wrote nothing more.
-  if (absl::Status st = link_.SetMark(src_, p->written + context_.marks.high); !st.ok()) {
+  if (absl::Status st = link_.SetMark(src_, last_.written + context_.marks.high); !st.ok()) {
     VLOG(2) << "sockmap mark: " << st;
     return Next::kFailed;
   }
   return Next::kNothing;
 }
 
+SockmapRelay::Next SockmapRelay::Pause() {
+  if (absl::Status st = link_.Pass(src_); !st.ok()) {
+    VLOG(2) << "sockmap pass: " << st;
+    return Next::kFailed;
+  }
+  state_ = State::kPaused;
+  SetPaused(true);
+  if (pump_.path() == SplicePump::Path::kSplice) {
+    pump_.UseCopy();  // the pump has held nothing since the direction was attached
+  }
+  return Poll();
+}
+
+SockmapRelay::Next SockmapRelay::StartForwarding() {
+  // Bytes that reached the source while the verdict could not take them wait in its receive
+  // queue: run the verdict over them now (it passes them), ahead of the pump's reads.
+  if (absl::Status st = link_.Kick(src_); !st.ok()) {
+    VLOG(2) << "sockmap kick: " << st;
+  }
+  state_ = State::kForwarding;
+  return Next::kRunPump;
+}
+
+SockmapRelay::Next SockmapRelay::OnPumpIdle() {
+  if (state_ != State::kForwarding) {
+    return Next::kNothing;
+  }
+  if (!Measure()) {
+    return Next::kFailed;
+  }
+  const uint64_t forwarded = Forwarded();
+  if (last_.passed > forwarded) {
+    return Next::kNothing;  // more passed bytes are on their way to the socket: EPOLLIN follows
+  }
+  if (last_.passed < forwarded) {
+    // The pump read bytes the verdict never saw (they sat in the receive queue while it could
+    // not run): the program's count can no longer say when the agent has caught up.
+    state_ = State::kUser;
+    SetPaused(false);
+    return Next::kNothing;
+  }
+  if (last_.dst_queued > context_.marks.low) {
+    return Next::kPoll;  // resuming now would pause again at once
+  }
+  if (absl::Status st = link_.Resume(src_, forwarded, last_.written + context_.marks.high);
+      !st.ok()) {
+    VLOG(2) << "sockmap resume: " << st;
+    return Next::kFailed;
+  }
+  state_ = State::kResuming;
+  return Next::kPoll;
+}
+
 SockmapRelay::Next SockmapRelay::OnSrcEof() {
-  if (state_ == State::kPending) {
-    state_ = State::kUser;  // never attached: the pump has the whole direction
-    return Next::kNothing;
+  switch (state_) {
+    case State::kPending:
+      state_ = State::kUser;  // never attached: the pump has the whole direction
+      return Next::kNothing;
+    case State::kForwarding:
+      // Nothing is in flight (forwarding starts only then) and nothing more will be
+      // redirected: the pump reads the rest and the EOF.
+      state_ = State::kUser;
+      SetPaused(false);
+      return Next::kNothing;
+    case State::kAttached:
+    case State::kPaused:
+    case State::kResuming:
+      state_ = State::kDraining;
+      SetPaused(false);
+      return Poll();
+    case State::kDraining:
+    case State::kUser:
+      return Next::kNothing;
   }
-  if (state_ == State::kUser || state_ == State::kDraining) {
-    return Next::kNothing;
-  }
-  // Bytes the source received after this point, and the rest of its receive queue if it was
-  // paused, are the pump's: a socket that is no longer ESTABLISHED cannot be attached again.
-  link_.Detach(src_);
-  SetPaused(false);
-  state_ = State::kDraining;
-  return Drain();
+  return Next::kNothing;
 }
 
 SockmapRelay::Next SockmapRelay::Poll() {
@@ -97,60 +166,45 @@ SockmapRelay::Next SockmapRelay::Poll() {
     case State::kAttached:
     case State::kUser:
       return Next::kNothing;
-    case State::kDraining:
-      return Drain();
+    case State::kForwarding:
+      return pump_.pending() == 0 && pump_.src_drained() ? OnPumpIdle() : Next::kNothing;
     case State::kPaused:
+    case State::kDraining:
+    case State::kResuming:
       break;
   }
-  auto p = link_.Measure(src_);
-  if (!p.ok()) {
-    VLOG(2) << "sockmap measure: " << p.status();
+  if (!Measure()) {
     return Next::kFailed;
   }
-  last_ = *p;
-  if (p->in_flight() > context_.marks.low) {
+  if (state_ == State::kResuming) {
+    if (last_.passed == Forwarded()) {
+      state_ = State::kAttached;  // the program redirects again
+      SetPaused(false);
+      return Next::kStopPump;
+    }
+    return StartForwarding();  // a byte was passed after the pump's last read
+  }
+  if (last_.in_flight() > 0) {
     return Next::kPoll;
   }
-  if (absl::Status st = link_.SetMark(src_, p->written + context_.marks.high); !st.ok()) {
-    VLOG(2) << "sockmap mark: " << st;
-    return Next::kFailed;
+  if (state_ == State::kPaused) {
+    return StartForwarding();
   }
-  SetPaused(false);
-  if (absl::Status st = link_.Attach(src_); !st.ok()) {
-    // EOPNOTSUPP: the source got its FIN (or was reset) while paused. Its EOF edge may already
-    // have been reported, so drain now; an error edge, if any, resets the session anyway.
-    VLOG(2) << "sockmap resume: " << st;
-    state_ = State::kDraining;
-    return Drain();
+  state_ = State::kUser;  // kDraining: every redirected byte reached the destination
+  if (pump_.path() == SplicePump::Path::kSplice) {
+    pump_.UseCopy();
   }
-  state_ = State::kAttached;
-  return Next::kNothing;
-}
-
-SockmapRelay::Next SockmapRelay::Drain() {
-  auto p = link_.Measure(src_);
-  if (!p.ok()) {
-    VLOG(2) << "sockmap measure: " << p.status();
-    return Next::kFailed;
-  }
-  last_ = *p;
-  if (p->in_flight() > 0) {
-    return Next::kPoll;
-  }
-  state_ = State::kUser;
-  return Next::kHandOff;
+  return Next::kRunPump;
 }
 
 bool SockmapRelay::Progressed() {
-  if (!kernel()) {
+  if (!kernel() && state_ != State::kForwarding) {
     return false;
   }
-  auto p = link_.Measure(src_);
-  if (!p.ok()) {
+  if (!Measure()) {
     return false;
   }
-  last_ = *p;
-  const uint64_t mark = p->consumed + p->written;
+  const uint64_t mark = last_.consumed + last_.written + last_.passed;
   const bool moved = mark != idle_mark_;
   idle_mark_ = mark;
   return moved;

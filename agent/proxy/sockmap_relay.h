@@ -9,19 +9,22 @@
 #include "agent/base/metrics.h"
 #include "agent/fastpath/sockmap_fast_path.h"
 #include "agent/fastpath/sockmap_link.h"
+#include "agent/proxy/splice_pump.h"
 
 namespace sluice::proxy {
 
 class TcpSession;
 
 // Flow control of one kernel-pumped direction, in bytes held in the destination's psock queue
-// (Progress::in_flight): above `high` the source is detached, so its bytes stay in its receive
-// queue and TCP's window slows the sender; at or below `low` it is attached again. The kernel
-// queue is otherwise unbounded (a fast client and a slow backend grew it by ~1 GiB). `high`
-// also sets how often a busy direction signals its worker: once per `high` bytes redirected.
+// (Progress::in_flight): above `high` the program stops redirecting and leaves the source's
+// bytes on the source socket (pass), charged to it, so TCP's window slows the sender; the agent
+// forwards those itself once the psock queue is empty, and redirecting resumes when it has
+// caught up and the destination's send queue holds at most `low` unsent bytes. The kernel queue
+// is otherwise unbounded (a fast client and a slow backend grew it by ~1 GiB). `high` also sets
+// how often a busy direction signals its worker: once per `high` bytes redirected.
 struct SockmapWatermarks {
-  uint64_t high = uint64_t{8} << 20;
-  uint64_t low = uint64_t{4} << 20;
+  uint64_t high = uint64_t{2} << 20;
+  uint64_t low = uint64_t{512} << 10;
 };
 
 // Which connections go through the kernel. Enrolment costs about twenty bpf(2) and setsockopt
@@ -55,63 +58,77 @@ struct SockmapContext {
   absl::flat_hash_map<uint64_t, TcpSession*> sessions;
 };
 
-// One direction of an enrolled connection while the kernel pumps it, up to the moment its
-// SplicePump takes over. States:
-//   kPending:  enrolled, not attached yet: the pump still moves this direction until its pipe
-//              is empty, then Attach() hands it to the kernel.
-//   kAttached: the verdict program redirects every byte; the worker hears from it only when
-//              the direction's mark is reached (OnSignal) or the source ends (OnSrcEof).
-//   kPaused:   detached above the high watermark; Poll() attaches it again below the low one.
-//   kDraining: detached for good (source EOF, or it left ESTABLISHED while paused); Poll()
-//              waits until every redirected byte reached the destination's send queue.
-//   kUser:     the pump's for good: after a hand-off it moves what is left in the source's
-//              receive queue (often nothing but the EOF) and forwards the FIN; or the kernel
-//              refused to attach the source (it was no longer ESTABLISHED).
-// Removing a socket from the maps while bytes are in flight would drop them, so nothing here
-// removes anything; the state only ever moves towards kUser, and only with nothing in flight.
+// One direction of an enrolled connection, between its SplicePump and the kernel. States:
+//   kPending:    not attached yet; the pump moves the direction until Attach() (called when the
+//                pump holds no byte and has read the socket empty) hands it to the kernel.
+//   kAttached:   the verdict redirects every byte; the worker hears from it only when the mark
+//                is reached (OnSignal) or the source ends (OnSrcEof).
+//   kPaused:     above the high watermark the verdict passes instead; Poll() waits for the
+//                psock queue to empty (bytes the agent wrote now would overtake it).
+//   kForwarding: the pump (copy I/O: passed bytes are invisible to splice) forwards the passed
+//                bytes; OnPumpIdle() asks the program to redirect again once it has caught up.
+//   kResuming:   Poll() checks that the program did (a byte passed meanwhile means forwarding
+//                more first).
+//   kDraining:   the source ended; Poll() waits for the psock queue to empty.
+//   kUser:       the pump's for good: what is left on the source (passed bytes, the EOF).
+// Nothing here removes a socket from a map: deleting an attached socket while its receive path
+// runs drops or reorders bytes (tests/bpf/sockmap_kernel_test.cc), so pausing is pass/resume.
 // Thread: owning worker loop.
 class SockmapRelay final {
  public:
-  enum class State { kPending, kAttached, kPaused, kDraining, kUser };
+  enum class State { kPending, kAttached, kPaused, kForwarding, kResuming, kDraining, kUser };
   // What the session must do after a call.
   enum class Next {
     kNothing,
-    kPoll,     // call Poll() again soon
-    kHandOff,  // the direction is the pump's from now on
-    kFailed,   // a measurement failed (a socket vanished): reset the connection
+    kPoll,      // call Poll() again soon
+    kRunPump,   // the pump moves the direction now (kForwarding, kUser): give it readiness
+    kStopPump,  // the kernel has it again (kAttached): stop watching for the pump
+    kFailed,    // a measurement failed (a socket vanished): reset the connection
   };
 
-  // Starts kPending.
-  SockmapRelay(fastpath::SockmapLink& link, fastpath::Side src, SockmapContext& context);
+  // `pump` is the direction's pump (not owned); bytes it wrote before now are not forwarded.
+  SockmapRelay(fastpath::SockmapLink& link, fastpath::Side src, SplicePump& pump,
+               SockmapContext& context);
   ~SockmapRelay();
   SockmapRelay(const SockmapRelay&) = delete;
   SockmapRelay& operator=(const SockmapRelay&) = delete;
 
   // kPending -> kAttached (or kUser if the kernel refuses). Call only while the pump holds no
-  // byte of this direction. Returns whether the kernel now pumps it.
+  // byte and its last read emptied the socket. Returns whether the kernel now has it.
   bool Attach();
   Next OnSignal();
   Next OnSrcEof();
   Next Poll();
+  // After the pump ran in kForwarding: call when it holds nothing and read the socket empty.
+  Next OnPumpIdle();
 
   State state() const { return state_; }
-  // Whether the kernel owns the direction (the pump must not run).
-  bool kernel() const { return state_ != State::kUser && state_ != State::kPending; }
+  // Whether the pump must not run (the kernel owns the direction's bytes).
+  bool kernel() const {
+    return state_ == State::kAttached || state_ == State::kPaused ||
+           state_ == State::kResuming || state_ == State::kDraining;
+  }
   // Bytes redirected by the kernel, as of the last measurement.
   uint64_t bytes() const { return last_.consumed; }
-  // Bytes written into the destination, as of the last measurement.
+  // Kernel bytes written into the destination, as of the last measurement.
   uint64_t written() const { return last_.written; }
   // Measures; true if bytes moved since the previous call (for the idle timer).
   bool Progressed();
 
  private:
-  Next Drain();
+  uint64_t Forwarded() const { return pump_.bytes() - pump_base_; }
+  bool Measure();
+  Next Pause();
+  Next StartForwarding();
   void SetPaused(bool paused);
 
   fastpath::SockmapLink& link_;
   const fastpath::Side src_;
+  SplicePump& pump_;
   SockmapContext& context_;
-  State state_;
+  const uint64_t pump_base_;
+  State state_ = State::kPending;
+  bool counted_paused_ = false;
   fastpath::Progress last_;
   uint64_t idle_mark_ = 0;  // consumed + written at the last Progressed()
 };

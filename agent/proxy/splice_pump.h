@@ -40,6 +40,9 @@ class SplicePump final {
   ~SplicePump();
 
   void OnSrcReadable() { src_readable_ = true; }
+  // Switches to copy I/O for good; pending() must be 0. Bytes the sockmap verdict passed are
+  // visible to recv() but not to splice().
+  void UseCopy() { FallBackToCopy("bytes passed by the sockmap verdict"); }
   void OnDstWritable() { dst_writable_ = true; }
   Result Pump();
 

@@ -145,8 +145,10 @@ void TcpSession::Enrol() {
     return;
   }
   link_ = std::move(*link);
-  up_relay_ = std::make_unique<SockmapRelay>(*link_, fastpath::Side::kClient, *sockmap_);
-  down_relay_ = std::make_unique<SockmapRelay>(*link_, fastpath::Side::kBackend, *sockmap_);
+  up_relay_ =
+      std::make_unique<SockmapRelay>(*link_, fastpath::Side::kClient, upstream_, *sockmap_);
+  down_relay_ =
+      std::make_unique<SockmapRelay>(*link_, fastpath::Side::kBackend, downstream_, *sockmap_);
   sockmap_->sessions[link_->cookie(fastpath::Side::kClient)] = this;
   sockmap_->sessions[link_->cookie(fastpath::Side::kBackend)] = this;
   poll_timer_ = loop_.CreateTimer([this] { OnPollTimer(); });
@@ -215,6 +217,9 @@ std::string TcpSession::DirectionState(bool upstream) const {
   }
   const SplicePump& pump = upstream ? upstream_ : downstream_;
   const char* pump_path = pump.path() == SplicePump::Path::kCopy ? "copy" : "splice";
+  if (relay != nullptr && relay->state() == SockmapRelay::State::kForwarding) {
+    return "forwarding";
+  }
   return relay != nullptr ? std::string("user:") + pump_path : pump_path;
 }
 
@@ -240,10 +245,13 @@ bool TcpSession::Follow(SockmapRelay::Next next, SplicePump& pump, CloseReason f
         poll_timer_->Arm(poll_interval_);
       }
       return true;
-    case SockmapRelay::Next::kHandOff:
+    case SockmapRelay::Next::kRunPump:
       // The pump starts with both flags up; a spurious attempt only returns EAGAIN.
       pump.OnSrcReadable();
       pump.OnDstWritable();
+      UpdateSocketEvents();
+      return true;
+    case SockmapRelay::Next::kStopPump:
       UpdateSocketEvents();
       return true;
     case SockmapRelay::Next::kFailed:
@@ -341,9 +349,14 @@ void TcpSession::RunPumps() {
       MaybePromote();
     }
   }
-  if (link_ != nullptr && (up_relay_->state() == SockmapRelay::State::kPending ||
-                           down_relay_->state() == SockmapRelay::State::kPending)) {
-    AttachReady();
+  if (link_ != nullptr) {
+    if (up_relay_->state() == SockmapRelay::State::kPending ||
+        down_relay_->state() == SockmapRelay::State::kPending) {
+      AttachReady();
+    }
+    if (!ForwardersIdle()) {
+      return;
+    }
   }
   if (upstream_done_ && downstream_done_) {
     Close(CloseReason::kDone);
@@ -376,6 +389,20 @@ bool TcpSession::Step(SplicePump& pump, const SockmapRelay* relay, bool& done, i
       VLOG(2) << (pump.error_at_src() ? "read: " : "write: ") << strerror(pump.error());
       Close(pump.error_at_src() ? src_failed : dst_failed);
       return false;
+  }
+  return true;
+}
+
+bool TcpSession::ForwardersIdle() {
+  for (bool up : {true, false}) {
+    SockmapRelay& relay = up ? *up_relay_ : *down_relay_;
+    const SplicePump& pump = up ? upstream_ : downstream_;
+    if (relay.state() == SockmapRelay::State::kForwarding && pump.pending() == 0 &&
+        pump.src_drained() &&
+        !Follow(relay.OnPumpIdle(), up ? upstream_ : downstream_,
+                up ? CloseReason::kClientReset : CloseReason::kBackendReset)) {
+      return false;
+    }
   }
   return true;
 }

@@ -82,10 +82,15 @@ class TcpSession final : public event::DeferredDeletable {
   // kSockmap once a direction was handed to the kernel (even if some bytes went through the
   // pumps).
   Path path() const;
+  // The pump's I/O for one direction (what moved the bytes the kernel did not).
+  SplicePump::Path pump_path(bool upstream) const {
+    return (upstream ? upstream_ : downstream_).path();
+  }
   // Why a session that tried to enrol stayed on splice.
   std::optional<fastpath::Fallback> fallback() const { return fallback_; }
-  // "attached", "paused", "draining", "user" (kernel direction handed to the pump), or
-  // "splice"/"copy" for a direction that never was in the kernel.
+  // A kernel direction's state ("attached", "paused", "forwarding", "resuming", "draining",
+  // "pending"), "user:splice"/"user:copy" once its pump has it for good, or "splice"/"copy"
+  // for a connection that was never enrolled.
   std::string DirectionState(bool upstream) const;
 
  private:
@@ -109,6 +114,9 @@ class TcpSession final : public event::DeferredDeletable {
   // Acts on what a relay asked for; returns false if the session closed.
   bool Follow(SockmapRelay::Next next, SplicePump& pump, CloseReason failed);
   void OnPollTimer();
+  // Lets relays whose pump forwarded passed bytes and is idle resume the kernel; returns false
+  // if the session closed.
+  bool ForwardersIdle();
   void RunPumps();
   // Returns false if the session closed.
   bool Step(SplicePump& pump, const SockmapRelay* relay, bool& done, int dst_fd,

@@ -133,18 +133,21 @@ class Connection final : public event::DeferredDeletable,
   }
 
  private:
-  // Bytes by the path that moved them: a sockmap connection's pumps move only what is left
-  // when a direction ends (or a direction the kernel refused), and those bytes count as splice.
+  // Bytes by the path that moved them: a sockmap connection's pumps move what went before
+  // enrolment, bytes the verdict passed during a pause, and what is left when a direction
+  // ends; those count as splice or copy.
   void CountPathBytes(const TcpSession& session) {
     DataPathMetrics& m = worker_.metrics_;
     const uint64_t kernel_up = session.kernel_bytes_to_backend();
     const uint64_t kernel_down = session.kernel_bytes_to_client();
-    const char* user = session.path() == TcpSession::Path::kCopy ? "copy" : "splice";
+    auto user = [&](bool up) {
+      return session.pump_path(up) == SplicePump::Path::kCopy ? "copy" : "splice";
+    };
     m.path_bytes.WithLabels({"sockmap", "to_backend"}).Inc(static_cast<double>(kernel_up));
     m.path_bytes.WithLabels({"sockmap", "to_client"}).Inc(static_cast<double>(kernel_down));
-    m.path_bytes.WithLabels({user, "to_backend"})
+    m.path_bytes.WithLabels({user(true), "to_backend"})
         .Inc(static_cast<double>(session.bytes_to_backend() - kernel_up));
-    m.path_bytes.WithLabels({user, "to_client"})
+    m.path_bytes.WithLabels({user(false), "to_client"})
         .Inc(static_cast<double>(session.bytes_to_client() - kernel_down));
   }
 
