@@ -149,7 +149,7 @@ TEST_P(CapabilityFallbackTest, SockmapModeRefusesToStart) {
 }
 
 // Memory the kernel charges to the TCP sockets of the test's network namespace (receive and
-// send queues plus reserves: the r, w and f fields of `ss -tm`). Bytes the kernel holds in a
+// send queues: the r and w fields of `ss -tm`; f, the reserve, can be negative). Bytes the kernel holds in a
 // psock queue are charged to no socket (neither here nor in /proc/net/sockstat's "TCP: mem"),
 // so the test bounds the payload bytes held for the connection as well.
 uint64_t NetnsTcpMemory() {
@@ -158,7 +158,7 @@ uint64_t NetnsTcpMemory() {
   uint64_t total = 0;
   for (size_t at = out.find("skmem:("); at != std::string::npos; at = out.find("skmem:(", at + 1)) {
     const size_t end = out.find(')', at);
-    for (const char* field : {"(r", ",w", ",f"}) {
+    for (const char* field : {"(r", ",w"}) {
       const size_t f = out.find(field, at);
       if (f != std::string::npos && f < end) {
         total += std::stoull(out.substr(f + 2));
