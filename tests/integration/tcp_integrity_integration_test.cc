@@ -92,17 +92,22 @@ TEST_P(TcpIntegrityTest, OneGibibyteWithChecksum) {
   EXPECT_TRUE(testutil::WaitFor(
       [&] { return MetricValue("sluice_bytes_total{direction=\"to_backend\"}") >= (1 << 30); },
       absl::Seconds(5)));
-  // The payload went through the path under test: on sockmap the verdict program's counters
-  // account for every byte, and no pump (splice or copy) moved any.
-  const std::string moved = sockmap() ? "sockmap" : "splice";
-  const std::string idle = sockmap() ? "splice" : "sockmap";
-  EXPECT_GE(
-      MetricValue("sluice_datapath_bytes_total{path=\"" + moved + "\",direction=\"to_backend\"}"),
-      1 << 30);
-  EXPECT_EQ(
-      MetricValue("sluice_datapath_bytes_total{path=\"" + idle + "\",direction=\"to_backend\"}"),
-      0);
-  EXPECT_EQ(MetricValue("sluice_datapath_connections_total{path=\"" + moved + "\"}"), 1);
+  // The payload went through the path under test. On sockmap the verdict program's counters
+  // account for the bulk; the pumps move only bytes the verdict passed during flow-control
+  // pauses (copy) and what is left at the end.
+  auto bytes = [&](const std::string& path) {
+    const double v = MetricValue("sluice_datapath_bytes_total{path=\"" + path +
+                                 "\",direction=\"to_backend\"}");
+    return v < 0 ? 0 : v;
+  };
+  const double total = bytes("sockmap") + bytes("splice") + bytes("copy");
+  EXPECT_EQ(total, double{1 << 30});
+  if (sockmap()) {
+    EXPECT_GE(bytes("sockmap"), 0.9 * (1 << 30));
+  } else {
+    EXPECT_EQ(bytes("sockmap"), 0);
+  }
+  EXPECT_EQ(MetricValue("sluice_datapath_connections_total{path=\"" + GetParam() + "\"}"), 1);
 }
 
 // The client closes its socket right after its last send, while most of the bytes are still
