@@ -146,7 +146,6 @@ absl::Status PassAndResume(SockmapLink& link, Pair& client, Pair& backend, const
   return link.Resume(Side::kClient, *user_written, 0);
 }
 
-
 absl::StatusOr<Pair> LoopbackPair() {
   ASSIGN_OR_RETURN(base::UniqueFd listener,
                    net::ListenTcp(*net::SocketAddress::Parse("127.0.0.1:0"), false, 1));

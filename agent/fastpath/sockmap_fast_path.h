@@ -15,9 +15,9 @@ namespace sluice::fastpath {
 // The sockmap program and its maps, loaded once per agent and shared by every worker: a
 // peer map (source cookie -> paired socket, no program), an attach map (own cookie -> self,
 // carrying the sk_skb verdict that redirects to the peer), per-source counters and
-// instructions, and one flow-control ring per worker (bpf/sockmap.bpf.c). Every method is a bpf(2) call on a
-// shared map, so this class is thread-safe; per-connection order and state live in SockmapLink.
-// Thread-safe.
+// instructions, and one flow-control ring per worker (bpf/sockmap.bpf.c). Every method is a bpf(2)
+// call on a shared map, so this class is thread-safe; per-connection order and state live in
+// SockmapLink. Thread-safe.
 class SockmapFastPath final {
  public:
   struct Options {

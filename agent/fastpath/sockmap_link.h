@@ -17,9 +17,9 @@ inline Side Other(Side s) { return s == Side::kClient ? Side::kBackend : Side::k
 
 // Where one direction's bytes are, all counted since enrolment.
 struct Progress {
-  uint64_t consumed = 0;  // redirected out of the source by the program
-  uint64_t passed = 0;    // left by the program on the source for the caller to recv()
-  uint64_t written = 0;   // of the redirected, those in the destination's send queue
+  uint64_t consumed = 0;    // redirected out of the source by the program
+  uint64_t passed = 0;      // left by the program on the source for the caller to recv()
+  uint64_t written = 0;     // of the redirected, those in the destination's send queue
   uint64_t dst_queued = 0;  // bytes in the destination's send queue, unacked (SIOCOUTQ)
   // Bytes the kernel holds between the two sockets (in the destination's psock queue),
   // beyond what TCP buffers bound.
@@ -88,7 +88,7 @@ class SockmapLink final {
   struct End {
     int fd = -1;
     uint64_t cookie = 0;
-    uint64_t written_base = 0;  // acked + queued on this socket before enrolment
+    uint64_t written_base = 0;                   // acked + queued on this socket before enrolment
     SockmapFastPath::Instructions instructions;  // as last written for this source
     bool tracked = false, peered = false, attached = false;
   };

@@ -132,8 +132,8 @@ std::shared_ptr<proxy::RouteTable> DataPath::BuildRoutes(const ServiceTable& tab
     if (!sizes) {
       sizes = std::make_shared<proxy::ConnectionSizes>();
     }
-    it->second = proxy::Route{info.name.ToString(), BalancerFor(info, external, balancers), active,
-                              sizes};
+    it->second =
+        proxy::Route{info.name.ToString(), BalancerFor(info, external, balancers), active, sizes};
   };
   for (const auto& [name, info] : table.ports()) {
     if (info->name.protocol == config::Protocol::kSctp) {

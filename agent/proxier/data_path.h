@@ -76,7 +76,7 @@ class DataPath final : public TableConsumer {
   // (and its VIP on the node) until its connections have closed.
   std::map<proxy::ListenKey, std::shared_ptr<std::atomic<int64_t>>> active_;
   std::map<proxy::ListenKey, std::shared_ptr<proxy::ConnectionSizes>> sizes_;  // as active_
-  std::map<std::pair<ServicePortName, bool>, BalancerState> balancers_;  // (port, external)
+  std::map<std::pair<ServicePortName, bool>, BalancerState> balancers_;        // (port, external)
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::vector<std::string>> listeners_view_ ABSL_GUARDED_BY(mu_);

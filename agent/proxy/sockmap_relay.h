@@ -105,8 +105,8 @@ class SockmapRelay final {
   State state() const { return state_; }
   // Whether the pump must not run (the kernel owns the direction's bytes).
   bool kernel() const {
-    return state_ == State::kAttached || state_ == State::kPaused ||
-           state_ == State::kResuming || state_ == State::kDraining;
+    return state_ == State::kAttached || state_ == State::kPaused || state_ == State::kResuming ||
+           state_ == State::kDraining;
   }
   // Bytes redirected by the kernel, as of the last measurement.
   uint64_t bytes() const { return last_.consumed; }

@@ -90,8 +90,8 @@ class SplicePump final {
   bool pipe_maybe_full_ = false;  // EAGAIN into a non-empty pipe: flush before reading
   bool spliced_any_ = false;      // a byte went through the pipe: no fallback any more
   bool src_drained_ = true;
-  uint64_t bytes_in_ = 0;         // read from src
-  uint64_t bytes_ = 0;            // written to dst
+  uint64_t bytes_in_ = 0;  // read from src
+  uint64_t bytes_ = 0;     // written to dst
   int error_ = 0;
   bool error_at_src_ = false;
 };

@@ -124,8 +124,7 @@ absl::Status TcpSession::Start(bool sockmap_at_start) {
 }
 
 void TcpSession::MaybePromote() {
-  if (closed_ || link_ != nullptr || fallback_.has_value() || upstream_done_ ||
-      downstream_done_) {
+  if (closed_ || link_ != nullptr || fallback_.has_value() || upstream_done_ || downstream_done_) {
     return;
   }
   promote_due_ |= bytes_to_backend() + bytes_to_client() >= sockmap_->promotion.bytes;
@@ -145,8 +144,7 @@ void TcpSession::Enrol() {
     return;
   }
   link_ = std::move(*link);
-  up_relay_ =
-      std::make_unique<SockmapRelay>(*link_, fastpath::Side::kClient, upstream_, *sockmap_);
+  up_relay_ = std::make_unique<SockmapRelay>(*link_, fastpath::Side::kClient, upstream_, *sockmap_);
   down_relay_ =
       std::make_unique<SockmapRelay>(*link_, fastpath::Side::kBackend, downstream_, *sockmap_);
   sockmap_->sessions[link_->cookie(fastpath::Side::kClient)] = this;
@@ -160,7 +158,8 @@ void TcpSession::AttachReady() {
   for (bool up : {true, false}) {
     SockmapRelay& relay = up ? *up_relay_ : *down_relay_;
     const SplicePump& pump = up ? upstream_ : downstream_;
-    if (relay.state() != SockmapRelay::State::kPending || (up ? upstream_done_ : downstream_done_)) {
+    if (relay.state() != SockmapRelay::State::kPending ||
+        (up ? upstream_done_ : downstream_done_)) {
       continue;
     }
     // Bytes in the pump's pipe would be overtaken by the kernel, and an skb the pump read in
@@ -170,7 +169,6 @@ void TcpSession::AttachReady() {
     if (pump.pending() == 0 && pump.src_drained()) {
       attached |= relay.Attach();
     }
-
   }
   if (attached) {
     kernel_used_ = true;

@@ -5,11 +5,10 @@
 #include <sys/socket.h>
 
 #include <optional>
-
-#include "absl/synchronization/notification.h"
 #include <string>
 #include <thread>
 
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 
 #include "agent/base/metrics.h"

@@ -98,11 +98,10 @@ class Connection final : public event::DeferredDeletable,
     SockmapContext* sockmap = worker_.sockmap_.get();
     // Connections of a listener whose connections are typically big go into the kernel at
     // once, before a byte is read; the others start on splice (SockmapPromotion).
-    const bool at_start =
-        sockmap != nullptr && sizes_->mean() >= sockmap->promotion.bytes;
-    auto session = TcpSession::Create(*worker_.loop_, worker_.pipes_, std::move(client_),
-                                      std::move(backend), worker_.options_.session, *this,
-                                      sockmap, at_start);
+    const bool at_start = sockmap != nullptr && sizes_->mean() >= sockmap->promotion.bytes;
+    auto session =
+        TcpSession::Create(*worker_.loop_, worker_.pipes_, std::move(client_), std::move(backend),
+                           worker_.options_.session, *this, sockmap, at_start);
     if (!session.ok()) {
       LOG(WARNING) << "session for " << key_.ToString() << ": " << session.status();
       worker_.metrics_.connections_failed.Inc();
@@ -192,12 +191,13 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(int id, const Options& op
 }
 
 absl::Status Worker::StartSockmap() {
-  sockmap_ = std::unique_ptr<SockmapContext>(new SockmapContext{.fast_path = *options_.sockmap,
-                                                                .ring = static_cast<uint32_t>(id_),
-                                                                .marks = options_.sockmap_marks,
-                         .promotion = options_.sockmap_promotion,
-                                                                .paused = metrics_.sockmap_paused,
-                                                                .pauses = metrics_.sockmap_pauses});
+  sockmap_ =
+      std::unique_ptr<SockmapContext>(new SockmapContext{.fast_path = *options_.sockmap,
+                                                         .ring = static_cast<uint32_t>(id_),
+                                                         .marks = options_.sockmap_marks,
+                                                         .promotion = options_.sockmap_promotion,
+                                                         .paused = metrics_.sockmap_paused,
+                                                         .pauses = metrics_.sockmap_pauses});
   ASSIGN_OR_RETURN(ring_, fastpath::FlowRing::Create(*options_.sockmap, sockmap_->ring,
                                                      [this](uint64_t cookie, uint64_t) {
                                                        auto it = sockmap_->sessions.find(cookie);

@@ -149,9 +149,9 @@ TEST_P(CapabilityFallbackTest, SockmapModeRefusesToStart) {
 }
 
 // Memory the kernel charges to the TCP sockets of the test's network namespace (receive and
-// send queues: the r and w fields of `ss -tm`; f, the reserve, can be negative). Bytes the kernel holds in a
-// psock queue are charged to no socket (neither here nor in /proc/net/sockstat's "TCP: mem"),
-// so the test bounds the payload bytes held for the connection as well.
+// send queues: the r and w fields of `ss -tm`; f, the reserve, can be negative). Bytes the kernel
+// holds in a psock queue are charged to no socket (neither here nor in /proc/net/sockstat's "TCP:
+// mem"), so the test bounds the payload bytes held for the connection as well.
 uint64_t NetnsTcpMemory() {
   std::string out;
   testutil::RunCommand({"ss", "-tmnH"}, &out);

@@ -96,8 +96,8 @@ TEST_P(TcpIntegrityTest, OneGibibyteWithChecksum) {
   // account for the bulk; the pumps move only bytes the verdict passed during flow-control
   // pauses (copy) and what is left at the end.
   auto bytes = [&](const std::string& path) {
-    const double v = MetricValue("sluice_datapath_bytes_total{path=\"" + path +
-                                 "\",direction=\"to_backend\"}");
+    const double v =
+        MetricValue("sluice_datapath_bytes_total{path=\"" + path + "\",direction=\"to_backend\"}");
     return v < 0 ? 0 : v;
   };
   const double total = bytes("sockmap") + bytes("splice") + bytes("copy");
