@@ -93,6 +93,7 @@ SockmapRelay::Next SockmapRelay::Pause() {
   if (pump_.path() == SplicePump::Path::kSplice) {
     pump_.UseCopy();  // the pump has held nothing since the direction was attached
   }
+  pump_.SetPsockOnly(true);
   return Poll();
 }
 
@@ -118,8 +119,8 @@ SockmapRelay::Next SockmapRelay::OnPumpIdle() {
     return Next::kNothing;  // more passed bytes are on their way to the socket: EPOLLIN follows
   }
   if (last_.passed < forwarded) {
-    // The pump read bytes the verdict never saw (they sat in the receive queue while it could
-    // not run): the program's count can no longer say when the agent has caught up.
+    // Cannot happen while the pump reads only what the psock holds; if it did, the program's
+    // count could no longer say when the agent has caught up: keep passing, for good.
     state_ = State::kUser;
     SetPaused(false);
     return Next::kNothing;
@@ -143,18 +144,22 @@ SockmapRelay::Next SockmapRelay::OnSrcEof() {
       return Next::kNothing;
     case State::kForwarding:
       // Nothing is in flight (forwarding starts only then) and nothing more will be
-      // redirected: the pump reads the rest and the EOF.
+      // redirected: the pump reads the rest and the EOF (no verdict runs after the FIN, so
+      // reading the receive queue is safe now).
       state_ = State::kUser;
       SetPaused(false);
-      return Next::kNothing;
+      pump_.SetPsockOnly(false);
+      return Next::kRunPump;
     case State::kAttached:
     case State::kPaused:
     case State::kResuming:
       state_ = State::kDraining;
       SetPaused(false);
       return Poll();
-    case State::kDraining:
     case State::kUser:
+      pump_.SetPsockOnly(false);  // no verdict runs after the FIN: the pump may see the EOF
+      return Next::kNothing;
+    case State::kDraining:
       return Next::kNothing;
   }
   return Next::kNothing;
@@ -194,6 +199,7 @@ SockmapRelay::Next SockmapRelay::Poll() {
   if (pump_.path() == SplicePump::Path::kSplice) {
     pump_.UseCopy();
   }
+  pump_.SetPsockOnly(false);
   return Next::kRunPump;
 }
 

@@ -43,6 +43,11 @@ class SplicePump final {
   // Switches to copy I/O for good; pending() must be 0. Bytes the sockmap verdict passed are
   // visible to recv() but not to splice().
   void UseCopy() { FallBackToCopy("bytes passed by the sockmap verdict"); }
+  // Copy I/O only: while set, reads take no more than what the socket's psock holds (SIOCINQ
+  // reports exactly that on a sockmap socket). recv() on such a socket falls back to the TCP
+  // receive queue when the psock is empty, and a read there can stop inside an skb that the
+  // verdict would later take whole, repeating its head. No EOF is seen while set.
+  void SetPsockOnly(bool psock_only) { psock_only_ = psock_only; }
   void OnDstWritable() { dst_writable_ = true; }
   Result Pump();
 
@@ -90,6 +95,7 @@ class SplicePump final {
   bool pipe_maybe_full_ = false;  // EAGAIN into a non-empty pipe: flush before reading
   bool spliced_any_ = false;      // a byte went through the pipe: no fallback any more
   bool src_drained_ = true;
+  bool psock_only_ = false;
   uint64_t bytes_in_ = 0;  // read from src
   uint64_t bytes_ = 0;     // written to dst
   int error_ = 0;
