@@ -62,6 +62,7 @@ bool SockmapRelay::Attach() {
     return false;
   }
   state_ = State::kAttached;
+  pump_at_attach_ = pump_.bytes();
   return true;
 }
 
@@ -114,7 +115,9 @@ SockmapRelay::Next SockmapRelay::OnPumpIdle() {
   if (!Measure()) {
     return Next::kFailed;
   }
-  const uint64_t forwarded = Forwarded();
+  // The program counts what it passed since the direction was attached; the pump's count
+  // before that (bytes moved before the hand-over) is not part of it.
+  const uint64_t forwarded = pump_.bytes() - pump_at_attach_;
   if (last_.passed > forwarded) {
     return Next::kNothing;  // more passed bytes are on their way to the socket: EPOLLIN follows
   }
@@ -182,7 +185,7 @@ SockmapRelay::Next SockmapRelay::Poll() {
     return Next::kFailed;
   }
   if (state_ == State::kResuming) {
-    if (last_.passed == Forwarded()) {
+    if (last_.passed == pump_.bytes() - pump_at_attach_) {
       state_ = State::kAttached;  // the program redirects again
       SetPaused(false);
       return Next::kStopPump;

@@ -126,7 +126,8 @@ class SockmapRelay final {
   const fastpath::Side src_;
   SplicePump& pump_;
   SockmapContext& context_;
-  const uint64_t pump_base_;
+  const uint64_t pump_base_;  // pump bytes at enrolment (the link's written base)
+  uint64_t pump_at_attach_ = 0;  // pump bytes when the kernel took over (passed bytes after)
   State state_ = State::kPending;
   bool counted_paused_ = false;
   fastpath::Progress last_;
