@@ -22,5 +22,8 @@ systemctl disable --now nginx >/dev/null 2>&1 || true
 
 proxy="$here/sluice-proxy.sh"
 args="{LISTEN_ADDR} {LISTEN_PORT} {BACKEND_ADDR} {BACKEND_PORT} {THREADS} {WORKDIR}"
+# sluice twice: the sockmap fast path and the splice path (--datapath).
 exec "$harness" --proxies none,haproxy,nginx,socat \
-  --proxy "sluice=$proxy tcp $args" --proxy-udp "sluice=$proxy udp $args" "$@"
+  --proxy "sluice-sockmap=$proxy tcp $args sockmap" --proxy-udp "sluice-sockmap=$proxy udp $args sockmap" \
+  --proxy "sluice-splice=$proxy tcp $args splice" --proxy-udp "sluice-splice=$proxy udp $args splice" \
+  "$@"

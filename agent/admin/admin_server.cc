@@ -63,6 +63,12 @@ absl::StatusOr<std::unique_ptr<AdminServer>> AdminServer::Create(const std::stri
                           [&src](const httplib::Request&, httplib::Response& res) {
                             res.set_content(src.debug_services(), "application/json");
                           });
+    if (src.debug_connections) {
+      server->metrics_->Get("/debug/connections",
+                            [&src](const httplib::Request&, httplib::Response& res) {
+                              res.set_content(src.debug_connections(), "application/json");
+                            });
+    }
     // kube-proxy also answers health on the metrics port.
     server->metrics_->Get("/healthz", [&src](const httplib::Request&, httplib::Response& res) {
       ServeHealth(res, Healthz(src.health()));

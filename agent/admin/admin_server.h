@@ -22,15 +22,17 @@ namespace sluice::admin {
 struct AdminSources {
   std::function<HealthInputs()> health;
   std::function<std::string()> proxy_mode;
-  std::function<std::string()> debug_services;  // JSON
+  std::function<std::string()> debug_services;     // JSON
+  std::function<std::string()> debug_connections;  // JSON
   // Optional: why the node is not ready beyond /healthz (e.g. the tunnel has no server), or "".
   std::function<std::string()> not_ready;
   base::Registry* metrics = nullptr;
 };
 
-// kube-proxy's two HTTP servers: /healthz, /livez (and /readyz) on --healthz-bind-address, and /metrics,
-// /proxyMode and /debug/services on --metrics-bind-address. An empty address disables that
-// server. Owns one listener thread per server; handlers only read AdminSources.
+// kube-proxy's two HTTP servers: /healthz, /livez (and /readyz) on --healthz-bind-address, and
+// /metrics, /proxyMode, /debug/services (and our /debug/connections) on --metrics-bind-address.
+// An empty address disables that server. Owns one listener thread per server; handlers only read
+// AdminSources.
 class AdminServer final {
  public:
   // Binds both addresses now, so a taken or bad address fails at start.

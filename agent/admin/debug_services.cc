@@ -72,4 +72,18 @@ std::string RenderDebugServices(const proxier::ServiceTable& table,
   return absl::StrCat("{\"servicePorts\": [\n  ", absl::StrJoin(parts, ",\n  "), "\n]}\n");
 }
 
+std::string RenderDebugConnections(const std::vector<proxy::ConnectionInfo>& connections) {
+  std::vector<std::string> parts;
+  parts.reserve(connections.size());
+  for (const auto& c : connections) {
+    parts.push_back(absl::StrCat(
+        "{\"listener\": ", JsonString(c.listener), ", \"client\": ", JsonString(c.client),
+        ", \"backend\": ", JsonString(c.backend), ", \"path\": ", JsonString(c.path),
+        ", \"toBackend\": {\"state\": ", JsonString(c.to_backend), ", \"bytes\": ",
+        c.bytes_to_backend, "}, \"toClient\": {\"state\": ", JsonString(c.to_client),
+        ", \"bytes\": ", c.bytes_to_client, "}}"));
+  }
+  return absl::StrCat("{\"connections\": [\n  ", absl::StrJoin(parts, ",\n  "), "\n]}\n");
+}
+
 }  // namespace sluice::admin

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "agent/proxier/service_table.h"
+#include "agent/proxy/worker.h"
 
 namespace sluice::admin {
 
@@ -14,5 +15,8 @@ namespace sluice::admin {
 std::string RenderDebugServices(const proxier::ServiceTable& table,
                                 const std::map<std::string, std::vector<std::string>>& listeners);
 
+// /debug/connections: every open TCP connection with the data path and per-direction state it
+// uses, as JSON.
+std::string RenderDebugConnections(const std::vector<proxy::ConnectionInfo>& connections);
 
 }  // namespace sluice::admin

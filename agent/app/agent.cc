@@ -10,10 +10,12 @@
 #include <thread>
 
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_cat.h"
 
 #include "agent/admin/debug_services.h"
 #include "agent/base/log.h"
 #include "agent/base/status.h"
+#include "agent/fastpath/probe.h"
 #include "agent/vip/netlink_vip_manager.h"
 
 namespace sluice::app {
@@ -54,6 +56,37 @@ void RaiseFileLimit() {
 
 }  // namespace
 
+absl::Status Agent::ChooseDataPath(int workers) {
+  auto& in_use = metrics_.AddGauge("sluice_datapath",
+                                   "The node's TCP data path: 1 for the one in use", {"path"});
+  auto& unavailable = metrics_.AddGauge(
+      "sluice_sockmap_unavailable",
+      "1, labelled with the reason, when the node does not use the sockmap fast path", {"reason"});
+  if (opts_.datapath == "splice") {
+    unavailable.WithLabels({"disabled"}).Set(1);
+    in_use.WithLabels({"splice"}).Set(1);
+    return absl::OkStatus();
+  }
+  fastpath::ProbeResult probe = fastpath::ProbeSockmap({.rings = static_cast<uint32_t>(workers)});
+  if (probe.fast_path == nullptr) {
+    if (opts_.datapath == "sockmap") {
+      return base::Annotate(probe.status,
+                            absl::StrCat("--datapath=sockmap: the sockmap fast path is "
+                                         "unavailable (",
+                                         probe.reason, ")"));
+    }
+    LOG(WARNING) << "datapath auto: using splice, sockmap unavailable (" << probe.reason
+                 << "): " << probe.status.message();
+    unavailable.WithLabels({probe.reason}).Set(1);
+    in_use.WithLabels({"splice"}).Set(1);
+    return absl::OkStatus();
+  }
+  sockmap_ = std::move(probe.fast_path);
+  datapath_ = "sockmap";
+  in_use.WithLabels({"sockmap"}).Set(1);
+  return absl::OkStatus();
+}
+
 absl::Status Agent::StartDataPath() {
   RaiseFileLimit();
   auto vips = vip::NetlinkVipManager::Create(opts_.vip_interface);
@@ -71,9 +104,11 @@ absl::Status Agent::StartDataPath() {
   dp.worker.drain_timeout = opts_.drain_timeout;
   dp.worker.session.idle_timeout = opts_.tcp_idle_timeout;
   dp.worker.udp.idle_timeout = opts_.udp_idle_timeout;
+  RETURN_IF_ERROR(ChooseDataPath(dp.workers));
+  dp.worker.sockmap = sockmap_.get();
   ASSIGN_OR_RETURN(data_path_, proxier::DataPath::Create(dp, *vips_, *data_path_metrics_));
   proxier_->AddConsumer(data_path_.get());
-  LOG(INFO) << "data path: splice, " << dp.workers << " workers, VIPs on "
+  LOG(INFO) << "data path: " << datapath_ << ", " << dp.workers << " workers, VIPs on "
             << vips_->interface_name();
   return absl::OkStatus();
 }
@@ -143,11 +178,13 @@ absl::Status Agent::Start() {
   RETURN_IF_ERROR(StartTunnel());
   admin::AdminSources admin_sources{
       .health = [this] { return Health(); },
-      .proxy_mode = [] { return std::string("splice"); },
+      .proxy_mode = [this] { return datapath_; },
       .debug_services =
           [this] {
             return admin::RenderDebugServices(*proxier_->table(), data_path_->Listeners());
           },
+      .debug_connections =
+          [this] { return admin::RenderDebugConnections(data_path_->Connections()); },
       .not_ready =
           [this] {
             return tunnel_ != nullptr && tunnel_->ConnectedServers() == 0

@@ -12,6 +12,7 @@
 #include "agent/base/unique_fd.h"
 #include "agent/config/mux.h"
 #include "agent/event/event_loop.h"
+#include "agent/fastpath/sockmap_fast_path.h"
 #include "agent/proxier/change_tracker.h"
 #include "agent/proxier/data_path.h"
 #include "agent/proxier/proxier.h"
@@ -45,6 +46,8 @@ class Agent final {
   absl::Status StartKubeSource(config::SourceChannel* channel);
   absl::StatusOr<std::unique_ptr<sources::EtcdSource>> CreateEtcdSource(
       const SourceSpec& spec, config::SourceChannel* channel);
+  // Applies --datapath: probes the sockmap fast path unless "splice". Fails only for "sockmap".
+  absl::Status ChooseDataPath(int workers);
   admin::HealthInputs Health() const;
   absl::Status StartTunnel();
   void OnSignal(int signo);
@@ -59,6 +62,8 @@ class Agent final {
   std::unique_ptr<proxier::SyncRunner> runner_;
   std::unique_ptr<vip::VipManager> vips_;
   std::unique_ptr<proxy::DataPathMetrics> data_path_metrics_;
+  std::unique_ptr<fastpath::SockmapFastPath> sockmap_;  // outlives the workers that use it
+  std::string datapath_ = "splice";                     // the path in use, for /proxyMode
   std::unique_ptr<proxier::DataPath> data_path_;
   std::unique_ptr<sources::SourceMetricFamilies> source_metrics_;
   std::vector<std::unique_ptr<sources::FileSource>> file_sources_;

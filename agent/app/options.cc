@@ -76,6 +76,9 @@ void RegisterFlags(base::FlagSet& flags, AgentOptions& o) {
       "Reset connections of a removed service port after this long (0: let them finish)");
   flags.Duration("udp-idle-timeout", &o.udp_idle_timeout,
                  "Close a UDP flow (client address -> endpoint) after this long without datagrams");
+  flags.String("datapath", &o.datapath,
+               "TCP data path: auto (sockmap if the kernel and capabilities allow it, else "
+               "splice), splice, or sockmap (refuse to start without it)");
   flags.List("tunnel-server-address", &o.tunnel_servers,
              "HOST:PORT[,...] of Konnectivity servers' agent ports: runs the tunnel agent");
   flags.String("tunnel-ca-cert", &o.tunnel_ca_cert,
@@ -248,6 +251,11 @@ absl::Status Validate(AgentOptions& o) {
   }
   if (o.workers < 0 || o.workers > 1024) {
     return absl::InvalidArgumentError("--workers must be between 0 and 1024");
+  }
+  if (o.datapath != "auto" && o.datapath != "splice" && o.datapath != "sockmap") {
+    return absl::InvalidArgumentError(absl::StrCat("invalid value \"", o.datapath,
+                                                   "\" for flag --datapath: want auto, splice "
+                                                   "or sockmap"));
   }
   if (o.dial_timeout <= absl::ZeroDuration() || o.tcp_idle_timeout <= absl::ZeroDuration() ||
       o.udp_idle_timeout <= absl::ZeroDuration()) {

@@ -48,6 +48,9 @@ struct AgentOptions {
   absl::Duration tcp_idle_timeout = absl::Hours(1);
   absl::Duration drain_timeout = absl::ZeroDuration();
   absl::Duration udp_idle_timeout = absl::Seconds(30);
+  // "auto": the sockmap fast path if the startup probe passes, else splice; "splice"; or
+  // "sockmap": fail at start unless the probe passes.
+  std::string datapath = "auto";
   // Tunnel agent (Konnectivity); off unless servers are given.
   std::vector<std::string> tunnel_servers;
   std::string tunnel_ca_cert;

@@ -83,6 +83,15 @@ TEST_F(OptionsTest, BadValuesFailWithTheFlagName) {
   EXPECT_NE(st.message().find("must not exceed --sync-period"), std::string::npos) << st;
 }
 
+TEST_F(OptionsTest, DatapathIsAutoSpliceOrSockmap) {
+  ASSERT_TRUE(Parse({"--source=file:" + dir_}).ok());
+  EXPECT_EQ(opts_.datapath, "auto");
+  ASSERT_TRUE(Parse({"--source=file:" + dir_, "--datapath=sockmap"}).ok());
+  EXPECT_EQ(opts_.datapath, "sockmap");
+  absl::Status st = Parse({"--source=file:" + dir_, "--datapath=ebpf"});
+  EXPECT_NE(st.message().find("--datapath"), std::string::npos) << st;
+}
+
 TEST_F(OptionsTest, ConfigFileAnySpellingCommandLineWins) {
   std::string cfg = WriteConfig("source:\n  - file:" + dir_ +
                                 "\nsyncPeriod: 10s\nmin_sync_period: 2s\nzone: z1\n"

@@ -128,7 +128,12 @@ std::shared_ptr<proxy::RouteTable> DataPath::BuildRoutes(const ServiceTable& tab
     if (!active) {
       active = std::make_shared<std::atomic<int64_t>>(0);
     }
-    it->second = proxy::Route{info.name.ToString(), BalancerFor(info, external, balancers), active};
+    auto& sizes = sizes_[key];
+    if (!sizes) {
+      sizes = std::make_shared<proxy::ConnectionSizes>();
+    }
+    it->second =
+        proxy::Route{info.name.ToString(), BalancerFor(info, external, balancers), active, sizes};
   };
   for (const auto& [name, info] : table.ports()) {
     if (info->name.protocol == config::Protocol::kSctp) {
@@ -166,6 +171,7 @@ absl::flat_hash_set<net::IpAddress> DataPath::WantedVips(const ServiceTable& tab
       vips.insert(it->first.address.ip());
       ++it;
     } else {
+      sizes_.erase(it->first);
       it = active_.erase(it);
     }
   }
@@ -209,6 +215,16 @@ absl::Status DataPath::Apply(const std::shared_ptr<const ServiceTable>& table) {
   absl::MutexLock lock(&mu_);
   listeners_view_ = std::move(view);
   return result;
+}
+
+std::vector<proxy::ConnectionInfo> DataPath::Connections() const {
+  std::vector<proxy::ConnectionInfo> all;
+  for (const auto& w : workers_) {  // workers_ is fixed after Create
+    auto infos = w->Connections(absl::Seconds(1));
+    all.insert(all.end(), std::make_move_iterator(infos.begin()),
+               std::make_move_iterator(infos.end()));
+  }
+  return all;
 }
 
 std::map<std::string, std::vector<std::string>> DataPath::Listeners() const {

@@ -41,6 +41,10 @@ class DataPath final : public TableConsumer {
   // TableConsumer
   absl::Status Apply(const std::shared_ptr<const ServiceTable>& table) override;
 
+  // Every worker's open TCP connections, for /debug/connections. Thread-safe (the admin thread
+  // calls it); waits briefly for each worker loop.
+  std::vector<proxy::ConnectionInfo> Connections() const;
+
   // Open listeners ("tcp/10.96.0.10:80") by service port, for /debug/services.
   std::map<std::string, std::vector<std::string>> Listeners() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -71,7 +75,8 @@ class DataPath final : public TableConsumer {
   // Open-connection counters by listener, kept across syncs; a removed listener's counter stays
   // (and its VIP on the node) until its connections have closed.
   std::map<proxy::ListenKey, std::shared_ptr<std::atomic<int64_t>>> active_;
-  std::map<std::pair<ServicePortName, bool>, BalancerState> balancers_;  // (port, external)
+  std::map<proxy::ListenKey, std::shared_ptr<proxy::ConnectionSizes>> sizes_;  // as active_
+  std::map<std::pair<ServicePortName, bool>, BalancerState> balancers_;        // (port, external)
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::vector<std::string>> listeners_view_ ABSL_GUARDED_BY(mu_);

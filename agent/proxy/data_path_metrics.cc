@@ -23,6 +23,24 @@ DataPathMetrics::DataPathMetrics(base::Registry& r)
                          {"direction"})),
       bytes_to_backend(bytes.WithLabels({"to_backend"})),
       bytes_to_client(bytes.WithLabels({"to_client"})),
+      path_connections(r.AddCounter("sluice_datapath_connections_total",
+                                    "TCP connections closed, by the data path they used "
+                                    "(sockmap once enrolled, else splice or copy)",
+                                    {"path"})),
+      path_bytes(r.AddCounter("sluice_datapath_bytes_total",
+                              "Bytes proxied by the data path that moved them, counted when a "
+                              "connection closes (sockmap: redirected in the kernel)",
+                              {"path", "direction"})),
+      sockmap_fallbacks(r.AddCounter("sluice_sockmap_fallbacks_total",
+                                     "Connections served by splice although the node runs the "
+                                     "sockmap fast path, by reason",
+                                     {"reason"})),
+      sockmap_paused(r.AddGauge("sluice_sockmap_paused_directions",
+                                "Kernel-pumped directions paused above the high watermark")
+                         .Get()),
+      sockmap_pauses(r.AddCounter("sluice_sockmap_pauses_total",
+                                  "Times a kernel-pumped direction was paused by flow control")
+                         .Get()),
       udp_flows(r.AddGauge("sluice_udp_flows", "UDP flows open").Get()),
       udp_flows_total(r.AddCounter("sluice_udp_flows_total", "UDP flows created").Get()),
       udp_datagrams(

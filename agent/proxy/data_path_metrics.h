@@ -12,13 +12,18 @@ struct DataPathMetrics {
 
   base::Counter& connections_total;            // accepted TCP connections
   base::Gauge& connections_active;             // accepted and not yet closed (dialling included)
-  base::Family<base::Counter>& closed;         // {path, reason}: path splice|copy
+  base::Family<base::Counter>& closed;         // {path, reason}: path sockmap|splice|copy
   base::Counter& connections_failed;           // no endpoint answered within the dial budget
   base::Counter& connections_shed;             // refused at accept: out of file descriptors
   base::Family<base::Counter>& dial_failures;  // {reason}, per failed attempt
   base::Family<base::Counter>& bytes;          // {direction}, counted when a connection closes
   base::Counter& bytes_to_backend;
   base::Counter& bytes_to_client;
+  base::Family<base::Counter>& path_connections;   // {path}, at close
+  base::Family<base::Counter>& path_bytes;         // {path, direction}, at close
+  base::Family<base::Counter>& sockmap_fallbacks;  // {reason}, at close: enrolment refused
+  base::Gauge& sockmap_paused;                     // kernel directions paused by flow control
+  base::Counter& sockmap_pauses;
   base::Gauge& udp_flows;
   base::Counter& udp_flows_total;
   base::Family<base::Counter>& udp_datagrams;  // {direction}

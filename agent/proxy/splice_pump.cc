@@ -3,6 +3,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -111,6 +113,7 @@ SplicePump::Io SplicePump::SpliceIn() {
     pipe_->Added(static_cast<size_t>(n));
     bytes_in_ += static_cast<uint64_t>(n);
     spliced_any_ = true;
+    src_drained_ = false;
     return Io::kProgress;
   }
   if (n == 0) {
@@ -130,6 +133,7 @@ SplicePump::Io SplicePump::OnSpliceInError(int err, size_t in_pipe) {
         pipe_maybe_full_ = true;
       } else {
         src_readable_ = false;
+        src_drained_ = true;
       }
       return Io::kWouldBlock;
     case EINVAL:
@@ -175,11 +179,25 @@ SplicePump::Io SplicePump::CopyIn() {
     return Io::kWouldBlock;  // one buffer: refill only once it is written out
   }
   buffer_begin_ = buffer_end_ = 0;
+  size_t want = kCopyBufferBytes;
+  if (psock_only_) {
+    int queued = 0;
+    if (ioctl(src_fd_, SIOCINQ, &queued) != 0) {
+      return Fail(errno, /*at_src=*/true);
+    }
+    if (queued <= 0) {
+      src_readable_ = false;  // the next passed skb raises EPOLLIN
+      src_drained_ = true;
+      return Io::kWouldBlock;
+    }
+    want = std::min(want, static_cast<size_t>(queued));
+  }
   for (;;) {
-    ssize_t n = read(src_fd_, buffer_.get(), kCopyBufferBytes);
+    ssize_t n = read(src_fd_, buffer_.get(), want);
     if (n > 0) {
       buffer_end_ = static_cast<size_t>(n);
       bytes_in_ += static_cast<uint64_t>(n);
+      src_drained_ = false;
       return Io::kProgress;
     }
     if (n == 0) {
@@ -191,6 +209,7 @@ SplicePump::Io SplicePump::CopyIn() {
     }
     if (errno == EAGAIN) {
       src_readable_ = false;
+      src_drained_ = true;
       return Io::kWouldBlock;
     }
     return Fail(errno, /*at_src=*/true);

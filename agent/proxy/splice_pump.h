@@ -40,6 +40,14 @@ class SplicePump final {
   ~SplicePump();
 
   void OnSrcReadable() { src_readable_ = true; }
+  // Switches to copy I/O for good; pending() must be 0. Bytes the sockmap verdict passed are
+  // visible to recv() but not to splice().
+  void UseCopy() { FallBackToCopy("bytes passed by the sockmap verdict"); }
+  // Copy I/O only: while set, reads take no more than what the socket's psock holds (SIOCINQ
+  // reports exactly that on a sockmap socket). recv() on such a socket falls back to the TCP
+  // receive queue when the psock is empty, and a read there can stop inside an skb that the
+  // verdict would later take whole, repeating its head. No EOF is seen while set.
+  void SetPsockOnly(bool psock_only) { psock_only_ = psock_only; }
   void OnDstWritable() { dst_writable_ = true; }
   Result Pump();
 
@@ -49,6 +57,11 @@ class SplicePump final {
   // Bytes read from src and not yet written to dst.
   size_t pending() const;
   int error() const { return error_; }
+  // True while nothing was read from src since a read found it empty (or before the first
+  // read): no skb of src is partly consumed. Another reader that takes whole skbs (the sockmap
+  // verdict, via tcp_read_skb) may take over src only then, or it would repeat the unread
+  // part's already-read head.
+  bool src_drained() const { return src_drained_; }
   bool error_at_src() const { return error_at_src_; }
 
  private:
@@ -81,8 +94,10 @@ class SplicePump final {
   bool eof_reported_ = false;
   bool pipe_maybe_full_ = false;  // EAGAIN into a non-empty pipe: flush before reading
   bool spliced_any_ = false;      // a byte went through the pipe: no fallback any more
-  uint64_t bytes_in_ = 0;         // read from src
-  uint64_t bytes_ = 0;            // written to dst
+  bool src_drained_ = true;
+  bool psock_only_ = false;
+  uint64_t bytes_in_ = 0;  // read from src
+  uint64_t bytes_ = 0;     // written to dst
   int error_ = 0;
   bool error_at_src_ = false;
 };

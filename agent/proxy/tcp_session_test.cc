@@ -8,13 +8,18 @@
 #include <string>
 #include <thread>
 
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 
+#include "agent/base/metrics.h"
+#include "agent/fastpath/flow_ring.h"
+#include "agent/fastpath/sockmap_fast_path.h"
 #include "agent/net/socket.h"
 #include "agent/proxy/test_sockets.h"
 
 // Real loopback sockets, a real EventLoop on the test thread, and blocking peers on helper
-// threads. Every test runs with splice on and off (copy I/O).
+// threads. Every test runs on splice, on copy I/O, and on the sockmap fast path; the sockmap
+// runs need CAP_BPF and CAP_NET_ADMIN and skip without them.
 namespace sluice::proxy {
 namespace {
 
@@ -24,11 +29,19 @@ using testing::RandomBytes;
 using testing::RecvToEof;
 using testing::SendAll;
 
-class TcpSessionTest : public ::testing::TestWithParam<bool>, public TcpSessionCallbacks {
+enum class Mode { kSplice, kCopy, kSockmap };
+
+class TcpSessionTest : public ::testing::TestWithParam<Mode>, public TcpSessionCallbacks {
  protected:
   void SetUp() override {
     signal(SIGPIPE, SIG_IGN);  // as main() does: splice(2) into a reset socket raises SIGPIPE
     loop_ = std::move(*event::EventLoop::Create());
+    if (GetParam() == Mode::kSockmap) {
+      StartSockmap();
+      if (sockmap_ == nullptr) {
+        GTEST_SKIP() << "sockmap fast path unavailable: " << sockmap_error_;
+      }
+    }
     watchdog_ = loop_->CreateTimer([this] {
       ADD_FAILURE() << "watchdog fired";
       if (session_ != nullptr) {
@@ -41,16 +54,51 @@ class TcpSessionTest : public ::testing::TestWithParam<bool>, public TcpSessionC
   void TearDown() override {
     session_.reset();
     watchdog_.reset();
+    ring_event_.reset();
+    ring_.reset();
+  }
+
+  // What a worker does: shared maps, a context, and its ring watched by the loop.
+  void StartSockmap() {
+    auto fp = fastpath::SockmapFastPath::Create({.max_connections = 16, .rings = 1});
+    if (!fp.ok()) {
+      sockmap_error_ = fp.status().ToString();
+      return;
+    }
+    fast_path_ = std::move(*fp);
+    sockmap_ = std::unique_ptr<SockmapContext>(
+        new SockmapContext{.fast_path = *fast_path_,
+                           .ring = 0,
+                           .marks = marks_,
+                           .paused = registry_.AddGauge("paused", "").Get(),
+                           .pauses = registry_.AddCounter("pauses", "").Get()});
+    ring_ =
+        std::move(*fastpath::FlowRing::Create(*fast_path_, 0, [this](uint64_t cookie, uint64_t) {
+          auto it = sockmap_->sessions.find(cookie);
+          if (it != sockmap_->sessions.end()) {
+            it->second->OnSockmapSignal(cookie);
+          }
+        }));
+    ring_event_ =
+        std::move(*loop_->Watch(ring_->fd(), EPOLLIN, [this](uint32_t) { ring_->Consume(); }));
+  }
+
+  TcpSession::Options SessionOptions(absl::Duration idle_timeout = absl::Hours(1)) const {
+    return TcpSession::Options{.idle_timeout = idle_timeout,
+                               .use_splice = GetParam() != Mode::kCopy};
   }
 
   void StartSession(absl::Duration idle_timeout = absl::Hours(1)) {
     client_ = MakeTcpPair(/*dialed=*/false);
     backend_ = MakeTcpPair(/*dialed=*/true);
-    TcpSession::Options options{.idle_timeout = idle_timeout, .use_splice = GetParam()};
-    auto session = TcpSession::Create(*loop_, pool_, std::move(client_.near),
-                                      std::move(backend_.near), options, *this);
+    auto session =
+        TcpSession::Create(*loop_, pool_, std::move(client_.near), std::move(backend_.near),
+                           SessionOptions(idle_timeout), *this, sockmap_.get(), at_start_);
     ASSERT_TRUE(session.ok()) << session.status();
     session_ = std::move(*session);
+    if (sockmap_ != nullptr) {
+      ASSERT_EQ(session_->fallback(), std::nullopt);
+    }
   }
 
   // TcpSessionCallbacks
@@ -60,27 +108,55 @@ class TcpSessionTest : public ::testing::TestWithParam<bool>, public TcpSessionC
     reason_ = reason;
     to_backend_ = session.bytes_to_backend();
     to_client_ = session.bytes_to_client();
+    kernel_to_backend_ = session.kernel_bytes_to_backend();
+    kernel_to_client_ = session.kernel_bytes_to_client();
+    fallback_ = session.fallback();
     path_ = session.path();
     loop_->DeferDelete(std::move(session_));
     loop_->Stop();
   }
 
-  SplicePump::Path expected_path() const {
-    return GetParam() ? SplicePump::Path::kSplice : SplicePump::Path::kCopy;
+  TcpSession::Path expected_path() const {
+    switch (GetParam()) {
+      case Mode::kSplice:
+        return TcpSession::Path::kSplice;
+      case Mode::kCopy:
+        return TcpSession::Path::kCopy;
+      case Mode::kSockmap:
+        return TcpSession::Path::kSockmap;
+    }
+    return TcpSession::Path::kSplice;
   }
 
+  base::Registry registry_;
+  std::unique_ptr<fastpath::SockmapFastPath> fast_path_;
+  std::string sockmap_error_;
+  SockmapWatermarks marks_;
+  // Enrol at once, so the sockmap runs test the kernel path; promotion has its own test.
+  bool at_start_ = true;
+  std::unique_ptr<SockmapContext> sockmap_;
   std::unique_ptr<event::EventLoop> loop_;
+  std::unique_ptr<fastpath::FlowRing> ring_;
+  std::unique_ptr<event::FileEvent> ring_event_;
   std::unique_ptr<event::Timer> watchdog_;
   PipePool pool_{PipePool::Options{}};
   testing::TcpPair client_, backend_;  // .far ends are the test's peers
   std::unique_ptr<TcpSession> session_;
   std::optional<CloseReason> reason_;
   uint64_t to_backend_ = 0, to_client_ = 0;
-  SplicePump::Path path_ = SplicePump::Path::kSplice;
+  uint64_t kernel_to_backend_ = 0, kernel_to_client_ = 0;
+  std::optional<fastpath::Fallback> fallback_;
+  TcpSession::Path path_ = TcpSession::Path::kSplice;
 };
 
-INSTANTIATE_TEST_SUITE_P(SpliceOnOff, TcpSessionTest, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "Splice" : "Copy"; });
+INSTANTIATE_TEST_SUITE_P(Paths, TcpSessionTest,
+                         ::testing::Values(Mode::kSplice, Mode::kCopy, Mode::kSockmap),
+                         [](const auto& info) {
+                           return PathName(info.param == Mode::kSplice ? TcpSession::Path::kSplice
+                                           : info.param == Mode::kCopy
+                                               ? TcpSession::Path::kCopy
+                                               : TcpSession::Path::kSockmap);
+                         });
 
 TEST_P(TcpSessionTest, EchoesOneMegabyteBothWays) {
   StartSession();
@@ -113,9 +189,13 @@ TEST_P(TcpSessionTest, EchoesOneMegabyteBothWays) {
   EXPECT_EQ(to_backend_, request.size());
   EXPECT_EQ(to_client_, request.size());
   EXPECT_EQ(path_, expected_path());
+  if (GetParam() == Mode::kSockmap) {  // every byte went through the verdict program
+    EXPECT_EQ(kernel_to_backend_, request.size());
+    EXPECT_EQ(kernel_to_client_, request.size());
+  }
   EXPECT_EQ(pool_.closed_non_empty(), 0u);
   EXPECT_EQ(pool_.idle(), pool_.created());  // every pipe came back, empty
-  if (!GetParam()) {
+  if (GetParam() == Mode::kCopy) {
     EXPECT_EQ(pool_.created(), 0u);
   }
 }
@@ -148,9 +228,9 @@ TEST_P(TcpSessionTest, BackendSpeaksFirst) {
   backend_ = MakeTcpPair(true);
   // The greeting is queued before the session exists (SMTP, MySQL): no later edge announces it.
   ASSERT_TRUE(SendAll(backend_.far.get(), "220 ready\r\n"));
-  TcpSession::Options options{.use_splice = GetParam()};
   session_ = std::move(*TcpSession::Create(*loop_, pool_, std::move(client_.near),
-                                           std::move(backend_.near), options, *this));
+                                           std::move(backend_.near), SessionOptions(), *this,
+                                           sockmap_.get(), at_start_));
   std::string greeting;
   std::thread client([&] {
     char buf[64];
@@ -223,8 +303,8 @@ TEST_P(TcpSessionTest, IdleTimeoutResetsBothSides) {
 }
 
 TEST_P(TcpSessionTest, PipeGoesBackToThePoolOnlyWhenEmpty) {
-  if (!GetParam()) {
-    GTEST_SKIP() << "copy I/O uses no pipes";
+  if (GetParam() != Mode::kSplice) {
+    GTEST_SKIP() << "only splice uses pipes";
   }
   StartSession();
   // The client never reads: its receive queue fills, then the backend->client pipe holds bytes.
@@ -246,6 +326,131 @@ TEST_P(TcpSessionTest, PipeGoesBackToThePoolOnlyWhenEmpty) {
   EXPECT_EQ(reason_, CloseReason::kAborted);
   EXPECT_EQ(pool_.closed_non_empty(), 1u);
   EXPECT_EQ(pool_.idle(), pool_.created() - 1);
+}
+
+// The sockmap path's own rules; the other modes skip these.
+class SockmapSessionTest : public TcpSessionTest {
+ protected:
+  void SetUp() override {
+    TcpSessionTest::SetUp();
+    if (!IsSkipped() && GetParam() != Mode::kSockmap) {
+      GTEST_SKIP() << "sockmap only";
+    }
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Sockmap, SockmapSessionTest, ::testing::Values(Mode::kSockmap),
+                         [](const auto&) { return std::string("sockmap"); });
+
+TEST_P(SockmapSessionTest, ShortExchangeStaysOnSpliceAndABigOneMovesToTheKernel) {
+  sockmap_->promotion = {.bytes = 64 << 10, .age = absl::Hours(1)};
+  at_start_ = false;
+  StartSession();
+  const std::string small = RandomBytes(1000, 1), big = RandomBytes(4 << 20, 2);
+  std::string at_backend, at_client;
+  std::thread backend([&] {
+    at_backend = RecvToEof(backend_.far.get());
+    EXPECT_TRUE(SendAll(backend_.far.get(), "bye"));
+    backend_.far.Reset();
+  });
+  std::thread client([&] {
+    EXPECT_TRUE(SendAll(client_.far.get(), small));
+    absl::SleepFor(absl::Milliseconds(50));
+    absl::Notification checked;
+    loop_->Post([&] {
+      EXPECT_EQ(session_->path(), TcpSession::Path::kSplice);  // 1000 bytes: not promoted
+      EXPECT_EQ(session_->DirectionState(true), "splice");
+      checked.Notify();
+    });
+    checked.WaitForNotification();
+    // In bursts, as a request/response protocol would: between them the pump empties the
+    // socket, the only point where a direction may be handed to the kernel mid-stream.
+    for (size_t off = 0; off < big.size(); off += 64 << 10) {
+      EXPECT_TRUE(SendAll(client_.far.get(), big.substr(off, 64 << 10)));
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    shutdown(client_.far.get(), SHUT_WR);
+    at_client = RecvToEof(client_.far.get());
+  });
+  loop_->Run();
+  client.join();
+  backend.join();
+  EXPECT_EQ(reason_, CloseReason::kDone);
+  EXPECT_TRUE(at_backend == small + big) << at_backend.size();
+  EXPECT_EQ(at_client, "bye");
+  EXPECT_EQ(path_, TcpSession::Path::kSockmap);
+  EXPECT_GT(kernel_to_backend_, 2u << 20);  // most of `big` went through the verdict
+  EXPECT_EQ(to_backend_, small.size() + big.size());
+}
+
+TEST_P(SockmapSessionTest, ClientThatAlreadySentFinStaysOnSplice) {
+  client_ = MakeTcpPair(false);
+  backend_ = MakeTcpPair(true);
+  ASSERT_TRUE(SendAll(client_.far.get(), "GET / HTTP/1.0\r\n\r\n"));
+  ASSERT_EQ(shutdown(client_.far.get(), SHUT_WR), 0);
+  absl::SleepFor(absl::Milliseconds(10));  // the FIN has arrived: the socket is CLOSE_WAIT
+  session_ = std::move(*TcpSession::Create(*loop_, pool_, std::move(client_.near),
+                                           std::move(backend_.near), SessionOptions(), *this,
+                                           sockmap_.get(), at_start_));
+  std::string request;
+  std::thread backend([&] {
+    request = RecvToEof(backend_.far.get());
+    EXPECT_TRUE(SendAll(backend_.far.get(), "HTTP/1.0 200 OK\r\n\r\n"));
+    backend_.far.Reset();
+  });
+  std::string reply;
+  std::thread client([&] { reply = RecvToEof(client_.far.get()); });
+  loop_->Run();
+  backend.join();
+  client.join();
+  EXPECT_EQ(request, "GET / HTTP/1.0\r\n\r\n");
+  EXPECT_EQ(reply, "HTTP/1.0 200 OK\r\n\r\n");
+  EXPECT_EQ(reason_, CloseReason::kDone);
+  // Either the session saw the FIN first and never tried, or the kernel refused the socket.
+  EXPECT_EQ(path_, TcpSession::Path::kSplice);
+  EXPECT_NE(fallback_, fastpath::Fallback::kMapFull);
+}
+
+// A backend that stalls: the kernel-pumped direction pauses above the high watermark, resumes
+// below the low one, and the client's FIN during a pause hands the rest to the pump.
+TEST_P(SockmapSessionTest, SlowBackendPausesResumesAndDrainsOnFin) {
+  sockmap_->marks = {.high = 256 << 10, .low = 64 << 10};
+  StartSession();
+  const std::string data = RandomBytes(24 << 20, 5);
+  std::string at_backend;
+  std::thread client([&] {
+    EXPECT_TRUE(SendAll(client_.far.get(), data));
+    EXPECT_EQ(shutdown(client_.far.get(), SHUT_WR), 0);
+    RecvToEof(client_.far.get());
+  });
+  std::thread backend([&] {
+    char buf[64 << 10];
+    ssize_t n;
+    int reads = 0;
+    while ((n = recv(backend_.far.get(), buf, sizeof(buf), 0)) > 0) {
+      at_backend.append(buf, static_cast<size_t>(n));
+      if (++reads < 40) {
+        absl::SleepFor(absl::Milliseconds(10));  // 400 ms slow: the client runs ahead
+      }
+    }
+    backend_.far.Reset();
+  });
+  loop_->Run();
+  client.join();
+  backend.join();
+  EXPECT_EQ(reason_, CloseReason::kDone);
+  EXPECT_EQ(at_backend.size(), data.size());
+  if (at_backend != data) {
+    size_t i = 0;
+    while (i < std::min(at_backend.size(), data.size()) && at_backend[i] == data[i]) {
+      ++i;
+    }
+    ADD_FAILURE() << "first difference at byte " << i << " of " << data.size() << "; kernel "
+                  << kernel_to_backend_;
+  }
+  EXPECT_GT(sockmap_->pauses.Value(), 0);
+  EXPECT_EQ(sockmap_->paused.Value(), 0);
+  EXPECT_GT(kernel_to_backend_, 0u);
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 
 #include <cerrno>
 
+#include "absl/synchronization/mutex.h"
+
 #include "agent/base/log.h"
 #include "agent/base/status.h"
 #include "agent/net/socket.h"
@@ -37,13 +39,15 @@ class Connection final : public event::DeferredDeletable,
                          public BackendDialerCallbacks,
                          public TcpSessionCallbacks {
  public:
-  Connection(Worker& worker, ListenKey key, base::UniqueFd client, net::IpAddress client_ip,
-             const Route& route)
+  Connection(Worker& worker, ListenKey key, base::UniqueFd client,
+             const net::SocketAddress& client_addr, const Route& route)
       : worker_(worker),
         key_(std::move(key)),
+        client_addr_(client_addr),
         active_(route.active),
+        sizes_(route.sizes),
         client_(std::move(client)),
-        dialer_(std::make_unique<BackendDialer>(*worker.loop_, route.balancer, client_ip,
+        dialer_(std::make_unique<BackendDialer>(*worker.loop_, route.balancer, client_addr.ip(),
                                                 worker.options_.dial_budget, *this)) {
     active_->fetch_add(1, std::memory_order_relaxed);
   }
@@ -51,6 +55,21 @@ class Connection final : public event::DeferredDeletable,
 
   void Start() { dialer_->Start(); }
   const ListenKey& key() const { return key_; }
+
+  ConnectionInfo Describe() const {
+    ConnectionInfo info{.listener = key_.ToString(),
+                        .client = client_addr_.ToString(),
+                        .backend = dialer_->endpoint().ToString(),
+                        .path = "dialling"};
+    if (session_ != nullptr) {
+      info.path = PathName(session_->path());
+      info.to_backend = session_->DirectionState(true);
+      info.to_client = session_->DirectionState(false);
+      info.bytes_to_backend = session_->bytes_to_backend();
+      info.bytes_to_client = session_->bytes_to_client();
+    }
+    return info;
+  }
 
   void Drain(absl::Duration after) {
     if (drain_timer_ == nullptr) {
@@ -76,8 +95,13 @@ class Connection final : public event::DeferredDeletable,
     }
   }
   void OnDialed(BackendDialer&, base::UniqueFd backend) override {
-    auto session = TcpSession::Create(*worker_.loop_, worker_.pipes_, std::move(client_),
-                                      std::move(backend), worker_.options_.session, *this);
+    SockmapContext* sockmap = worker_.sockmap_.get();
+    // Connections of a listener whose connections are typically big go into the kernel at
+    // once, before a byte is read; the others start on splice (SockmapPromotion).
+    const bool at_start = sockmap != nullptr && sizes_->mean() >= sockmap->promotion.bytes;
+    auto session =
+        TcpSession::Create(*worker_.loop_, worker_.pipes_, std::move(client_), std::move(backend),
+                           worker_.options_.session, *this, sockmap, at_start);
     if (!session.ok()) {
       LOG(WARNING) << "session for " << key_.ToString() << ": " << session.status();
       worker_.metrics_.connections_failed.Inc();
@@ -95,14 +119,37 @@ class Connection final : public event::DeferredDeletable,
   // TcpSessionCallbacks
   void OnSessionClosed(TcpSession& session, CloseReason reason) override {
     DataPathMetrics& m = worker_.metrics_;
+    sizes_->Add(session.bytes_to_backend() + session.bytes_to_client());
     m.bytes_to_backend.Inc(static_cast<double>(session.bytes_to_backend()));
     m.bytes_to_client.Inc(static_cast<double>(session.bytes_to_client()));
-    const char* path = session.path() == SplicePump::Path::kCopy ? "copy" : "splice";
-    m.closed.WithLabels({path, CloseReasonName(reason)}).Inc();
+    CountPathBytes(session);
+    m.path_connections.WithLabels({PathName(session.path())}).Inc();
+    if (auto fallback = session.fallback()) {
+      m.sockmap_fallbacks.WithLabels({fastpath::FallbackName(*fallback)}).Inc();
+    }
+    m.closed.WithLabels({PathName(session.path()), CloseReasonName(reason)}).Inc();
     Finish();
   }
 
  private:
+  // Bytes by the path that moved them: a sockmap connection's pumps move what went before
+  // enrolment, bytes the verdict passed during a pause, and what is left when a direction
+  // ends; those count as splice or copy.
+  void CountPathBytes(const TcpSession& session) {
+    DataPathMetrics& m = worker_.metrics_;
+    const uint64_t kernel_up = session.kernel_bytes_to_backend();
+    const uint64_t kernel_down = session.kernel_bytes_to_client();
+    auto user = [&](bool up) {
+      return session.pump_path(up) == SplicePump::Path::kCopy ? "copy" : "splice";
+    };
+    m.path_bytes.WithLabels({"sockmap", "to_backend"}).Inc(static_cast<double>(kernel_up));
+    m.path_bytes.WithLabels({"sockmap", "to_client"}).Inc(static_cast<double>(kernel_down));
+    m.path_bytes.WithLabels({user(true), "to_backend"})
+        .Inc(static_cast<double>(session.bytes_to_backend() - kernel_up));
+    m.path_bytes.WithLabels({user(false), "to_client"})
+        .Inc(static_cast<double>(session.bytes_to_client() - kernel_down));
+  }
+
   void Finish() {
     if (!finished_) {
       finished_ = true;
@@ -112,7 +159,9 @@ class Connection final : public event::DeferredDeletable,
 
   Worker& worker_;
   const ListenKey key_;
+  const net::SocketAddress client_addr_;
   const std::shared_ptr<std::atomic<int64_t>> active_;
+  const std::shared_ptr<ConnectionSizes> sizes_;
   base::UniqueFd client_;
   std::unique_ptr<BackendDialer> dialer_;
   std::unique_ptr<TcpSession> session_;
@@ -134,8 +183,31 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(int id, const Options& op
                                                        DataPathMetrics& metrics) {
   ASSIGN_OR_RETURN(auto loop, event::EventLoop::Create());
   auto worker = std::unique_ptr<Worker>(new Worker(id, options, metrics, std::move(loop)));
+  if (options.sockmap != nullptr) {
+    RETURN_IF_ERROR(worker->StartSockmap());
+  }
   worker->thread_ = std::thread([w = worker.get()] { w->loop_->Run(); });
   return worker;
+}
+
+absl::Status Worker::StartSockmap() {
+  sockmap_ =
+      std::unique_ptr<SockmapContext>(new SockmapContext{.fast_path = *options_.sockmap,
+                                                         .ring = static_cast<uint32_t>(id_),
+                                                         .marks = options_.sockmap_marks,
+                                                         .promotion = options_.sockmap_promotion,
+                                                         .paused = metrics_.sockmap_paused,
+                                                         .pauses = metrics_.sockmap_pauses});
+  ASSIGN_OR_RETURN(ring_, fastpath::FlowRing::Create(*options_.sockmap, sockmap_->ring,
+                                                     [this](uint64_t cookie, uint64_t) {
+                                                       auto it = sockmap_->sessions.find(cookie);
+                                                       if (it != sockmap_->sessions.end()) {
+                                                         it->second->OnSockmapSignal(cookie);
+                                                       }
+                                                     }));
+  ASSIGN_OR_RETURN(ring_event_,
+                   loop_->Watch(ring_->fd(), EPOLLIN, [this](uint32_t) { ring_->Consume(); }));
+  return absl::OkStatus();
 }
 
 Worker::~Worker() {
@@ -195,6 +267,31 @@ void Worker::UpdateUdpRoutes() {
   }
 }
 
+std::vector<ConnectionInfo> Worker::Connections(absl::Duration timeout) {
+  // Shared with the posted task, which may run after a timed-out caller has returned.
+  struct Result {
+    absl::Mutex mu;
+    bool done ABSL_GUARDED_BY(mu) = false;
+    std::vector<ConnectionInfo> infos ABSL_GUARDED_BY(mu);
+  };
+  auto result = std::make_shared<Result>();
+  loop_->Post([this, result] {
+    std::vector<ConnectionInfo> infos;
+    infos.reserve(connections_.size());
+    for (const auto& [raw, conn] : connections_) {
+      infos.push_back(raw->Describe());
+    }
+    absl::MutexLock lock(&result->mu);
+    result->infos = std::move(infos);
+    result->done = true;
+  });
+  absl::MutexLock lock(&result->mu);
+  if (!result->mu.AwaitWithTimeout(absl::Condition(&result->done), timeout)) {
+    return {};
+  }
+  return std::move(result->infos);
+}
+
 void Worker::RemoveListener(const ListenKey& key) {
   loop_->Post([this, key] { listeners_.erase(key); });
 }
@@ -228,8 +325,8 @@ void Worker::OnAcceptable(const ListenKey& key, int listen_fd) {
       Reset(client);  // the route went away between sync steps
       continue;
     }
-    auto conn = std::make_unique<Connection>(*this, key, std::move(client), client_addr->ip(),
-                                             route->second);
+    auto conn =
+        std::make_unique<Connection>(*this, key, std::move(client), *client_addr, route->second);
     Connection* raw = conn.get();
     connections_.emplace(raw, std::move(conn));
     metrics_.connections_active.Add(1);

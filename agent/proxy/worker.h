@@ -2,22 +2,40 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 
 #include "agent/base/unique_fd.h"
 #include "agent/event/event_loop.h"
+#include "agent/fastpath/flow_ring.h"
+#include "agent/fastpath/sockmap_fast_path.h"
 #include "agent/proxy/data_path_metrics.h"
 #include "agent/proxy/pipe_pool.h"
 #include "agent/proxy/route_table.h"
+#include "agent/proxy/sockmap_relay.h"
 #include "agent/proxy/tcp_session.h"
 #include "agent/proxy/udp_proxy.h"
 
 namespace sluice::proxy {
 
 class Connection;
+
+// One TCP connection as /debug/connections shows it.
+struct ConnectionInfo {
+  std::string listener;  // "tcp/10.96.0.10:80"
+  std::string client;    // the client's address
+  std::string backend;   // the endpoint dialled (the last attempt while dialling)
+  // "dialling", or the session's path: "sockmap", "splice" or "copy".
+  std::string path;
+  // Per direction: "attached", "paused", "draining" (kernel), "user:splice" (a sockmap
+  // direction handed to its pump), "splice" or "copy".
+  std::string to_backend, to_client;
+  uint64_t bytes_to_backend = 0, bytes_to_client = 0;
+};
 
 // One data-path thread: its EventLoop, its share of every SO_REUSEPORT listener (the control
 // plane creates the sockets, so bind errors surface in its sync, and posts them here), and the
@@ -33,6 +51,11 @@ class Worker final {
     TcpSession::Options session;
     PipePool::Options pipes;
     UdpOptions udp;
+    // The node's sockmap fast path (not owned; outlives the worker), or null for splice only.
+    // The worker uses ring index `id`.
+    fastpath::SockmapFastPath* sockmap = nullptr;
+    SockmapWatermarks sockmap_marks;
+    SockmapPromotion sockmap_promotion;
   };
 
   static absl::StatusOr<std::unique_ptr<Worker>> Create(int id, const Options& options,
@@ -45,6 +68,9 @@ class Worker final {
   // Closes this worker's socket for `key`; its established TCP connections continue, its UDP
   // flows close.
   void RemoveListener(const ListenKey& key);
+  // The worker's open connections, gathered on its thread. Thread-safe, but blocks up to
+  // `timeout` for the loop: never call it from a worker thread. Empty on timeout.
+  std::vector<ConnectionInfo> Connections(absl::Duration timeout);
   // Runs `fn` on the worker thread (tests and shutdown use it to wait for queued work).
   void Post(absl::AnyInvocable<void() &&> fn) { loop_->Post(std::move(fn)); }
 
@@ -58,6 +84,7 @@ class Worker final {
 
   Worker(int id, const Options& options, DataPathMetrics& metrics,
          std::unique_ptr<event::EventLoop> loop);
+  absl::Status StartSockmap();
   void OnAcceptable(const ListenKey& key, int fd);
   // At EMFILE/ENFILE: accepts one pending connection on the reserve fd and resets it. Returns
   // false when there is no reserve to spend (another thread took the freed fd).
@@ -78,6 +105,11 @@ class Worker final {
   PipePool pipes_;
   DatagramArena udp_arena_;  // before listeners_: their UdpProxies use it
   RouteTablePtr routes_;
+  // Sockmap fast path: the context sessions share, and this worker's signal ring. Declared
+  // before connections_ so that sessions unregister from it before it goes.
+  std::unique_ptr<SockmapContext> sockmap_;
+  std::unique_ptr<fastpath::FlowRing> ring_;
+  std::unique_ptr<event::FileEvent> ring_event_;
   std::map<ListenKey, Listener> listeners_;
   absl::flat_hash_map<Connection*, std::unique_ptr<Connection>> connections_;
   // Kept open so that at EMFILE one fd can be freed to accept and reset a connection instead

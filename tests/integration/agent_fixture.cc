@@ -12,6 +12,8 @@
 #include "absl/strings/str_join.h"
 #include "httplib.h"
 
+#include "agent/fastpath/probe.h"
+
 namespace sluice::testing {
 
 namespace fs = std::filesystem;
@@ -82,6 +84,23 @@ void AgentTest::TearDown() {
   }
 }
 
+void AgentTest::UseDatapath(const std::string& path) {
+  if (path == "sockmap") {
+    fastpath::ProbeResult probe = fastpath::ProbeSockmap({.max_connections = 4, .rings = 1});
+    if (probe.reason == "permission" || probe.reason == "unsupported") {
+      GTEST_SKIP() << "sockmap fast path unavailable here: " << probe.status;
+    }
+  }
+  datapath_ = path;
+}
+
+void DatapathTest::SetUp() {
+  AgentTest::SetUp();
+  if (!IsSkipped()) {
+    UseDatapath(GetParam());
+  }
+}
+
 void AgentTest::StartAgent(std::vector<std::string> extra, std::vector<std::string> prefix) {
   std::vector<std::string> argv = std::move(prefix);
   for (std::string a : {std::string(SLUICE_AGENT_BINARY), "--source=file:" + dir_,
@@ -90,6 +109,9 @@ void AgentTest::StartAgent(std::vector<std::string> extra, std::vector<std::stri
                         std::string("--sync-period=2s"), std::string("--min-sync-period=0s"),
                         std::string("--workers=2"), std::string("--hostname-override=node1")}) {
     argv.push_back(a);
+  }
+  if (!datapath_.empty()) {
+    argv.push_back("--datapath=" + datapath_);
   }
   argv.insert(argv.end(), extra.begin(), extra.end());
   agent_ = std::make_unique<testutil::Subprocess>(argv);

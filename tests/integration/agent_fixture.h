@@ -34,6 +34,9 @@ class AgentTest : public ::testing::Test {
   void SetUp() override;
   void TearDown() override;
 
+  // Runs the agent with --datapath=`path` from now on. For "sockmap", skips the test when this
+  // machine cannot load the fast path (no CAP_BPF/CAP_NET_ADMIN, or an old kernel).
+  void UseDatapath(const std::string& path);
   // Starts sluice-agent on the manifest directory with test-friendly periods.
   void StartAgent(std::vector<std::string> extra_flags = {}, std::vector<std::string> prefix = {});
   // Writes a manifest file atomically (rename), as an editor or ConfigMap update would.
@@ -50,7 +53,20 @@ class AgentTest : public ::testing::Test {
   std::unique_ptr<testutil::NetNs> netns_;
   std::unique_ptr<testutil::Subprocess> agent_;
   std::string dir_;
+  std::string datapath_;  // empty: the agent's default
   int metrics_port_ = 0;
 };
+
+// Fixtures whose every test runs on both TCP data paths: instantiate with
+// INSTANTIATE_TEST_SUITE_P(Paths, Fixture, ::testing::ValuesIn(kDatapaths), DatapathName).
+class DatapathTest : public AgentTest, public ::testing::WithParamInterface<std::string> {
+ protected:
+  void SetUp() override;
+  bool sockmap() const { return GetParam() == "sockmap"; }
+};
+inline const std::vector<std::string> kDatapaths = {"splice", "sockmap"};
+inline std::string DatapathName(const ::testing::TestParamInfo<std::string>& info) {
+  return info.param;
+}
 
 }  // namespace sluice::testing

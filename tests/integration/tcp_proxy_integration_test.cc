@@ -44,7 +44,7 @@ std::string Hello(const std::string& to, int* err = nullptr) {
   return fd ? ReadAll(fd.get()) : "";
 }
 
-class TcpProxyTest : public AgentTest {
+class TcpProxyTest : public DatapathTest {
  protected:
   // Two named backends on 127.0.0.2:8080 and 127.0.0.3:8080 behind test/web 10.96.0.10:80.
   void StartWeb(const std::string& extra_spec = "") {
@@ -60,7 +60,9 @@ class TcpProxyTest : public AgentTest {
   std::unique_ptr<TcpServer> b_;
 };
 
-TEST_F(TcpProxyTest, RoundRobinsOverEveryEndpoint) {
+INSTANTIATE_TEST_SUITE_P(Paths, TcpProxyTest, ::testing::ValuesIn(kDatapaths), DatapathName);
+
+TEST_P(TcpProxyTest, RoundRobinsOverEveryEndpoint) {
   StartWeb();
   std::multiset<std::string> seen;
   for (int i = 0; i < 10; ++i) {
@@ -68,11 +70,11 @@ TEST_F(TcpProxyTest, RoundRobinsOverEveryEndpoint) {
   }
   EXPECT_EQ(seen.count("a"), 5u);
   EXPECT_EQ(seen.count("b"), 5u);
-  EXPECT_EQ(Get("/proxyMode"), "splice");
+  EXPECT_EQ(Get("/proxyMode"), GetParam());
   EXPECT_EQ(MetricValue("sluice_connections_total"), 10);
 }
 
-TEST_F(TcpProxyTest, RealCurlThroughTheVip) {
+TEST_P(TcpProxyTest, RealCurlThroughTheVip) {
   // A real HTTP client and server: curl -> 10.96.0.10:80 -> python's http.server.
   testutil::Subprocess server(
       {"python3", "-m", "http.server", "--bind", "127.0.0.2", "--directory", "/etc", "8080"});
@@ -93,7 +95,7 @@ TEST_F(TcpProxyTest, RealCurlThroughTheVip) {
   EXPECT_EQ(out, want);
 }
 
-TEST_F(TcpProxyTest, RefusedWithoutEndpointsServedOnceOneAppears) {
+TEST_P(TcpProxyTest, RefusedWithoutEndpointsServedOnceOneAppears) {
   a_ = TcpServer::Start(Addr("127.0.0.2:8080"), TcpServer::Mode::kHello, 0, "a");
   Write("web.yaml", ServiceYaml("web", {"10.96.0.10"}, kHttp));
   StartAgent();
@@ -110,7 +112,7 @@ TEST_F(TcpProxyTest, RefusedWithoutEndpointsServedOnceOneAppears) {
   EXPECT_EQ(Hello("10.96.0.10:80"), "a");
 }
 
-TEST_F(TcpProxyTest, PortChangeDeleteReaddAndClusterIpNoneAndBack) {
+TEST_P(TcpProxyTest, PortChangeDeleteReaddAndClusterIpNoneAndBack) {
   StartWeb();
   Write("web.yaml", ServiceYaml("web", {"10.96.0.10"}, {{"http", 81}}) + "---\n" +
                         SliceYaml("web", {"127.0.0.2", "127.0.0.3"}, kBackendHttp));
@@ -138,7 +140,7 @@ TEST_F(TcpProxyTest, PortChangeDeleteReaddAndClusterIpNoneAndBack) {
   EXPECT_EQ(Hello("10.96.0.11:80", &err), "");
 }
 
-TEST_F(TcpProxyTest, ExternalIpChange) {
+TEST_P(TcpProxyTest, ExternalIpChange) {
   StartWeb("  externalIPs: [\"192.0.2.50\"]\n");
   ASSERT_TRUE(WaitListener("tcp/192.0.2.50:80"));
   EXPECT_NE(Hello("192.0.2.50:80"), "");
@@ -151,7 +153,7 @@ TEST_F(TcpProxyTest, ExternalIpChange) {
   EXPECT_NE(err, 0);
 }
 
-TEST_F(TcpProxyTest, DialRetriesPastADeadEndpoint) {
+TEST_P(TcpProxyTest, DialRetriesPastADeadEndpoint) {
   a_ = TcpServer::Start(Addr("127.0.0.2:8080"), TcpServer::Mode::kHello, 0, "a");
   // 127.0.0.9:8080 has no listener: every dial there is refused and retried elsewhere.
   Write("web.yaml", ServiceYaml("web", {"10.96.0.10"}, kHttp) + "---\n" +
@@ -164,7 +166,7 @@ TEST_F(TcpProxyTest, DialRetriesPastADeadEndpoint) {
   EXPECT_GE(MetricValue("sluice_dial_failures_total{reason=\"refused\"}"), 3);
 }
 
-TEST_F(TcpProxyTest, SessionAffinitySticksAndSwitchesOff) {
+TEST_P(TcpProxyTest, SessionAffinitySticksAndSwitchesOff) {
   StartWeb(
       "  sessionAffinity: ClientIP\n  sessionAffinityConfig:\n    clientIP:\n"
       "      timeoutSeconds: 60\n");

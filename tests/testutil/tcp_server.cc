@@ -6,11 +6,14 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <string>
 
 namespace sluice::testutil {
 
@@ -174,6 +177,68 @@ void TcpServer::Run() {
       }
     }
   }
+}
+
+ScriptedBackend::ScriptedBackend(const net::SocketAddress& at, std::function<void(int fd)> script) {
+  listener_.Reset(socket(at.ip().family(), SOCK_STREAM | SOCK_CLOEXEC, 0));
+  int one = 1;
+  setsockopt(listener_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_storage ss;
+  socklen_t len = at.ToSockaddr(&ss);
+  if (bind(listener_.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0 ||
+      listen(listener_.get(), 16) != 0) {
+    listener_.Reset();
+    return;
+  }
+  thread_ = std::thread([this, script = std::move(script)] {
+    base::UniqueFd fd(accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (fd) {
+      timeval tv{.tv_sec = 30, .tv_usec = 0};
+      setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+      setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+      script(fd.get());
+    }
+  });
+}
+
+void ScriptedBackend::Join() {
+  if (thread_.joinable()) {
+    thread_.join();
+  }
+}
+
+uint64_t ReadAllHashed(int fd, uint64_t* hash, int* err) {
+  std::string buf(1 << 20, '\0');
+  uint64_t total = 0;
+  *hash = kFnvBasis;
+  ssize_t n;
+  while ((n = recv(fd, buf.data(), buf.size(), 0)) > 0) {
+    *hash = Fnv64(*hash, buf.data(), static_cast<size_t>(n));
+    total += static_cast<uint64_t>(n);
+  }
+  if (err != nullptr) {
+    *err = n < 0 ? errno : 0;
+  }
+  return total;
+}
+
+uint64_t SendStream(int fd, uint64_t seed, uint64_t bytes) {
+  std::string buf(1 << 20, '\0');
+  uint64_t hash = kFnvBasis;
+  for (uint64_t off = 0; off < bytes;) {
+    const size_t n = std::min<uint64_t>(buf.size(), bytes - off);
+    FillStream(seed, off, buf.data(), n);
+    hash = Fnv64(hash, buf.data(), n);
+    for (size_t done = 0; done < n;) {
+      ssize_t w = send(fd, buf.data() + done, n - done, MSG_NOSIGNAL);
+      if (w <= 0) {
+        return 0;
+      }
+      done += static_cast<size_t>(w);
+    }
+    off += n;
+  }
+  return hash;
 }
 
 base::UniqueFd ConnectTcp(const net::SocketAddress& to, int* err, int timeout_ms) {

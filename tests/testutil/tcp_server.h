@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -49,6 +50,24 @@ class TcpServer final {
   std::atomic<int> accepted_{0};
   std::thread thread_;
 };
+
+// A backend that accepts one connection and runs `script` on it (blocking, 30 s socket
+// timeouts) in its own thread. Thread: the test's.
+class ScriptedBackend final {
+ public:
+  ScriptedBackend(const net::SocketAddress& at, std::function<void(int fd)> script);
+  ~ScriptedBackend() { Join(); }
+  void Join();
+
+ private:
+  base::UniqueFd listener_;
+  std::thread thread_;
+};
+
+// Reads to EOF; returns the byte count and sets *hash to their Fnv64 (*err: errno or 0).
+uint64_t ReadAllHashed(int fd, uint64_t* hash, int* err = nullptr);
+// Sends `bytes` of FillStream(seed) on a blocking socket; returns their Fnv64 (0 on error).
+uint64_t SendStream(int fd, uint64_t seed, uint64_t bytes);
 
 // Connects with a deadline; returns the connected blocking socket, or an invalid fd with
 // *err set (ECONNREFUSED, ETIMEDOUT, ...).
