@@ -121,6 +121,7 @@ void BackendDialer::Attempt() {
 void BackendDialer::OnWritable() {
   const int err = net::SocketError(fd_.get());
   if (err != 0) {
+    VLOG(2) << "dial " << endpoint_.ToString() << ": " << strerror(err);
     Failed(Classify(err));
     return;
   }

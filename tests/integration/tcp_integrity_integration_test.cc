@@ -195,18 +195,28 @@ TEST_P(TcpIntegrityTest, ResetPropagatesBothWays) {
   ASSERT_EQ(listen(listener.get(), 16), 0);
   Write("svc.yaml", ServiceYaml("svc", {"10.96.0.20"}, {{"tcp", 80}}) + "---\n" +
                         SliceYaml("svc", {"127.0.0.2"}, {{"tcp", 9000}}));
-  StartAgent();
+  StartAgent({"--v=2"});
   ASSERT_TRUE(WaitListener("tcp/10.96.0.20:80"));
 
   auto client = Connect();
-  base::UniqueFd accepted(accept(listener.get(), nullptr, nullptr));
-  ASSERT_TRUE(accepted);
+  timeval tv{10, 0};  // a lost reset must fail the test, not hang it
+  setsockopt(client.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  // Reset every backend connection until the client sees it. If the reset lands before the
+  // agent's worker saw its connect complete, the dial counts as failed (ECONNRESET) and is
+  // retried, like HAProxy's connect retries, so one accept is not always enough.
   linger lg{1, 0};
-  setsockopt(accepted.get(), SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-  accepted.Reset();
+  for (pollfd p[2] = {{listener.get(), POLLIN, 0}, {client.get(), POLLIN, 0}};
+       !(p[1].revents & (POLLIN | POLLERR | POLLHUP));) {
+    ASSERT_GT(poll(p, 2, 10000), 0) << agent_->Output();
+    if (p[0].revents & POLLIN) {
+      base::UniqueFd accepted(accept(listener.get(), nullptr, nullptr));
+      ASSERT_TRUE(accepted);
+      setsockopt(accepted.get(), SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    }
+  }
   char c;
   EXPECT_EQ(recv(client.get(), &c, 1, 0), -1);
-  EXPECT_EQ(errno, ECONNRESET);
+  EXPECT_EQ(errno, ECONNRESET) << strerror(errno) << "\n" << agent_->Output();
 
   // Client resets: the backend side sees a reset (or at least the connection end).
   auto client2 = Connect();
