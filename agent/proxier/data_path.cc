@@ -3,7 +3,9 @@
 
 #include <ifaddrs.h>
 
+#include <optional>
 #include <random>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -61,9 +63,8 @@ absl::StatusOr<std::unique_ptr<DataPath>> DataPath::Create(const Options& option
   return dp;
 }
 
-std::shared_ptr<proxy::Balancer> DataPath::BalancerFor(
-    const ServicePortInfo& info, bool external,
-    std::map<std::pair<ServicePortName, bool>, BalancerState>& next) {
+std::shared_ptr<proxy::Balancer> DataPath::BalancerFor(const ServicePortInfo& info, bool external,
+                                                       BalancerMap& next) {
   const auto& endpoints = external ? info.external_endpoints : info.cluster_endpoints;
   auto key = std::make_pair(info.name, external);
   auto prev = balancers_.find(key);
@@ -105,67 +106,153 @@ absl::Status DataPath::OpenListener(const proxy::ListenKey& key) {
   return absl::OkStatus();
 }
 
-std::shared_ptr<proxy::RouteTable> DataPath::BuildRoutes(const ServiceTable& table) {
-  const std::vector<net::IpAddress> node_ips =
-      NodeAddresses(options_.nodeport_cidrs, vips_.Owned());
-  auto routes = std::make_shared<proxy::RouteTable>();
-  std::map<std::pair<ServicePortName, bool>, BalancerState> balancers;
-  auto add = [&](const ServicePortInfo& info, const net::IpAddress& ip, int port, bool external) {
-    const auto& endpoints = external ? info.external_endpoints : info.cluster_endpoints;
-    if (endpoints.empty()) {
-      return;
-    }
-    proxy::ListenKey key{net::SocketAddress(ip, static_cast<uint16_t>(port)),
-                         info.name.protocol == config::Protocol::kUdp ? proxy::Transport::kUdp
-                                                                      : proxy::Transport::kTcp};
-    auto [it, inserted] = routes->try_emplace(key);
-    if (!inserted) {
-      LOG(WARNING) << key.ToString() << " is claimed by " << it->second.service << " and "
-                   << info.name.ToString() << "; keeping the first";
-      return;
-    }
-    auto& active = active_[key];
-    if (!active) {
-      active = std::make_shared<std::atomic<int64_t>>(0);
-    }
-    auto& sizes = sizes_[key];
-    if (!sizes) {
-      sizes = std::make_shared<proxy::ConnectionSizes>();
-    }
-    it->second =
-        proxy::Route{info.name.ToString(), BalancerFor(info, external, balancers), active, sizes};
-  };
-  for (const auto& [name, info] : table.ports()) {
-    if (info->name.protocol == config::Protocol::kSctp) {
-      continue;  // the userspace proxy serves TCP and UDP
-    }
-    for (const auto& ip : info->cluster_ips) {
-      add(*info, ip, info->port, false);
-    }
-    for (const auto& ip : info->external_ips) {
-      add(*info, ip, info->port, true);
-    }
-    if (info->node_port > 0) {
-      for (const auto& ip : node_ips) {
-        add(*info, ip, info->node_port, true);
-      }
+const std::vector<net::IpAddress>& DataPath::NodeIps() {
+  // getifaddrs walks every local address, our ~10k VIPs included, so it runs only when a port
+  // has a NodePort, once per full sync.
+  if (!node_ips_) {
+    node_ips_ = NodeAddresses(options_.nodeport_cidrs, vips_.Owned());
+  }
+  return *node_ips_;
+}
+
+template <typename Fn>
+void DataPath::ForEachListener(const ServicePortInfo& info, Fn&& fn) {
+  if (info.name.protocol == config::Protocol::kSctp) {
+    return;  // the userspace proxy serves TCP and UDP
+  }
+  for (const auto& ip : info.cluster_ips) {
+    fn(ip, info.port, false);
+  }
+  for (const auto& ip : info.external_ips) {
+    fn(ip, info.port, true);
+  }
+  if (info.node_port > 0) {
+    for (const auto& ip : NodeIps()) {
+      fn(ip, info.node_port, true);
     }
   }
+}
+
+proxy::ListenKey DataPath::KeyFor(const ServicePortInfo& info, const net::IpAddress& ip, int port) {
+  return proxy::ListenKey{net::SocketAddress(ip, static_cast<uint16_t>(port)),
+                          info.name.protocol == config::Protocol::kUdp ? proxy::Transport::kUdp
+                                                                       : proxy::Transport::kTcp};
+}
+
+bool DataPath::AddRoute(proxy::RouteTable& routes, const ServicePortInfo& info,
+                        const net::IpAddress& ip, int port, bool external, BalancerMap& next) {
+  const auto& endpoints = external ? info.external_endpoints : info.cluster_endpoints;
+  if (endpoints.empty()) {
+    return true;
+  }
+  proxy::ListenKey key = KeyFor(info, ip, port);
+  auto [it, inserted] = routes.try_emplace(key);
+  if (!inserted) {
+    return false;
+  }
+  auto& active = active_[key];
+  if (!active) {
+    active = std::make_shared<std::atomic<int64_t>>(0);
+  }
+  auto& sizes = sizes_[key];
+  if (!sizes) {
+    sizes = std::make_shared<proxy::ConnectionSizes>();
+  }
+  it->second = proxy::Route{info.name.ToString(), BalancerFor(info, external, next), active, sizes};
+  return true;
+}
+
+std::shared_ptr<const proxy::RouteTable> DataPath::BuildRoutes(const ServiceTable& table) {
+  auto routes = std::make_shared<proxy::RouteTable>();
+  BalancerMap balancers;
+  conflicts_ = false;
+  for (const auto& [name, info] : table.ports()) {
+    ForEachListener(*info, [&](const net::IpAddress& ip, int port, bool external) {
+      if (!AddRoute(*routes, *info, ip, port, external, balancers)) {
+        conflicts_ = true;
+        LOG(WARNING) << KeyFor(*info, ip, port).ToString() << " is claimed by "
+                     << routes->at(KeyFor(*info, ip, port)).service << " and "
+                     << info->name.ToString() << "; keeping the first";
+      }
+    });
+  }
   balancers_ = std::move(balancers);
+  return routes;
+}
+
+std::shared_ptr<const proxy::RouteTable> DataPath::PatchRoutes(const ServiceTable& prev,
+                                                               const ServiceTable& next) {
+  if (conflicts_) {
+    return nullptr;  // which claim wins depends on the whole table
+  }
+  // The Proxier rebuilds only the services that changed, so an unchanged port keeps its info
+  // pointer: comparing pointers finds the changes without comparing contents.
+  std::vector<const ServicePortInfo*> gone;
+  std::vector<const ServicePortInfo*> added;
+  auto a = prev.ports().begin();
+  auto b = next.ports().begin();
+  while (a != prev.ports().end() || b != next.ports().end()) {
+    if (b == next.ports().end() || (a != prev.ports().end() && a->first < b->first)) {
+      gone.push_back((a++)->second.get());
+    } else if (a == prev.ports().end() || b->first < a->first) {
+      added.push_back((b++)->second.get());
+    } else {
+      if (a->second != b->second) {
+        gone.push_back(a->second.get());
+        added.push_back(b->second.get());
+      }
+      ++a;
+      ++b;
+    }
+  }
+  if (gone.empty() && added.empty()) {
+    return routes_;
+  }
+  // A copy of the map costs allocations but no key comparisons; workers keep the old one.
+  auto routes = std::make_shared<proxy::RouteTable>(*routes_);
+  for (const ServicePortInfo* info : gone) {
+    const std::string service = info->name.ToString();
+    ForEachListener(*info, [&](const net::IpAddress& ip, int port, bool) {
+      auto it = routes->find(KeyFor(*info, ip, port));
+      if (it != routes->end() && it->second.service == service) {
+        routes->erase(it);
+      }
+    });
+  }
+  BalancerMap balancers;  // of the added ports; BalancerFor reads their previous state
+  for (const ServicePortInfo* info : added) {
+    bool conflict = false;
+    ForEachListener(*info, [&](const net::IpAddress& ip, int port, bool external) {
+      conflict = !AddRoute(*routes, *info, ip, port, external, balancers) || conflict;
+    });
+    if (conflict) {
+      return nullptr;
+    }
+  }
+  for (const ServicePortInfo* info : gone) {
+    balancers_.erase({info->name, false});
+    balancers_.erase({info->name, true});
+  }
+  balancers_.merge(balancers);
   return routes;
 }
 
 absl::flat_hash_set<net::IpAddress> DataPath::WantedVips(const ServiceTable& table,
                                                          const proxy::RouteTable& routes) {
   absl::flat_hash_set<net::IpAddress> vips;
+  vips.reserve(table.ports().size());
   for (const auto& [name, info] : table.ports()) {
     vips.insert(info->cluster_ips.begin(), info->cluster_ips.end());
     vips.insert(info->external_ips.begin(), info->external_ips.end());
   }
   // A removed listener with open connections keeps its VIP until they close (checked again on
   // every sync, at least every --sync-period): removing the address would strand them.
+  auto route = routes.begin();  // both maps are sorted by key: a merge walk, no lookups
   for (auto it = active_.begin(); it != active_.end();) {
-    if (routes.contains(it->first)) {
+    while (route != routes.end() && route->first < it->first) {
+      ++route;
+    }
+    if (route != routes.end() && route->first == it->first) {
       ++it;
     } else if (it->second->load(std::memory_order_relaxed) > 0) {
       vips.insert(it->first.address.ip());
@@ -178,42 +265,71 @@ absl::flat_hash_set<net::IpAddress> DataPath::WantedVips(const ServiceTable& tab
   return vips;
 }
 
-absl::Status DataPath::Apply(const std::shared_ptr<const ServiceTable>& table) {
+absl::Status DataPath::SyncListeners(const proxy::RouteTable& routes) {
   absl::Status result;
+  // Held while listeners open: Listeners() (the admin thread) reads open_, no worker does.
+  absl::MutexLock lock(&mu_);
+  auto close = [&](std::map<proxy::ListenKey, std::string>::iterator it) {
+    for (auto& w : workers_) {
+      w->RemoveListener(it->first);
+    }
+    return open_.erase(it);
+  };
+  // Both maps are sorted by key: one merge walk, no lookups.
+  auto open = open_.begin();
+  for (const auto& [key, route] : routes) {
+    while (open != open_.end() && open->first < key) {
+      open = close(open);
+    }
+    if (open != open_.end() && open->first == key) {
+      if (open->second != route.service) {
+        open->second = route.service;
+      }
+      ++open;
+    } else if (absl::Status st = OpenListener(key); st.ok()) {
+      open_.emplace_hint(open, key, route.service);
+    } else {
+      result.Update(st);
+    }
+  }
+  while (open != open_.end()) {
+    open = close(open);
+  }
+  return result;
+}
+
+absl::Status DataPath::Apply(const std::shared_ptr<const ServiceTable>& table) {
+  // A full sync rebuilds every route and re-reads the kernel's addresses: the first one, the
+  // periodic resync (the Proxier re-applies the same table), and the one after an error. It
+  // repairs drift: a VIP removed by hand, a new node address for NodePorts. Any other sync
+  // costs what changed.
+  const bool full = std::exchange(full_next_, false) || table == applied_;
+  if (full) {
+    vips_.MarkStale();
+    node_ips_.reset();
+  }
+  std::shared_ptr<const proxy::RouteTable> routes = full ? nullptr : PatchRoutes(*applied_, *table);
+  if (routes == nullptr) {
+    routes = BuildRoutes(*table);
+  }
+  // The first sync's node addresses may include our leftover VIPs from an earlier run, which
+  // its Reconcile adopts or removes: the second sync reads them again.
+  full_next_ = applied_ == nullptr;
+  applied_ = table;
+
   // VIPs before listeners, and every service address even without endpoints: the kernel
   // refuses connections to a local address without a listener, but not to a foreign one.
-  auto routes = BuildRoutes(*table);
-  result.Update(vips_.Reconcile(WantedVips(*table, *routes)));
+  absl::Status result = vips_.Reconcile(WantedVips(*table, *routes));
 
   // Routes before listeners: a new listener must find its route when its first client comes.
   for (auto& w : workers_) {
     w->SetRoutes(routes);
   }
-  std::map<proxy::ListenKey, std::string> open;
-  for (const auto& [key, route] : *routes) {
-    if (open_.contains(key)) {
-      open[key] = route.service;
-    } else if (absl::Status st = OpenListener(key); st.ok()) {
-      open[key] = route.service;
-    } else {
-      result.Update(st);
-    }
+  result.Update(SyncListeners(*routes));
+  routes_ = std::move(routes);
+  if (!result.ok()) {
+    full_next_ = true;  // a failed listener or VIP is retried from scratch
   }
-  for (const auto& [key, service] : open_) {
-    if (!open.contains(key)) {
-      for (auto& w : workers_) {
-        w->RemoveListener(key);
-      }
-    }
-  }
-  open_ = std::move(open);
-
-  std::map<std::string, std::vector<std::string>> view;
-  for (const auto& [key, service] : open_) {
-    view[service].push_back(key.ToString());
-  }
-  absl::MutexLock lock(&mu_);
-  listeners_view_ = std::move(view);
   return result;
 }
 
@@ -228,8 +344,12 @@ std::vector<proxy::ConnectionInfo> DataPath::Connections() const {
 }
 
 std::map<std::string, std::vector<std::string>> DataPath::Listeners() const {
+  std::map<std::string, std::vector<std::string>> view;
   absl::MutexLock lock(&mu_);
-  return listeners_view_;
+  for (const auto& [key, service] : open_) {
+    view[service].push_back(key.ToString());
+  }
+  return view;
 }
 
 }  // namespace sluice::proxier

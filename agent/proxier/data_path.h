@@ -3,6 +3,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,30 +57,55 @@ class DataPath final : public TableConsumer {
     std::shared_ptr<proxy::Balancer> balancer;
   };
 
+  using BalancerMap =
+      std::map<std::pair<ServicePortName, bool>, BalancerState>;  // (port, external)
+
   DataPath(const Options& options, vip::VipManager& vips);
-  std::shared_ptr<proxy::Balancer> BalancerFor(
-      const ServicePortInfo& info, bool external,
-      std::map<std::pair<ServicePortName, bool>, BalancerState>& next);
+  // The balancer for one side of `info`, recorded in `next`; keeps the one in balancers_ if its
+  // endpoints and affinity are unchanged.
+  std::shared_ptr<proxy::Balancer> BalancerFor(const ServicePortInfo& info, bool external,
+                                               BalancerMap& next);
   absl::Status OpenListener(const proxy::ListenKey& key);
-  // The routes for `table`; replaces balancers_ with the balancers they use.
-  std::shared_ptr<proxy::RouteTable> BuildRoutes(const ServiceTable& table);
+  // The NodePort addresses, read once per full sync.
+  const std::vector<net::IpAddress>& NodeIps();
+  // Calls fn(ip, port, external) for every address `info` listens on when it has endpoints.
+  template <typename Fn>
+  void ForEachListener(const ServicePortInfo& info, Fn&& fn);
+  static proxy::ListenKey KeyFor(const ServicePortInfo& info, const net::IpAddress& ip, int port);
+  // Adds the route of one listener (none without endpoints). False if another port holds it.
+  bool AddRoute(proxy::RouteTable& routes, const ServicePortInfo& info, const net::IpAddress& ip,
+                int port, bool external, BalancerMap& next);
+  // The routes for `table`; replaces balancers_ with the balancers they use. Where two ports
+  // claim one listener, the first in table order keeps it.
+  std::shared_ptr<const proxy::RouteTable> BuildRoutes(const ServiceTable& table);
+  // The routes for `next` made from routes_ (built for `prev`) by redoing only the ports that
+  // changed; nullptr where that cannot give BuildRoutes' answer (claims conflict).
+  std::shared_ptr<const proxy::RouteTable> PatchRoutes(const ServiceTable& prev,
+                                                       const ServiceTable& next);
   // Every service address of `table`, plus those of removed listeners still carrying
   // connections (forgetting the drained ones).
   absl::flat_hash_set<net::IpAddress> WantedVips(const ServiceTable& table,
                                                  const proxy::RouteTable& routes);
+  // Opens the listeners of `routes` that are not open and closes those it no longer has.
+  absl::Status SyncListeners(const proxy::RouteTable& routes);
 
   const Options options_;
   vip::VipManager& vips_;
   std::vector<std::unique_ptr<proxy::Worker>> workers_;
-  std::map<proxy::ListenKey, std::string> open_;  // listener -> service port
+  std::shared_ptr<const ServiceTable> applied_;      // the table of the last Apply
+  std::shared_ptr<const proxy::RouteTable> routes_;  // built from applied_
+  bool full_next_ = true;                            // the next Apply is a full sync
+  bool conflicts_ = false;  // two ports claimed one listener in the last BuildRoutes
+  std::optional<std::vector<net::IpAddress>> node_ips_;  // NodeIps(), until the next full sync
   // Open-connection counters by listener, kept across syncs; a removed listener's counter stays
   // (and its VIP on the node) until its connections have closed.
   std::map<proxy::ListenKey, std::shared_ptr<std::atomic<int64_t>>> active_;
   std::map<proxy::ListenKey, std::shared_ptr<proxy::ConnectionSizes>> sizes_;  // as active_
-  std::map<std::pair<ServicePortName, bool>, BalancerState> balancers_;        // (port, external)
+  BalancerMap balancers_;
 
   mutable absl::Mutex mu_;
-  std::map<std::string, std::vector<std::string>> listeners_view_ ABSL_GUARDED_BY(mu_);
+  // listener -> service port; written by the control plane, read by Listeners().
+  std::map<proxy::ListenKey, std::string> open_ ABSL_GUARDED_BY(mu_);
 };
 
 // The node's addresses that NodePorts listen on: every local address in `cidrs` (all when

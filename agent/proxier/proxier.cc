@@ -62,6 +62,13 @@ void Proxier::ApplySliceChange(const config::EndpointSlicePtr& prev,
 }
 
 void Proxier::Rebuild(const config::NamespacedName& id) {
+  if (auto old = built_.find(id); old != built_.end()) {
+    for (const auto& e : old->second) {
+      if (auto it = ports_.find(e->name); it != ports_.end() && it->second == e) {
+        ports_.erase(it);
+      }
+    }
+  }
   auto svc = services_.find(id);
   if (svc == services_.end() || !ShouldProgram(*svc->second, node_)) {
     built_.erase(id);
@@ -73,7 +80,11 @@ void Proxier::Rebuild(const config::NamespacedName& id) {
       slices.push_back(slice);
     }
   }
-  built_[id] = BuildServicePorts(*svc->second, slices, node_);
+  auto& entries = built_[id];
+  entries = BuildServicePorts(*svc->second, slices, node_);
+  for (const auto& e : entries) {
+    ports_.emplace(e->name, e);
+  }
 }
 
 size_t Proxier::ApplyChanges(const Changes& changes) {
@@ -98,13 +109,8 @@ size_t Proxier::ApplyChanges(const Changes& changes) {
 }
 
 std::shared_ptr<const ServiceTable> Proxier::Publish() {
-  std::map<ServicePortName, ServicePortInfoPtr> ports;
-  for (const auto& [id, entries] : built_) {
-    for (const auto& e : entries) {
-      ports.emplace(e->name, e);
-    }
-  }
-  auto table = std::make_shared<const ServiceTable>(std::move(ports));
+  // A copy of ports_: allocations, but none of the key comparisons of assembling it anew.
+  auto table = std::make_shared<const ServiceTable>(ports_);
   absl::MutexLock lock(&mu_);
   table_ = table;
   return table;

@@ -48,7 +48,7 @@ class Proxier final {
   // Applies recorded changes to services_/slices_ and rebuilds the affected services; returns
   // how many were rebuilt.
   size_t ApplyChanges(const Changes& changes);
-  // Publishes a table assembled from built_.
+  // Publishes a table of ports_.
   std::shared_ptr<const ServiceTable> Publish();
   // Rebuilds `id`'s entries from services_ and slices_.
   void Rebuild(const config::NamespacedName& id);
@@ -65,6 +65,8 @@ class Proxier final {
   // Slices by the service they belong to (namespace + kubernetes.io/service-name), then by name.
   std::map<config::NamespacedName, std::map<std::string, config::EndpointSlicePtr>> slices_;
   std::map<config::NamespacedName, std::vector<ServicePortInfoPtr>> built_;
+  std::map<ServicePortName, ServicePortInfoPtr>
+      ports_;  // built_'s entries by name, kept by Rebuild
 
   base::Histogram& sync_duration_;
   base::Histogram& programming_duration_;

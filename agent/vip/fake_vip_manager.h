@@ -68,7 +68,8 @@ class FakeVipManager final : public VipManager {
     owned_.clear();
     return absl::OkStatus();
   }
-  absl::flat_hash_set<net::IpAddress> Owned() const override { return owned_; }
+  void MarkStale() override { ++stale_marks_; }
+  const absl::flat_hash_set<net::IpAddress>& Owned() const override { return owned_; }
   std::string interface_name() const override { return interface_name_; }
 
   // Test controls.
@@ -80,6 +81,8 @@ class FakeVipManager final : public VipManager {
   // "RemoveAll()".
   const std::vector<std::string>& calls() const { return calls_; }
   void ClearCalls() { calls_.clear(); }
+  // How often MarkStale() was called (not recorded in calls(): it changes nothing by itself).
+  int stale_marks() const { return stale_marks_; }
 
  private:
   absl::Status TakeError() { return std::exchange(next_error_, absl::OkStatus()); }
@@ -99,6 +102,7 @@ class FakeVipManager final : public VipManager {
   absl::flat_hash_set<net::IpAddress> local_;
   absl::Status next_error_;
   std::vector<std::string> calls_;
+  int stale_marks_ = 0;
 };
 
 }  // namespace sluice::vip

@@ -4,6 +4,7 @@
 #include <linux/if_addr.h>
 #include <linux/rtnetlink.h>
 
+#include <algorithm>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -110,9 +111,11 @@ absl::Status NetlinkVipManager::Ensure(const net::IpAddress& ip) {
     return absl::InvalidArgumentError(absl::StrCat("ensure VIP ", ip.ToString(), ": unspecified"));
   }
   ASSIGN_OR_RETURN(std::vector<KernelAddress> current, socket_->DumpAddresses());
-  switch (Classify(current, ip, ifindex_, owned_)) {
+  const Presence presence = Classify(current, ip, ifindex_, owned_);
+  switch (presence) {
     case Presence::kOursOnVipLink:
-    case Presence::kOursElsewhere:  // Adopted; the next Reconcile moves it to the VIP link.
+    case Presence::kOursElsewhere:  // Adopted; the next Reconcile scans and moves it.
+      stale_ = stale_ || presence == Presence::kOursElsewhere;
       owned_.insert(ip);
       return absl::OkStatus();
     case Presence::kLocal:
@@ -141,7 +144,25 @@ absl::Status NetlinkVipManager::Release(const net::IpAddress& ip) {
 }
 
 absl::Status NetlinkVipManager::Reconcile(const absl::flat_hash_set<net::IpAddress>& wanted) {
+  // A dump of every address costs O(all addresses) per sync (~10k VIPs at scale), so only the
+  // periodic resync, the first call and the one after a failure read the kernel.
+  const bool scan = std::exchange(stale_, false);
+  absl::Status status = scan ? ReconcileWithKernel(wanted) : ReconcileOwned(wanted);
+  if (!status.ok()) {
+    stale_ = true;  // our view may be wrong: the next sync scans
+  }
+  return status;
+}
+
+absl::Status NetlinkVipManager::ReconcileWithKernel(
+    const absl::flat_hash_set<net::IpAddress>& wanted) {
   ASSIGN_OR_RETURN(std::vector<KernelAddress> current, socket_->DumpAddresses());
+  foreign_.clear();
+  for (const KernelAddress& address : current) {
+    if (!IsOurs(address, ifindex_, owned_)) {
+      foreign_.insert(address.ip);
+    }
+  }
   ReconcilePlan plan = PlanReconcile(current, wanted, ifindex_, owned_);
   ErrorTally errors;
   for (const net::IpAddress& ip : plan.rejected) {
@@ -172,6 +193,53 @@ absl::Status NetlinkVipManager::Reconcile(const absl::flat_hash_set<net::IpAddre
   if (added > 0 || removed > 0) {
     LOG(INFO) << "VIPs on " << interface_name_ << ": " << added << " added, " << removed
               << " removed, " << owned_.size() << " owned";
+  }
+  return errors.Result("reconcile VIPs");
+}
+
+absl::Status NetlinkVipManager::ReconcileOwned(const absl::flat_hash_set<net::IpAddress>& wanted) {
+  ErrorTally errors;
+  std::vector<net::IpAddress> add;
+  for (const net::IpAddress& ip : wanted) {
+    if (owned_.contains(ip) || foreign_.contains(ip) || ip.IsLoopback()) {
+      continue;
+    }
+    if (ip.IsUnspecified()) {
+      errors.Add(absl::InvalidArgumentError(absl::StrCat("VIP ", ip.ToString(), ": unspecified")));
+    } else {
+      add.push_back(ip);
+    }
+  }
+  std::vector<net::IpAddress> remove;
+  for (const net::IpAddress& ip : owned_) {
+    if (!wanted.contains(ip)) {
+      remove.push_back(ip);
+    }
+  }
+  std::sort(add.begin(), add.end());
+  std::sort(remove.begin(), remove.end());
+  // Adds before removals, as in ReconcileWithKernel. Everything in owned_ is on the VIP link: an
+  // address adopted from elsewhere marks the manager stale (Ensure), so a scan moves it first.
+  for (const net::IpAddress& ip : add) {
+    absl::StatusOr<bool> result = Add(ip);
+    if (result.ok() && *result) {
+      owned_.insert(ip);
+    } else if (result.ok()) {
+      foreign_.insert(ip);  // appeared meanwhile: someone else's
+    } else {
+      errors.Add(result.status());
+    }
+  }
+  for (const net::IpAddress& ip : remove) {
+    absl::Status result = Delete(KernelAddress{ip, ifindex_, ip.is_v4() ? 32 : 128});
+    if (result.ok()) {
+      owned_.erase(ip);
+    }
+    errors.Add(std::move(result));
+  }
+  if (!add.empty() || !remove.empty()) {
+    VLOG(1) << "VIPs on " << interface_name_ << ": " << add.size() << " to add, " << remove.size()
+            << " to remove, " << owned_.size() << " owned";
   }
   return errors.Result("reconcile VIPs");
 }

@@ -35,12 +35,17 @@ class NetlinkVipManager final : public VipManager {
   absl::Status Release(const net::IpAddress& ip) override;
   absl::Status Reconcile(const absl::flat_hash_set<net::IpAddress>& wanted) override;
   absl::Status RemoveAll() override;
-  absl::flat_hash_set<net::IpAddress> Owned() const override { return owned_; }
+  void MarkStale() override { stale_ = true; }
+  const absl::flat_hash_set<net::IpAddress>& Owned() const override { return owned_; }
   std::string interface_name() const override { return interface_name_; }
 
  private:
   NetlinkVipManager(std::unique_ptr<RouteSocket> socket, std::string interface_name, int ifindex);
 
+  // Reconcile against a dump of the kernel's addresses.
+  absl::Status ReconcileWithKernel(const absl::flat_hash_set<net::IpAddress>& wanted);
+  // Reconcile against owned_ and foreign_ alone: no dump.
+  absl::Status ReconcileOwned(const absl::flat_hash_set<net::IpAddress>& wanted);
   // Adds ip on the VIP link. Returns false if it appeared there since the dump (someone else's).
   absl::StatusOr<bool> Add(const net::IpAddress& ip);
   // Deletes one of our addresses; an address that is already gone counts as deleted.
@@ -51,6 +56,9 @@ class NetlinkVipManager final : public VipManager {
   const int ifindex_;
   const std::string label_;  // IPv4 IFA_LABEL, "" if the name is too long for one.
   absl::flat_hash_set<net::IpAddress> owned_;
+  // Someone else's local addresses as of the last full scan: never added, never owned.
+  absl::flat_hash_set<net::IpAddress> foreign_;
+  bool stale_ = true;  // the next Reconcile scans the kernel
 };
 
 }  // namespace sluice::vip

@@ -271,5 +271,38 @@ TEST_F(NetlinkVipManagerTest, ExplicitInterfaceVethNoDadAndMove) {
   EXPECT_THAT(AddressLine("10.96.0.30", "lo"), HasSubstr("lo:sluice"));
 }
 
+// Between full scans Reconcile works from what it owns; a change made behind its back is
+// repaired by the next full scan (MarkStale, the periodic resync) or after a failure.
+TEST_F(NetlinkVipManagerTest, ReconcileWithoutScanAndRepairWhenStale) {
+  manager_ = Create();
+  ASSERT_NE(manager_, nullptr);
+  const std::string dev = manager_->interface_name();
+  Shell({"ip", "addr", "add", "10.96.0.77/32", "dev", "lo"});  // someone else's
+  ASSERT_TRUE(manager_->Reconcile({Ip("10.96.0.40"), Ip("fd00:96::40"), Ip("10.96.0.77")}).ok());
+  EXPECT_THAT(manager_->Owned(), UnorderedElementsAre(Ip("10.96.0.40"), Ip("fd00:96::40")));
+
+  // Incremental: adds and removes without a scan, and still never owns someone else's address.
+  ASSERT_TRUE(manager_->Reconcile({Ip("10.96.0.41"), Ip("fd00:96::40"), Ip("10.96.0.77")}).ok());
+  EXPECT_THAT(manager_->Owned(), UnorderedElementsAre(Ip("10.96.0.41"), Ip("fd00:96::40")));
+  EXPECT_EQ(AddressLine("10.96.0.40", dev), "");
+  EXPECT_NE(AddressLine("10.96.0.41", dev), "");
+  EXPECT_NE(AddressLine("10.96.0.77", "lo"), "");
+  EXPECT_TRUE(Connectable(Ip("10.96.0.41")));
+
+  // Removed behind our back: an incremental Reconcile does not notice...
+  const absl::flat_hash_set<net::IpAddress> wanted = {Ip("10.96.0.41"), Ip("fd00:96::40")};
+  Shell({"ip", "addr", "del", "10.96.0.41/32", "dev", dev});
+  ASSERT_TRUE(manager_->Reconcile(wanted).ok());
+  EXPECT_EQ(AddressLine("10.96.0.41", dev), "");
+  // ...the full scan after MarkStale puts it back.
+  manager_->MarkStale();
+  ASSERT_TRUE(manager_->Reconcile(wanted).ok());
+  EXPECT_NE(AddressLine("10.96.0.41", dev), "");
+  EXPECT_EQ(manager_->Owned(), wanted);
+
+  EXPECT_TRUE(manager_->RemoveAll().ok());
+  EXPECT_NE(AddressLine("10.96.0.77", "lo"), "");
+}
+
 }  // namespace
 }  // namespace sluice::vip

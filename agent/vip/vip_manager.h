@@ -25,15 +25,20 @@ class VipManager {
   virtual absl::Status Ensure(const net::IpAddress& ip) = 0;
   // Removes `ip` if it is ours; otherwise does nothing.
   virtual absl::Status Release(const net::IpAddress& ip) = 0;
-  // Converges on `wanted`: ensures each one and removes every other address of ours, including
-  // leftovers of an earlier run. Called at start and on every sync. Best effort: it tries every
-  // change and returns the first error, with the number of failures.
+  // Converges on `wanted`: ensures each one and removes every other address of ours. Called at
+  // start and on every sync. Between full scans it diffs `wanted` against the VIPs it owns, so a
+  // sync costs what changed; a full scan reads the kernel's addresses, adopting or removing
+  // leftovers of an earlier run and repairing changes made behind its back. It scans on the first
+  // call, after a failure and after MarkStale(). Best effort: it tries every change and returns
+  // the first error, with the number of failures.
   virtual absl::Status Reconcile(const absl::flat_hash_set<net::IpAddress>& wanted) = 0;
+  // Makes the next Reconcile a full scan. The periodic resync (--sync-period) calls it.
+  virtual void MarkStale() = 0;
   // Removes every address of ours. The clean-shutdown path.
   virtual absl::Status RemoveAll() = 0;
 
   // The VIPs this manager currently owns (added, or adopted from an earlier run).
-  virtual absl::flat_hash_set<net::IpAddress> Owned() const = 0;
+  virtual const absl::flat_hash_set<net::IpAddress>& Owned() const = 0;
   // The interface that new VIPs go on, e.g. "sluice0" or "lo".
   virtual std::string interface_name() const = 0;
 };

@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "agent/proxier/data_path.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#include "agent/base/metrics.h"
+#include "agent/vip/fake_vip_manager.h"
+
+namespace sluice::proxier {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::Pair;
+using ::testing::SizeIs;
+
+net::IpAddress Ip(const char* text) { return *net::IpAddress::Parse(text); }
+
+// A TCP port that is free on loopback right now.
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+  socklen_t len = sizeof(sa);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+  close(fd);
+  return ntohs(sa.sin_port);
+}
+
+// Cluster IPs on 127/8 need no VIP: the listeners bind unprivileged.
+ServicePortInfoPtr Port(const char* name, const char* cluster_ip, int port, bool endpoints) {
+  auto info = std::make_shared<ServicePortInfo>();
+  info->name = ServicePortName{{"ns", name}, "http", config::Protocol::kTcp};
+  info->port = port;
+  info->cluster_ips = {Ip(cluster_ip)};
+  if (endpoints) {
+    info->cluster_endpoints = {*net::SocketAddress::Parse("10.0.0.1:8080")};
+  }
+  return info;
+}
+
+std::shared_ptr<const ServiceTable> Table(const std::vector<ServicePortInfoPtr>& ports) {
+  std::map<ServicePortName, ServicePortInfoPtr> map;
+  for (const auto& p : ports) {
+    map.emplace(p->name, p);
+  }
+  return std::make_shared<const ServiceTable>(std::move(map));
+}
+
+class DataPathTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto dp = DataPath::Create(DataPath::Options{}, vips_, metrics_);
+    ASSERT_TRUE(dp.ok()) << dp.status();
+    dp_ = std::move(*dp);
+  }
+
+  base::Registry registry_;
+  proxy::DataPathMetrics metrics_{registry_};
+  vip::FakeVipManager vips_;
+  std::unique_ptr<DataPath> dp_;
+};
+
+// Syncs after the first two patch only the changed ports; re-applying the same table (the
+// periodic resync) rebuilds everything and has the VipManager scan the kernel.
+TEST_F(DataPathTest, PatchesChangedPortsAndRescansOnPeriodicSync) {
+  const int port = FreePort();
+  auto a = Port("a", "127.0.0.2", port, true);
+  auto b = Port("b", "127.0.0.3", port, true);
+  auto c = Port("c", "127.0.0.4", port, true);
+  ASSERT_TRUE(dp_->Apply(Table({a, b})).ok());
+  EXPECT_THAT(dp_->Listeners(), SizeIs(2));
+  ASSERT_TRUE(dp_->Apply(Table({a, b})).ok());
+  EXPECT_EQ(vips_.stale_marks(), 2);  // the first two syncs are full
+
+  // b loses its endpoints, c is new: patched.
+  ASSERT_TRUE(dp_->Apply(Table({a, Port("b", "127.0.0.3", port, false), c})).ok());
+  EXPECT_EQ(vips_.stale_marks(), 2);
+  EXPECT_THAT(dp_->Listeners(), ElementsAre(Pair(a->name.ToString(), SizeIs(1)),
+                                            Pair(c->name.ToString(), SizeIs(1))));
+  EXPECT_EQ(vips_.calls().back(), "Reconcile(127.0.0.2,127.0.0.3,127.0.0.4)");
+
+  // a goes; b's endpoints come back.
+  auto last = Table({b, c});
+  ASSERT_TRUE(dp_->Apply(last).ok());
+  EXPECT_EQ(vips_.stale_marks(), 2);
+  EXPECT_THAT(dp_->Listeners(), ElementsAre(Pair(b->name.ToString(), SizeIs(1)),
+                                            Pair(c->name.ToString(), SizeIs(1))));
+  EXPECT_EQ(vips_.calls().back(), "Reconcile(127.0.0.3,127.0.0.4)");
+
+  ASSERT_TRUE(dp_->Apply(last).ok());  // periodic
+  EXPECT_EQ(vips_.stale_marks(), 3);
+  EXPECT_THAT(dp_->Listeners(), SizeIs(2));
+}
+
+// Two ports claiming one listener: the first in table order keeps it, also when the first
+// arrives in a later, patched sync.
+TEST_F(DataPathTest, ConflictingClaimsKeepTheFirstPort) {
+  const int port = FreePort();
+  auto a = Port("a", "127.0.0.5", port, true);
+  auto b = Port("b", "127.0.0.5", port, true);
+  auto other = Port("other", "127.0.0.6", port, true);
+  ASSERT_TRUE(dp_->Apply(Table({other})).ok());
+  ASSERT_TRUE(dp_->Apply(Table({b, other})).ok());
+  ASSERT_TRUE(dp_->Apply(Table({b, Port("other", "127.0.0.6", port, true)})).ok());
+  EXPECT_THAT(dp_->Listeners(), ElementsAre(Pair(b->name.ToString(), SizeIs(1)),
+                                            Pair(other->name.ToString(), SizeIs(1))));
+  ASSERT_TRUE(dp_->Apply(Table({a, b, other})).ok());
+  EXPECT_THAT(dp_->Listeners(), ElementsAre(Pair(a->name.ToString(), SizeIs(1)),
+                                            Pair(other->name.ToString(), SizeIs(1))));
+}
+
+}  // namespace
+}  // namespace sluice::proxier
