@@ -19,6 +19,10 @@ done
 proxy="$here/sluice-proxy.sh"
 args="{LISTEN_ADDR} {LISTEN_PORT} {BACKEND_ADDR} {BACKEND_PORT} {THREADS} {WORKDIR}"
 out=${SLUICE_BENCH_OUT:-$(mktemp -d /tmp/sluice-datapath-bench.XXXXXX)}
+args_=("$@")
+for ((i = 0; i < ${#args_[@]} - 1; i++)); do  # a caller's --out wins (the harness takes the last)
+  [[ ${args_[i]} == --out ]] && out=${args_[i + 1]}
+done
 "$harness" --proxies none,haproxy --out "$out" \
   --proxy "sluice-sockmap=$proxy tcp $args sockmap" \
   --proxy "sluice-splice=$proxy tcp $args splice" "$@"
