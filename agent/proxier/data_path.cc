@@ -166,13 +166,14 @@ std::shared_ptr<const proxy::RouteTable> DataPath::BuildRoutes(const ServiceTabl
   auto routes = std::make_shared<proxy::RouteTable>();
   BalancerMap balancers;
   conflicts_ = false;
-  for (const auto& [name, info] : table.ports()) {
-    ForEachListener(*info, [&](const net::IpAddress& ip, int port, bool external) {
-      if (!AddRoute(*routes, *info, ip, port, external, balancers)) {
+  for (const auto& entry : table.ports()) {
+    const ServicePortInfo& info = *entry.second;
+    ForEachListener(info, [&](const net::IpAddress& ip, int port, bool external) {
+      if (!AddRoute(*routes, info, ip, port, external, balancers)) {
         conflicts_ = true;
-        LOG(WARNING) << KeyFor(*info, ip, port).ToString() << " is claimed by "
-                     << routes->at(KeyFor(*info, ip, port)).service << " and "
-                     << info->name.ToString() << "; keeping the first";
+        LOG(WARNING) << KeyFor(info, ip, port).ToString() << " is claimed by "
+                     << routes->at(KeyFor(info, ip, port)).service << " and "
+                     << info.name.ToString() << "; keeping the first";
       }
     });
   }
