@@ -283,9 +283,7 @@ absl::Status DataPath::SyncListeners(const proxy::RouteTable& routes) {
       open = close(open);
     }
     if (open != open_.end() && open->first == key) {
-      if (open->second != route.service) {
-        open->second = route.service;
-      }
+      open->second = route.service;
       ++open;
     } else if (absl::Status st = OpenListener(key); st.ok()) {
       open_.emplace_hint(open, key, route.service);
