@@ -68,6 +68,8 @@ class Etcd:
                 return
             except OSError:
                 if time.time() > deadline or self.proc.poll() is not None:
+                    self.proc.kill()  # run() never saw this Etcd, so its cleanup cannot
+                    self.proc.wait()
                     raise RuntimeError("etcd did not start; see etcd.log")
                 self.conn = None
                 time.sleep(0.1)
