@@ -94,11 +94,12 @@ std::string RegistryLayout::Key(RegistryKey::Kind kind, const config::Namespaced
 }
 
 absl::StatusOr<std::optional<RegistryKey>> RegistryLayout::Parse(std::string_view key) const {
-  const std::string start = RangeStart();
-  if (key.substr(0, start.size()) != start) {
+  // PREFIX/ without building RangeStart(): this runs for every key read and every watch event.
+  if (key.size() <= prefix_.size() || key.substr(0, prefix_.size()) != prefix_ ||
+      key[prefix_.size()] != '/') {
     return std::optional<RegistryKey>();
   }
-  std::string_view rest = key.substr(start.size());
+  std::string_view rest = key.substr(prefix_.size() + 1);
   const size_t slash = rest.find('/');
   const std::string_view resource = rest.substr(0, slash);
   RegistryKey out;
