@@ -115,10 +115,10 @@ bool Client::Sleep(absl::Duration d) {
   return !cancelled_;
 }
 
-absl::Status Client::FromGrpc(const grpc::Status& status, const std::string& op) const {
+absl::Status FromGrpc(const grpc::Status& status, const std::string& op, const std::string& url) {
   // gRPC and absl share the canonical code numbering.
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      absl::StrCat(op, " ", endpoint().url, ": ", status.error_message()));
+                      absl::StrCat(op, " ", url, ": ", status.error_message()));
 }
 
 // One Range call on the callback API, so the caller can decode the previous page meanwhile. The
@@ -176,7 +176,7 @@ absl::StatusOr<int64_t> Client::RangeAll(const std::string& key, const std::stri
       continue;
     }
     if (!status.ok()) {
-      return FromGrpc(status, "range");
+      return FromGrpc(status, "range", endpoint().url);
     }
     const etcdserverpb::RangeResponse& response = page->response;
     if (revision == 0) {
@@ -242,8 +242,7 @@ absl::Status WatchStream::Finish() {
     // etcd never ends a watch stream on its own with OK; treat it as a lost connection.
     return absl::UnavailableError(absl::StrCat("watch ", url_, ": stream ended"));
   }
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      absl::StrCat("watch ", url_, ": ", status.error_message()));
+  return FromGrpc(status, "watch", url_);
 }
 
 }  // namespace sluice::etcd

@@ -32,6 +32,9 @@ struct ClientOptions {
   int64_t page_size = 500;
 };
 
+// A failed gRPC call as a Status naming the operation and the endpoint ("range URL: ...").
+absl::Status FromGrpc(const grpc::Status& status, const std::string& op, const std::string& url);
+
 class Client;
 
 // One Watch stream. Owned by the caller; destroying it cancels the call.
@@ -101,7 +104,6 @@ class Client final {
   // already cancelled.
   bool Begin(grpc::ClientContext* context);
   void End(grpc::ClientContext* context);
-  absl::Status FromGrpc(const grpc::Status& status, const std::string& op) const;
 
   const ClientOptions options_;
   const std::shared_ptr<grpc::ChannelCredentials> tls_;  // null without https endpoints
