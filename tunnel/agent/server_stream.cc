@@ -97,13 +97,13 @@ void ServerStream::OnDone(const grpc::Status& status) {
   }
   outbox_->Close();
   agent_.loop_->Post([session = session_] { session->Teardown(); });
-  agent_.OnStreamDone(this);
+  std::shared_ptr<grpc::Channel> channel = agent_.OnStreamDone(this);
   // The context (holding the call) and the stub (holding a channel reference) must be gone
   // before ~TunnelAgent may return: freeing them on this gRPC thread while the process exits
   // tripped gRPC 1.51's refcount check ("ref_counted.h: assertion failed: prior > 0").
   TunnelAgent& agent = agent_;
   delete this;
-  agent.OnStreamGone();  // after this ~TunnelAgent may proceed
+  agent.OnStreamGone(std::move(channel));  // after this ~TunnelAgent may proceed
 }
 
 void ServerStream::Resolve(bool ready) {

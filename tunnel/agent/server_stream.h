@@ -40,7 +40,7 @@ class ServerStream final : public StreamReactor {
   void EndWrites();
 
   TunnelAgent& agent_;
-  // The stub holds the only channel reference; it must outlive the context (and its call).
+  // The stub holds a channel reference; it must outlive the context (and its call).
   std::unique_ptr<::AgentService::Stub> stub_;
   grpc::ClientContext context_;
   std::shared_ptr<StreamOutbox> outbox_;

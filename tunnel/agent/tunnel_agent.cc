@@ -109,7 +109,7 @@ bool TunnelAgent::OnStreamReady(ServerStream* stream, const std::string& server_
   return true;
 }
 
-void TunnelAgent::OnStreamDone(ServerStream* stream) {
+std::shared_ptr<grpc::Channel> TunnelAgent::OnStreamDone(ServerStream* stream) {
   absl::MutexLock lock(&mu_);
   for (auto it = active_.begin(); it != active_.end(); ++it) {
     if (it->second == stream) {
@@ -119,14 +119,17 @@ void TunnelAgent::OnStreamDone(ServerStream* stream) {
   }
   metrics_.open_server_connections.Set(static_cast<double>(active_.size()));
   all_.erase(stream);
+  std::shared_ptr<grpc::Channel> channel;
   if (auto it = channels_.find(stream); it != channels_.end()) {
-    released_.push_back(std::move(it->second));
+    channel = std::move(it->second);
     channels_.erase(it);
   }
+  return channel;
 }
 
-void TunnelAgent::OnStreamGone() {
+void TunnelAgent::OnStreamGone(std::shared_ptr<grpc::Channel> channel) {
   absl::MutexLock lock(&mu_);
+  released_.push_back(std::move(channel));  // dropped on the sync thread or in ~TunnelAgent
   --live_streams_;
 }
 

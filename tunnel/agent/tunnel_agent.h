@@ -61,9 +61,10 @@ class TunnelAgent final {
   // From ServerStream (gRPC threads). Ready returns false for a duplicate server ID.
   bool OnStreamReady(ServerStream* stream, const std::string& server_id, int server_count)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // OnStreamDone unlists a finished stream; OnStreamGone follows once it is deleted.
-  void OnStreamDone(ServerStream* stream) ABSL_LOCKS_EXCLUDED(mu_);
-  void OnStreamGone() ABSL_LOCKS_EXCLUDED(mu_);
+  // OnStreamDone unlists a finished stream and hands back its channel; the stream returns it
+  // through OnStreamGone once deleted, so no reaction drops a channel's last reference.
+  std::shared_ptr<grpc::Channel> OnStreamDone(ServerStream* stream) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnStreamGone(std::shared_ptr<grpc::Channel> channel) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   TunnelAgent(TunnelAgentConfig config, base::Registry& registry, AllowList allow,
@@ -82,7 +83,7 @@ class TunnelAgent final {
   Resolver resolver_;
   mutable absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  int live_streams_ ABSL_GUARDED_BY(mu_) = 0;                         // reactors not yet done
+  int live_streams_ ABSL_GUARDED_BY(mu_) = 0;                         // reactors not yet deleted
   std::map<std::string, ServerStream*> active_ ABSL_GUARDED_BY(mu_);  // by server ID
   std::set<ServerStream*> all_ ABSL_GUARDED_BY(mu_);                  // every stream not yet done
   // Channels are released on the sync thread, never in a reaction: dropping the last channel
