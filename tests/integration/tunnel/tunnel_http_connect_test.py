@@ -116,13 +116,12 @@ class HttpConnectTest(unittest.TestCase):
         self.assertEqual(out, b"hello from backend\n")
         # The first SIGTERM drains: still serving, and stopping after the drain period.
         node.proc.signal(signal.SIGTERM)
-        time.sleep(0.5)
+        h.wait_until(lambda: "draining the tunnel" in node.proc.output(), what="tunnel drain")
         self.assertTrue(node.proc.alive())
         rc, out, err = curl(*self.mtls_args(s), self.url())
         self.assertEqual(rc, 0, err)
         node.proc.p.wait(timeout=15)
         self.assertEqual(node.proc.p.returncode, 0, node.proc.output()[-2000:])
-        self.assertIn("draining the tunnel", node.proc.output())
         # With no agent left the frontend answers 503 at once.
         rc, _, err = curl(*self.mtls_args(s), self.url())
         self.assertNotEqual(rc, 0)
