@@ -13,7 +13,7 @@
 #include "absl/time/time.h"
 #include "simdjson.h"
 
-#include "agent/kube/backoff.h"
+#include "agent/base/backoff.h"
 #include "agent/kube/bearer_token.h"
 #include "agent/kube/client_config.h"
 #include "agent/kube/http_client.h"
@@ -65,7 +65,7 @@ struct ListWatchOptions {
   // bounding memory. A bigger line is refused and the resource relisted.
   size_t max_event_bytes = 16 << 20;
   size_t max_page_bytes = 256 << 20;
-  Backoff::Options backoff;
+  base::Backoff::Options backoff;
 };
 
 // Keeps one resource in sync with the API server on its own thread: a paginated list
@@ -127,7 +127,7 @@ class ListWatcher final {
   std::thread thread_;
 
   // Thread: the watcher's.
-  Backoff backoff_;
+  base::Backoff backoff_;
   std::mt19937_64 rng_;
   simdjson::dom::parser parser_;
   std::string resource_version_;

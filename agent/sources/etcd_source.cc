@@ -103,7 +103,8 @@ EtcdSource::~EtcdSource() {
 }
 
 void EtcdSource::Run() {
-  etcd::Backoff backoff(kInitialBackoff, kMaxBackoff);
+  base::Backoff backoff(
+      {.initial = kInitialBackoff, .max = kMaxBackoff, .jitter_min = 0.8, .jitter_max = 1.2});
   while (!client_->cancelled()) {
     const char* stage = need_list_ ? "list" : "watch";
     absl::Status status = need_list_ ? List() : absl::OkStatus();
@@ -151,7 +152,7 @@ absl::Status EtcdSource::List() {
   return absl::OkStatus();
 }
 
-absl::Status EtcdSource::Watch(etcd::Backoff& backoff) {
+absl::Status EtcdSource::Watch(base::Backoff& backoff) {
   etcdserverpb::WatchCreateRequest create;
   create.set_key(layout_.RangeStart());
   create.set_range_end(layout_.RangeEnd());

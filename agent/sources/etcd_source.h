@@ -10,8 +10,8 @@
 
 #include "absl/status/statusor.h"
 
+#include "agent/base/backoff.h"
 #include "agent/config/mux.h"
-#include "agent/etcd/backoff.h"
 #include "agent/etcd/client.h"
 #include "agent/sources/etcd_registry.h"
 #include "agent/sources/source_metrics.h"
@@ -56,7 +56,7 @@ class EtcdSource final {
              config::SourceChannel* channel, SourceMetricFamilies& metrics);
   void Run();
   absl::Status List();
-  absl::Status Watch(etcd::Backoff& backoff);
+  absl::Status Watch(base::Backoff& backoff);
   // Folds one key's new value (or its deletion) into `batch`.
   void Put(const mvccpb::KeyValue& kv, Batch& batch);
   void Delete(const std::string& key, Batch& batch);

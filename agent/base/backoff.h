@@ -6,17 +6,19 @@
 
 #include "absl/time/time.h"
 
-namespace sluice::kube {
+namespace sluice::base {
 
 // Exponential retry delays with jitter, so that every node's agent does not hit a recovering
-// API server in the same instant. Delay n is uniform in [d/2, d] with d = min(max, initial *
-// factor^n). Thread: the owner's.
+// server (API server, etcd) in the same instant. Delay n is uniform in [d * jitter_min,
+// d * jitter_max] with d = min(max, initial * factor^n). Thread: the owner's.
 class Backoff final {
  public:
   struct Options {
     absl::Duration initial = absl::Milliseconds(800);  // client-go's reflector starts here
     absl::Duration max = absl::Seconds(30);
     double factor = 2;
+    double jitter_min = 0.5;
+    double jitter_max = 1.0;
   };
 
   explicit Backoff(Options options, uint64_t seed = std::random_device{}());
@@ -32,4 +34,4 @@ class Backoff final {
   std::mt19937_64 rng_;
 };
 
-}  // namespace sluice::kube
+}  // namespace sluice::base

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "agent/kube/backoff.h"
+#include "agent/base/backoff.h"
 
 #include <algorithm>
 
-namespace sluice::kube {
+namespace sluice::base {
 
 Backoff::Backoff(Options options, uint64_t seed)
     : options_(options),
@@ -14,8 +14,8 @@ Backoff::Backoff(Options options, uint64_t seed)
 absl::Duration Backoff::Next() {
   const absl::Duration d = step_;
   step_ = std::min(options_.max, step_ * options_.factor);
-  std::uniform_real_distribution<double> jitter(0.5, 1.0);
+  std::uniform_real_distribution<double> jitter(options_.jitter_min, options_.jitter_max);
   return d * jitter(rng_);
 }
 
-}  // namespace sluice::kube
+}  // namespace sluice::base

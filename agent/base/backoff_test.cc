@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "agent/kube/backoff.h"
+#include "agent/base/backoff.h"
 
 #include "gtest/gtest.h"
 
-namespace sluice::kube {
+namespace sluice::base {
 namespace {
 
 TEST(BackoffTest, GrowsWithJitterUpToTheCapAndResets) {
@@ -19,6 +19,18 @@ TEST(BackoffTest, GrowsWithJitterUpToTheCapAndResets) {
   EXPECT_LE(b.Next(), absl::Seconds(1));
 }
 
+TEST(BackoffTest, JitterRangeIsAnOption) {
+  Backoff b({.initial = absl::Milliseconds(100),
+             .max = absl::Milliseconds(500),
+             .jitter_min = 0.8,
+             .jitter_max = 1.2});
+  for (double ms : {100, 200, 400, 500, 500}) {
+    const double got = absl::ToDoubleMilliseconds(b.Next());
+    EXPECT_GE(got, ms * 0.8);
+    EXPECT_LE(got, ms * 1.2);
+  }
+}
+
 TEST(BackoffTest, JitterSpreadsDelays) {
   Backoff a({}, 1);
   Backoff b({}, 2);
@@ -26,4 +38,4 @@ TEST(BackoffTest, JitterSpreadsDelays) {
 }
 
 }  // namespace
-}  // namespace sluice::kube
+}  // namespace sluice::base
