@@ -181,6 +181,9 @@ void TcpServer::Run() {
 
 ScriptedBackend::ScriptedBackend(const net::SocketAddress& at, std::function<void(int fd)> script) {
   listener_.Reset(socket(at.ip().family(), SOCK_STREAM | SOCK_CLOEXEC, 0));
+  // accept(2) honours SO_RCVTIMEO: if the agent never dials, the test fails instead of hanging.
+  const timeval accept_timeout{.tv_sec = 30, .tv_usec = 0};
+  setsockopt(listener_.get(), SOL_SOCKET, SO_RCVTIMEO, &accept_timeout, sizeof(accept_timeout));
   int one = 1;
   setsockopt(listener_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   sockaddr_storage ss;
