@@ -174,7 +174,9 @@ absl::Status SelfTest(SockmapFastPath& fast_path) {
                    }));
   const std::string early = "sent before insertion", late = "sent after";
   RETURN_IF_ERROR(SendText(client.far.get(), early));
-  absl::SleepFor(absl::Milliseconds(5));  // let it land in the receive queue first
+  if ((WaitFd(client.near.get(), POLLIN) & POLLIN) == 0) {  // queued before insertion
+    return Fail("loopback bytes did not arrive");
+  }
   ASSIGN_OR_RETURN(auto link, SockmapLink::Enrol(fast_path, client.near.get(), backend.near.get(),
                                                  0, /*first_mark=*/1));
   for (Side side : {Side::kClient, Side::kBackend}) {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "agent/proxy/tcp_session.h"
 
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 
@@ -388,7 +389,8 @@ TEST_P(SockmapSessionTest, ClientThatAlreadySentFinStaysOnSplice) {
   backend_ = MakeTcpPair(true);
   ASSERT_TRUE(SendAll(client_.far.get(), "GET / HTTP/1.0\r\n\r\n"));
   ASSERT_EQ(shutdown(client_.far.get(), SHUT_WR), 0);
-  absl::SleepFor(absl::Milliseconds(10));  // the FIN has arrived: the socket is CLOSE_WAIT
+  pollfd fin{.fd = client_.near.get(), .events = POLLRDHUP, .revents = 0};
+  ASSERT_EQ(poll(&fin, 1, 5000), 1);  // the FIN has arrived: the socket is CLOSE_WAIT
   session_ = std::move(*TcpSession::Create(*loop_, pool_, std::move(client_.near),
                                            std::move(backend_.near), SessionOptions(), *this,
                                            sockmap_.get(), at_start_));
