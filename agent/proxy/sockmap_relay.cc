@@ -91,9 +91,7 @@ SockmapRelay::Next SockmapRelay::Pause() {
   }
   state_ = State::kPaused;
   SetPaused(true);
-  if (pump_.path() == SplicePump::Path::kSplice) {
-    pump_.UseCopy();  // the pump has held nothing since the direction was attached
-  }
+  pump_.UseCopy();  // the pump has held nothing since the direction was attached
   pump_.SetPsockOnly(true);
   return Poll();
 }
@@ -199,9 +197,7 @@ SockmapRelay::Next SockmapRelay::Poll() {
     return StartForwarding();
   }
   state_ = State::kUser;  // kDraining: every redirected byte reached the destination
-  if (pump_.path() == SplicePump::Path::kSplice) {
-    pump_.UseCopy();
-  }
+  pump_.UseCopy();
   pump_.SetPsockOnly(false);
   return Next::kRunPump;
 }

@@ -40,9 +40,13 @@ class SplicePump final {
   ~SplicePump();
 
   void OnSrcReadable() { src_readable_ = true; }
-  // Switches to copy I/O for good; pending() must be 0. Bytes the sockmap verdict passed are
-  // visible to recv() but not to splice().
-  void UseCopy() { FallBackToCopy("bytes passed by the sockmap verdict"); }
+  // Switches to copy I/O for good (a no-op when already there); pending() must be 0. Bytes the
+  // sockmap verdict passed are visible to recv() but not to splice().
+  void UseCopy() {
+    if (path_ == Path::kSplice) {
+      FallBackToCopy("bytes passed by the sockmap verdict");
+    }
+  }
   // Copy I/O only: while set, reads take no more than what the socket's psock holds (SIOCINQ
   // reports exactly that on a sockmap socket). recv() on such a socket falls back to the TCP
   // receive queue when the psock is empty, and a read there can stop inside an skb that the
