@@ -56,6 +56,8 @@ struct SockmapContext {
   base::Counter& pauses;  // pauses so far
   // Ring signals name a source socket: its session, registered while enrolled.
   absl::flat_hash_map<uint64_t, TcpSession*> sessions;
+  // Routes a ring signal to its session (none: the connection has closed since).
+  void Dispatch(uint64_t cookie);
 };
 
 // One direction of an enrolled connection, between its SplicePump and the kernel. States:
@@ -126,7 +128,7 @@ class SockmapRelay final {
   const fastpath::Side src_;
   SplicePump& pump_;
   SockmapContext& context_;
-  const uint64_t pump_base_;  // pump bytes at enrolment (the link's written base)
+  const uint64_t pump_base_;     // pump bytes at enrolment (the link's written base)
   uint64_t pump_at_attach_ = 0;  // pump bytes when the kernel took over (passed bytes after)
   State state_ = State::kPending;
   bool counted_paused_ = false;

@@ -391,6 +391,12 @@ bool TcpSession::Step(SplicePump& pump, const SockmapRelay* relay, bool& done, i
   return true;
 }
 
+void SockmapContext::Dispatch(uint64_t cookie) {
+  if (auto it = sessions.find(cookie); it != sessions.end()) {
+    it->second->OnSockmapSignal(cookie);
+  }
+}
+
 bool TcpSession::ForwardersIdle() {
   for (bool up : {true, false}) {
     SockmapRelay& relay = up ? *up_relay_ : *down_relay_;

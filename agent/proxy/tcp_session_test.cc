@@ -73,13 +73,8 @@ class TcpSessionTest : public ::testing::TestWithParam<Mode>, public TcpSessionC
                            .marks = marks_,
                            .paused = registry_.AddGauge("paused", "").Get(),
                            .pauses = registry_.AddCounter("pauses", "").Get()});
-    ring_ =
-        std::move(*fastpath::FlowRing::Create(*fast_path_, 0, [this](uint64_t cookie, uint64_t) {
-          auto it = sockmap_->sessions.find(cookie);
-          if (it != sockmap_->sessions.end()) {
-            it->second->OnSockmapSignal(cookie);
-          }
-        }));
+    ring_ = std::move(*fastpath::FlowRing::Create(
+        *fast_path_, 0, [this](uint64_t cookie, uint64_t) { sockmap_->Dispatch(cookie); }));
     ring_event_ =
         std::move(*loop_->Watch(ring_->fd(), EPOLLIN, [this](uint32_t) { ring_->Consume(); }));
   }

@@ -198,13 +198,9 @@ absl::Status Worker::StartSockmap() {
                                                          .promotion = options_.sockmap_promotion,
                                                          .paused = metrics_.sockmap_paused,
                                                          .pauses = metrics_.sockmap_pauses});
-  ASSIGN_OR_RETURN(ring_, fastpath::FlowRing::Create(*options_.sockmap, sockmap_->ring,
-                                                     [this](uint64_t cookie, uint64_t) {
-                                                       auto it = sockmap_->sessions.find(cookie);
-                                                       if (it != sockmap_->sessions.end()) {
-                                                         it->second->OnSockmapSignal(cookie);
-                                                       }
-                                                     }));
+  ASSIGN_OR_RETURN(ring_, fastpath::FlowRing::Create(
+                              *options_.sockmap, sockmap_->ring,
+                              [this](uint64_t cookie, uint64_t) { sockmap_->Dispatch(cookie); }));
   ASSIGN_OR_RETURN(ring_event_,
                    loop_->Watch(ring_->fd(), EPOLLIN, [this](uint32_t) { ring_->Consume(); }));
   return absl::OkStatus();
