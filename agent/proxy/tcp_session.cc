@@ -400,10 +400,9 @@ void SockmapContext::Dispatch(uint64_t cookie) {
 bool TcpSession::ForwardersIdle() {
   for (bool up : {true, false}) {
     SockmapRelay& relay = up ? *up_relay_ : *down_relay_;
-    const SplicePump& pump = up ? upstream_ : downstream_;
-    if (relay.state() == SockmapRelay::State::kForwarding && pump.pending() == 0 &&
-        pump.src_drained() &&
-        !Follow(relay.OnPumpIdle(), up ? upstream_ : downstream_,
+    // Poll() knows when a forwarding pump counts as idle.
+    if (relay.state() == SockmapRelay::State::kForwarding &&
+        !Follow(relay.Poll(), up ? upstream_ : downstream_,
                 up ? CloseReason::kClientReset : CloseReason::kBackendReset)) {
       return false;
     }
