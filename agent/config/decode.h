@@ -63,4 +63,8 @@ absl::StatusOr<Manifest> DecodeManifest(std::string_view text, Format format = F
 absl::StatusOr<ServicePtr> DecodeService(const simdjson::dom::element& object);
 absl::StatusOr<EndpointSlicePtr> DecodeEndpointSlice(const simdjson::dom::element& object);
 
+// metadata.namespace/name read leniently (namespace defaulted as the decoders do), for naming an
+// object the decoder refused; nullopt when not readable.
+std::optional<NamespacedName> ReadObjectId(const simdjson::dom::element& object);
+
 }  // namespace sluice::config

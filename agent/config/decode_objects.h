@@ -36,9 +36,6 @@ absl::Status CheckApiVersion(const ObjectField& object, std::string_view want,
 // metadata: name required, namespace defaulting to "default", string-valued labels/annotations.
 absl::Status DecodeObjectMeta(const ObjectField& object, ObjectMeta* meta);
 
-// metadata.namespace/name read leniently for an error report; nullopt when not readable.
-std::optional<NamespacedName> ReadObjectId(const simdjson::dom::element& object);
-
 // Appends the IP in `text` to `out`; `must be a valid IP address, got "..."` otherwise.
 absl::Status AppendIp(const Field& at, std::string_view text, std::vector<net::IpAddress>* out);
 

@@ -19,19 +19,6 @@ constexpr char kZoneLabel[] = "topology.kubernetes.io/zone";
 
 double NowSeconds() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
 
-// metadata.namespace/name, for events and objects the decoder refuses.
-std::optional<config::NamespacedName> ReadId(const simdjson::dom::element& object) {
-  std::string_view ns = "default";
-  std::string_view name;
-  if (object["metadata"]["name"].get(name) != simdjson::SUCCESS || name.empty()) {
-    return std::nullopt;
-  }
-  if (object["metadata"]["namespace"].get(ns) != simdjson::SUCCESS) {
-    ns = "default";
-  }
-  return config::NamespacedName{std::string(ns), std::string(name)};
-}
-
 struct ServiceKind {
   using Object = config::Service;
   static constexpr char kName[] = "Service";
@@ -80,7 +67,7 @@ class ObjectMirror final : public kube::WatchHandler {
       return;
     }
     Refuse(decoded.status());
-    if (std::optional<config::NamespacedName> id = ReadId(object)) {
+    if (std::optional<config::NamespacedName> id = config::ReadObjectId(object)) {
       if (auto it = current_.find(*id); it != current_.end()) {
         listing_[*id] = it->second;
       }
@@ -108,7 +95,7 @@ class ObjectMirror final : public kube::WatchHandler {
   void OnWatchEvent(kube::EventType type, const simdjson::dom::element& object) override {
     metrics_.Event(kube::EventTypeName(type)).Inc();
     if (type == kube::EventType::kDeleted) {
-      std::optional<config::NamespacedName> id = ReadId(object);
+      std::optional<config::NamespacedName> id = config::ReadObjectId(object);
       if (!id) {
         Refuse(absl::InvalidArgumentError(
             absl::StrCat(Kind::kName, " DELETED event: metadata.name: required")));
