@@ -230,7 +230,8 @@ KubeSource::~KubeSource() {
 }
 
 void KubeSource::OnKindListed() {
-  if (kinds_listed_.fetch_add(1) + 1 == kinds_) {
+  // handlers_ is fixed before the watchers start: one per kind listed before MarkSynced.
+  if (static_cast<size_t>(kinds_listed_.fetch_add(1)) + 1 == handlers_.size()) {
     LOG(INFO) << channel_->name() << ": initial state received";
     channel_->MarkSynced();
   }
@@ -268,7 +269,6 @@ absl::StatusOr<std::unique_ptr<KubeSource>> KubeSource::Create(Options options,
         source->options_.node_name, source->metrics_, std::move(source->options_.on_zone),
         [self] { self->OnKindListed(); }));
   }
-  source->kinds_ = static_cast<int>(specs.size());
   for (size_t i = 0; i < specs.size(); ++i) {
     ASSIGN_OR_RETURN(auto watcher,
                      kube::ListWatcher::Create(specs[i], source->options_.watch, config,

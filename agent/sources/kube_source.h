@@ -57,7 +57,6 @@ class KubeSource final {
   Options options_;
   config::SourceChannel* channel_;
   SourceMetrics metrics_;
-  int kinds_ = 0;  // resources listed before MarkSynced; set before the watchers start
   std::atomic<int> kinds_listed_{0};
   std::unique_ptr<kube::BearerToken> token_;
   // Handlers before watchers: a watcher calls its handler until it is joined.
