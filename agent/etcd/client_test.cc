@@ -164,7 +164,12 @@ TEST_F(ClientTest, CancelEndsTheCallInProgressAndEveryLaterOne) {
     status = client->RangeAll("/p/", "/p0", [](const mvccpb::KeyValue&) {}).status();
     done.Notify();
   });
-  absl::SleepFor(absl::Milliseconds(100));
+  {  // the Range has reached the fake, which holds it until cancelled
+    absl::MutexLock lock(&kv_.mu_);
+    auto arrived = [this]()
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kv_.mu_) { return !kv_.requests_.empty(); };
+    EXPECT_TRUE(kv_.mu_.AwaitWithTimeout(absl::Condition(&arrived), absl::Seconds(10)));
+  }
   EXPECT_FALSE(done.HasBeenNotified());
   client->Cancel();
   EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(5)));
