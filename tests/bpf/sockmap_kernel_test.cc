@@ -18,31 +18,19 @@
 #include "agent/fastpath/sockmap_fast_path.h"
 #include "agent/fastpath/sockmap_link.h"
 #include "agent/net/socket.h"
+#include "agent/proxy/test_sockets.h"
 #include "tests/testutil/netns.h"
 #include "tests/testutil/process.h"
 
 namespace sluice::fastpath {
 namespace {
 
-struct Pair {
-  base::UniqueFd near;  // the proxy's non-blocking end
-  base::UniqueFd far;   // the blocking peer
-};
+using proxy::testing::MakeTcpPair;
+using proxy::testing::SendAll;
+using Pair = proxy::testing::TcpPair;  // near: the proxy's non-blocking end; far: the peer
 
-Pair LoopbackPair() {
-  Pair pair;
-  auto listener = net::ListenTcp(*net::SocketAddress::Parse("127.0.0.1:0"), false, 4);
-  EXPECT_TRUE(listener.ok()) << listener.status();
-  const net::SocketAddress addr = *net::LocalAddress(listener->get());
-  pair.near = *net::DialTcp(addr);
-  pair.far.Reset(accept4(listener->get(), nullptr, nullptr, SOCK_CLOEXEC));
-  pollfd p{.fd = pair.near.get(), .events = POLLOUT, .revents = 0};
-  EXPECT_EQ(poll(&p, 1, 5000), 1);
-  timeval tv{.tv_sec = 20, .tv_usec = 0};  // a broken path fails the test instead of hanging
-  setsockopt(pair.far.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  setsockopt(pair.far.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  return pair;
-}
+// Both ends as the proxy has them after dialling (near is non-blocking and connected).
+Pair LoopbackPair() { return MakeTcpPair(/*dialed=*/true); }
 
 std::string RandomBytes(size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -52,17 +40,6 @@ std::string RandomBytes(size_t n, uint64_t seed) {
     memcpy(&s[i], &v, std::min<size_t>(8, n - i));
   }
   return s;
-}
-
-bool SendAll(int fd, const std::string& data) {
-  for (size_t off = 0; off < data.size();) {
-    ssize_t n = send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
-    if (n <= 0) {
-      return false;
-    }
-    off += static_cast<size_t>(n);
-  }
-  return true;
 }
 
 std::string RecvExactly(int fd, size_t n) {
