@@ -49,21 +49,10 @@ class TcpIntegrityTest : public DatapathTest {
   }
   // Sends `bytes` of stream 1, half-closes, and returns the backend's checksum answer.
   uint64_t SendAndChecksum(int fd, uint64_t bytes, uint64_t* local) {
-    std::string buf(1 << 20, '\0');
-    *local = testutil::kFnvBasis;
-    for (uint64_t off = 0; off < bytes;) {
-      size_t n = std::min<uint64_t>(buf.size(), bytes - off);
-      FillStream(1, off, buf.data(), n);
-      *local = Fnv64(*local, buf.data(), n);
-      for (size_t done = 0; done < n;) {
-        ssize_t w = send(fd, buf.data() + done, n - done, MSG_NOSIGNAL);
-        if (w <= 0) {
-          ADD_FAILURE() << "send: " << strerror(errno);
-          return 0;
-        }
-        done += static_cast<size_t>(w);
-      }
-      off += n;
+    *local = testutil::SendStream(fd, 1, bytes);
+    if (*local == 0) {
+      ADD_FAILURE() << "send: " << strerror(errno);
+      return 0;
     }
     shutdown(fd, SHUT_WR);  // half-close: the answer must still arrive
     uint64_t remote = 0;
