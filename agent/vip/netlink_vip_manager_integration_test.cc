@@ -74,8 +74,19 @@ testing::AssertionResult Connectable(const net::IpAddress& ip) {
       getsockname(listener.get(), sa, &len) < 0) {
     return testing::AssertionFailure() << "listen on " << ip.ToString() << ": " << strerror(errno);
   }
-  base::UniqueFd client(socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (connect(client.get(), sa, len) < 0) {
+  // An IPv6 address's local route is inserted from the addrconf workqueue moments after the
+  // address (even with IFA_F_NODAD): until then connect() fails ENETUNREACH.
+  base::UniqueFd client;
+  int rc = -1;
+  for (int tries = 0; rc < 0 && tries < 500; ++tries) {
+    if (tries > 0) {
+      if (errno != ENETUNREACH) break;
+      usleep(10'000);
+    }
+    client.Reset(socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    rc = connect(client.get(), sa, len);
+  }
+  if (rc < 0) {
     return testing::AssertionFailure() << "connect " << ip.ToString() << ": " << strerror(errno);
   }
   base::UniqueFd server(accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
@@ -246,7 +257,7 @@ TEST_F(NetlinkVipManagerTest, ReconcileAfterRestartRemovesLeftoversOnly) {
   EXPECT_NE(AddressLine("127.0.0.1", "lo"), "");
 }
 
-// On a link that does Duplicate Address Detection, IFA_F_NODAD makes an IPv6 VIP usable at
+// On a link that does Duplicate Address Detection, IFA_F_NODAD makes an IPv6 VIP bindable at
 // once. Also covers an explicit --vip-interface that is down, and moving VIPs between links.
 TEST_F(NetlinkVipManagerTest, ExplicitInterfaceVethNoDadAndMove) {
   Shell({"ip", "link", "add", "vip0", "type", "veth", "peer", "name", "vip1"});

@@ -334,8 +334,13 @@ TEST_P(TcpIntegrityTest, Ipv6ClusterIp) {
                         SliceYaml("svc", {"::1"}, {{"tcp", 9000}}, "IPv6"));
   StartAgent();
   ASSERT_TRUE(WaitListener("tcp/[fd00::20]:80")) << Get("/debug/services");
+  // The kernel inserts an IPv6 address's local route from the addrconf workqueue, moments after
+  // the address itself (even with IFA_F_NODAD): until then connect() fails ENETUNREACH.
   int err = 0;
-  auto fd = ConnectTcp(Addr("[fd00::20]:80"), &err);
+  base::UniqueFd fd;
+  EXPECT_TRUE(testutil::WaitFor(
+      [&] { return (fd = ConnectTcp(Addr("[fd00::20]:80"), &err)) || err != ENETUNREACH; },
+      absl::Seconds(5)));
   ASSERT_TRUE(fd) << strerror(err);
   char buf[8] = {};
   EXPECT_EQ(recv(fd.get(), buf, sizeof(buf), 0), 2);
