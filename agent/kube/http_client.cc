@@ -200,8 +200,9 @@ int HttpClient::Perform() {
   return done ? result : CURLE_ABORTED_BY_CALLBACK;
 }
 
-absl::StatusOr<HttpResponse> HttpClient::Get(const std::string& target, absl::Duration timeout,
-                                             BodySink sink) {
+absl::StatusOr<HttpResponse> HttpClient::Request(const char* method, const std::string& target,
+                                                 const std::string* body, absl::Duration timeout,
+                                                 BodySink sink) {
   if (stopped_.load()) {
     return absl::CancelledError("stopped");
   }
@@ -216,6 +217,16 @@ absl::StatusOr<HttpResponse> HttpClient::Get(const std::string& target, absl::Du
     }
   }
   CURL* e = easy_.get();
+  if (body != nullptr) {
+    if (curl_slist_append(headers.get(), "Content-Type: application/json") == nullptr) {
+      return absl::ResourceExhaustedError("curl_slist_append failed");
+    }
+    RETURN_IF_ERROR(SLUICE_SETOPT(e, CURLOPT_POSTFIELDSIZE_LARGE,
+                                  static_cast<curl_off_t>(body->size())));
+    RETURN_IF_ERROR(SLUICE_SETOPT(e, CURLOPT_COPYPOSTFIELDS, body->c_str()));
+  } else {
+    RETURN_IF_ERROR(SLUICE_SETOPT(e, CURLOPT_HTTPGET, 1L));
+  }
   RETURN_IF_ERROR(SLUICE_SETOPT(e, CURLOPT_URL, url.c_str()));
   RETURN_IF_ERROR(SLUICE_SETOPT(e, CURLOPT_HTTPHEADER, headers.get()));
   RETURN_IF_ERROR(
@@ -239,7 +250,7 @@ absl::StatusOr<HttpResponse> HttpClient::Get(const std::string& target, absl::Du
   }
   const std::string cause = error_buffer_[0] != '\0' ? error_buffer_ : curl_easy_strerror(rc);
   if (rc == CURLE_OPERATION_TIMEDOUT) {
-    return absl::DeadlineExceededError(absl::StrCat("GET ", url, ": ", cause));
+    return absl::DeadlineExceededError(absl::StrCat(method, " ", url, ": ", cause));
   }
   switch (rc) {
     case CURLE_SSL_CONNECT_ERROR:
@@ -249,11 +260,11 @@ absl::StatusOr<HttpResponse> HttpClient::Get(const std::string& target, absl::Du
     case CURLE_SSL_CACERT_BADFILE:
     case CURLE_SSL_ISSUER_ERROR:
     case CURLE_SSL_CLIENTCERT:
-      return absl::FailedPreconditionError(absl::StrCat("GET ", url, ": TLS: ", cause));
+      return absl::FailedPreconditionError(absl::StrCat(method, " ", url, ": TLS: ", cause));
     default:
       break;
   }
-  return absl::UnavailableError(absl::StrCat("GET ", url, ": ", cause));
+  return absl::UnavailableError(absl::StrCat(method, " ", url, ": ", cause));
 }
 
 void HttpClient::Stop() {

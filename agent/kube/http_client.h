@@ -26,7 +26,7 @@ struct HttpResponse {
   std::string error_body;
 };
 
-// GETs from one API server over libcurl, one request at a time, keeping the connection alive
+// Talks to one API server over libcurl, one request at a time, keeping the connection alive
 // between requests. TLS verification is on unless the kubeconfig turns it off. A curl multi
 // handle drives the transfer so that Stop() can interrupt a blocked request at once
 // (curl_multi_wakeup) instead of at libcurl's next progress callback.
@@ -47,7 +47,14 @@ class HttpClient final {
   // response. Errors: Unavailable (connect, connection lost), FailedPrecondition (TLS handshake
   // or verification), DeadlineExceeded (`timeout` passed), Cancelled (Stop()).
   absl::StatusOr<HttpResponse> Get(const std::string& target, absl::Duration timeout,
-                                   BodySink sink);
+                                   BodySink sink) {
+    return Request("GET", target, nullptr, timeout, sink);
+  }
+  // POSTs a JSON `body` (a create: TokenReview); otherwise as Get.
+  absl::StatusOr<HttpResponse> Post(const std::string& target, const std::string& body,
+                                    absl::Duration timeout, BodySink sink) {
+    return Request("POST", target, &body, timeout, sink);
+  }
 
   // Makes the running Get(), and every later one, return Cancelled. Thread-safe.
   void Stop();
@@ -63,6 +70,9 @@ class HttpClient final {
   };
   HttpClient(std::string server, BearerToken& token);
   absl::Status Configure(const ClientConfig& config);
+  absl::StatusOr<HttpResponse> Request(const char* method, const std::string& target,
+                                       const std::string* body, absl::Duration timeout,
+                                       BodySink sink);
   // Runs the transfer to completion; returns the CURLcode.
   int Perform();
   static size_t OnWrite(char* data, size_t size, size_t n, void* self);

@@ -26,25 +26,19 @@ class AgentStream final : public Reactor, public AgentLink {
  public:
   AgentStream(grpc::CallbackServerContext* ctx, const AgentServiceOptions& options, Router& router,
               ServerMetrics& metrics)
-      : router_(router), metrics_(metrics), outbox_(this) {
+      : ctx_(ctx), options_(options), router_(router), metrics_(metrics), outbox_(this) {
     metrics_.grpc_connections.WithLabels({"/AgentService/Connect"}).Add(1);
-    absl::Status st = Authenticate(*ctx, options);
-    if (!st.ok()) {
-      LOG(WARNING) << "agent stream from " << ctx->peer() << " rejected: " << st.message();
-      FinishOnce(grpc::Status(st.code() == absl::StatusCode::kUnauthenticated
-                                  ? grpc::StatusCode::UNAUTHENTICATED
-                                  : grpc::StatusCode::INVALID_ARGUMENT,
-                              std::string(st.message())));
+    absl::Status st = Authenticate();
+    if (st.ok() && options_.reviewer != nullptr) {
+      int n = 0;
+      std::string auth = OneHeader(*ctx_, "authorization", &n);
+      reviewing_ = true;
+      // Finish waits for the verdict (see OnCancel), so this stream outlives the callback.
+      options_.reviewer->Review(n == 1 ? std::move(auth) : "",
+                                [this](absl::Status verdict) { OnReviewed(std::move(verdict)); });
       return;
     }
-    // The upstream agent blocks until it sees these, so they go out before any message.
-    ctx->AddInitialMetadata("serverid", options.server_id);
-    ctx->AddInitialMetadata("servercount", std::to_string(options.server_count));
-    StartSendInitialMetadata();
-    LOG(INFO) << "agent " << agent_id_ << " connected from " << ctx->peer();
-    router_.AddAgent(this);
-    registered_ = true;
-    StartRead(&in_);
+    Admit(st);
   }
 
   // AgentLink
@@ -60,8 +54,18 @@ class AgentStream final : public Reactor, public AgentLink {
   void OnSendInitialMetadataDone(bool) override {}
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override { (void)outbox_.OnWriteDone(ok); }
-  // A parked read would otherwise keep a cancelled stream from ever reaching OnDone.
-  void OnCancel() override { FinishOnce(grpc::Status::CANCELLED); }
+  // A parked read would otherwise keep a cancelled stream from ever reaching OnDone. During a
+  // token review the verdict finishes it instead.
+  void OnCancel() override {
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+      if (reviewing_) {
+        return;
+      }
+    }
+    FinishOnce(grpc::Status::CANCELLED);
+  }
   void OnDone() override {
     if (registered_) {
       router_.RemoveAgent(this);
@@ -72,8 +76,34 @@ class AgentStream final : public Reactor, public AgentLink {
   }
 
  private:
-  absl::Status Authenticate(const grpc::CallbackServerContext& ctx,
-                            const AgentServiceOptions& options);
+  // Reads the agent's headers; checks a static token.
+  absl::Status Authenticate();
+  void OnReviewed(absl::Status verdict) {
+    {
+      absl::MutexLock lock(&mu_);
+      reviewing_ = false;
+      if (cancelled_) {
+        verdict = absl::CancelledError("cancelled during the token review");
+      }
+    }
+    Admit(verdict);
+  }
+  // Serves the stream, or ends it with the authentication error.
+  void Admit(const absl::Status& st) {
+    if (!st.ok()) {
+      LOG(WARNING) << "agent stream from " << ctx_->peer() << " rejected: " << st.message();
+      FinishOnce(grpc::Status(static_cast<grpc::StatusCode>(st.code()), std::string(st.message())));
+      return;
+    }
+    // The upstream agent blocks until it sees these, so they go out before any message.
+    ctx_->AddInitialMetadata("serverid", options_.server_id);
+    ctx_->AddInitialMetadata("servercount", std::to_string(options_.server_count));
+    StartSendInitialMetadata();
+    LOG(INFO) << "agent " << agent_id_ << " connected from " << ctx_->peer();
+    router_.AddAgent(this);
+    registered_ = true;
+    StartRead(&in_);
+  }
   // Reads go through the gate: congested frontends hold it, and no read starts once Finish
   // is claimed (OnCancel may race with a read completing).
   void ReadNext() { gate_->ReadNext(); }
@@ -85,9 +115,14 @@ class AgentStream final : public Reactor, public AgentLink {
     Finish(std::move(status));
   }
 
+  grpc::CallbackServerContext* const ctx_;
+  const AgentServiceOptions& options_;
   Router& router_;
   ServerMetrics& metrics_;
   wire::Outbox<Reactor> outbox_;
+  absl::Mutex mu_;
+  bool reviewing_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::string agent_id_;
   AgentIdentifiers identifiers_;
   wire::Packet in_;
@@ -96,8 +131,9 @@ class AgentStream final : public Reactor, public AgentLink {
       std::make_shared<wire::ReadGate>([this] { StartRead(&in_); });
 };
 
-absl::Status AgentStream::Authenticate(const grpc::CallbackServerContext& ctx,
-                                       const AgentServiceOptions& options) {
+absl::Status AgentStream::Authenticate() {
+  const grpc::CallbackServerContext& ctx = *ctx_;
+  const AgentServiceOptions& options = options_;
   int n = 0;
   agent_id_ = OneHeader(ctx, "agentid", &n);
   if (n != 1 || agent_id_.empty()) {

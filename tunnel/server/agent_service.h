@@ -9,6 +9,7 @@
 
 #include "tunnel/server/router.h"
 #include "tunnel/server/server_metrics.h"
+#include "tunnel/server/token_review.h"
 
 namespace sluice::server {
 
@@ -27,7 +28,9 @@ class TokenFile final {
 struct AgentServiceOptions {
   std::string server_id;
   int server_count = 1;
-  const TokenFile* tokens = nullptr;  // null: no token check (mTLS or unauthenticated)
+  // At most one of these; neither: no token check (mTLS or unauthenticated).
+  const TokenFile* tokens = nullptr;
+  TokenReviewer* reviewer = nullptr;
 };
 
 // AgentService/Connect: one reactor per agent stream (agent_service.cc). Thread-safe.

@@ -14,6 +14,7 @@
 #include "agent/base/log.h"
 #include "agent/base/metrics.h"
 #include "agent/base/status.h"
+#include "agent/kube/client_config.h"
 #include "tunnel/server/agent_service.h"
 #include "tunnel/server/http_connect.h"
 #include "tunnel/server/listen.h"
@@ -134,8 +135,9 @@ bool Configure(int argc, char** argv, ServerOptions& o, std::vector<Strategy>& s
     return false;
   }
   base::SetVerbosity(static_cast<int>(o.v));
-  if (o.cluster_ca_cert.empty() && !tokens) {
-    LOG(WARNING) << "agents are not authenticated: set --cluster-ca-cert or --agent-token-file";
+  if (o.cluster_ca_cert.empty() && !tokens && o.agent_namespace.empty()) {
+    LOG(WARNING) << "agents are not authenticated: set --cluster-ca-cert, --agent-namespace "
+                    "(service-account tokens) or --agent-token-file";
   }
   return true;
 }
@@ -170,6 +172,20 @@ absl::StatusOr<StatusServers> StartStatusServers(const ServerOptions& o, Router&
   return s;
 }
 
+// The TokenReview client when agents authenticate by service-account token, else null.
+absl::StatusOr<std::unique_ptr<TokenReviewer>> StartTokenReviewer(const ServerOptions& o) {
+  if (o.agent_namespace.empty()) {
+    return nullptr;
+  }
+  ASSIGN_OR_RETURN(kube::ClientConfig config, kube::ResolveClientConfig(o.kubeconfig, ""));
+  LOG(INFO) << "agents authenticate as service account " << o.agent_namespace << "/"
+            << o.agent_service_account << " (audience " << o.authentication_audience
+            << "), checked with TokenReview at " << config.server << " (" << config.origin << ")";
+  return TokenReviewer::Create(config, {.agent_namespace = o.agent_namespace,
+                                        .service_account = o.agent_service_account,
+                                        .audience = o.authentication_audience});
+}
+
 // Everything after configuration; returns the exit code.
 int Serve(const ServerOptions& o, std::vector<Strategy> strategies, const TokenFile* tokens,
           const sigset_t& sigs) {
@@ -181,8 +197,13 @@ int Serve(const ServerOptions& o, std::vector<Strategy> strategies, const TokenF
     LOG(ERROR) << loop.status();
     return 1;
   }
-  AgentService agent_service({o.server_id, static_cast<int>(o.server_count), tokens}, router,
-                             metrics);
+  auto reviewer = StartTokenReviewer(o);
+  if (!reviewer.ok()) {
+    LOG(ERROR) << "service-account authentication: " << reviewer.status();
+    return 1;
+  }
+  AgentService agent_service(
+      {o.server_id, static_cast<int>(o.server_count), tokens, reviewer->get()}, router, metrics);
   ProxyService proxy_service(router, metrics, **loop, static_cast<size_t>(o.max_connection_buffer));
   auto agent_server = StartAgentServer(o, agent_service);
   std::unique_ptr<grpc::Server> grpc_frontend;
@@ -221,6 +242,9 @@ int Serve(const ServerOptions& o, std::vector<Strategy> strategies, const TokenF
     grpc_frontend->Shutdown(deadline);
   }
   http_frontend.reset();
+  if (*reviewer) {
+    (*reviewer)->Stop();  // an agent still under review is refused, not waited for
+  }
   (*agent_server)->Shutdown(deadline);
   return 0;
 }

@@ -25,10 +25,14 @@ void RegisterServerFlags(base::FlagSet& f, ServerOptions& o) {
   f.String("cluster-key", &o.cluster_key, "Agent-port TLS key.");
   f.String("cluster-ca-cert", &o.cluster_ca_cert,
            "CA for agent client certificates; set means agents need a valid certificate.");
-  f.String("agent-namespace", &o.agent_namespace, "Namespace of agent service accounts.");
-  f.String("agent-service-account", &o.agent_service_account, "Agent service account.");
-  f.String("authentication-audience", &o.authentication_audience, "Token audience.");
-  f.String("kubeconfig", &o.kubeconfig, "kubeconfig for TokenReview.");
+  f.String("agent-namespace", &o.agent_namespace,
+           "Authenticate agents by service-account token (TokenReview): their namespace.");
+  f.String("agent-service-account", &o.agent_service_account,
+           "Authenticate agents by service-account token: their service account.");
+  f.String("authentication-audience", &o.authentication_audience,
+           "Authenticate agents by service-account token: the audience tokens must have.");
+  f.String("kubeconfig", &o.kubeconfig,
+           "kubeconfig for TokenReview (default: the pod's service account).");
   f.String("proxy-strategies", &o.proxy_strategies,
            "Agent selection, in order: default, destHost, defaultRoute.");
   f.String("server-id", &o.server_id, "Unique ID of this server (default: random).");
@@ -65,10 +69,19 @@ absl::Status ValidateServerOptions(ServerOptions& o) {
   if (o.cluster_cert.empty() || o.cluster_key.empty()) {
     return absl::InvalidArgumentError("the agent port needs --cluster-cert and --cluster-key");
   }
-  if (!o.agent_namespace.empty() || !o.agent_service_account.empty()) {
-    return absl::UnimplementedError(
-        "TokenReview authentication (--agent-namespace/--agent-service-account) is not "
-        "implemented yet; use --cluster-ca-cert or --agent-token-file");
+  if (!o.agent_namespace.empty() || !o.agent_service_account.empty() ||
+      !o.authentication_audience.empty()) {
+    if (o.agent_namespace.empty() || o.agent_service_account.empty() ||
+        o.authentication_audience.empty()) {
+      return absl::InvalidArgumentError(
+          "service-account authentication needs all of --agent-namespace, "
+          "--agent-service-account and --authentication-audience");
+    }
+    if (!o.cluster_ca_cert.empty() || !o.agent_token_file.empty()) {
+      return absl::InvalidArgumentError(
+          "service-account authentication (--agent-namespace) excludes --cluster-ca-cert and "
+          "--agent-token-file: choose one way to authenticate agents");
+    }
   }
   if (o.server_count < 1) {
     return absl::InvalidArgumentError("--server-count must be at least 1");

@@ -13,7 +13,11 @@ documentation describes them, not as sluice happens to use them:
   - labelSelector (key, !key, key=value, key!=value) and fieldSelector (metadata.name=,
     metadata.namespace=), with the selector transitions of a watch (an update that stops
     matching is a DELETED event, one that starts matching an ADDED event);
-  - bearer token authentication (401 with a Status body) and, over TLS, client certificates.
+  - bearer token authentication (401 with a Status body) and, over TLS, client certificates;
+  - TokenReview creation (POST /apis/authentication.k8s.io/v1/tokenreviews): a token is
+    authenticated when it is registered (op "sa_tokens") and one of its audiences is among the
+    review's spec.audiences (default: the API server's own, https://kubernetes.default.svc);
+    status.audiences is that intersection, as the TokenReview API documents.
 
 A test drives it through a plain HTTP control port: POST /control with a JSON body {"op": ...}
 (see Control.handle), GET /control/requests for the request log (one line per API request:
@@ -99,6 +103,7 @@ class State:
         self.snapshots = {}  # continue id -> (rv, [items])
         self.next_snapshot = 1
         self.tokens = []  # accepted bearer tokens; empty: no authentication
+        self.sa_tokens = {}  # TokenReview: token -> {"username", "audiences"}
         self.gone_mode = "stream"  # how a watch from a compacted RV fails: "stream" or "http"
         self.held = False  # streams send nothing while held (events stay in the history)
         self.faults = []  # pending injected failures, first match wins
@@ -135,8 +140,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def record(self, code):
         with STATE.cond:
-            STATE.log.append("%.3f %d GET %s %s" % (time.time(), code, self.path,
-                                                    self.headers.get("Authorization", "-")))
+            STATE.log.append("%.3f %d %s %s %s" % (time.time(), code, self.command, self.path,
+                                                   self.headers.get("Authorization", "-")))
 
     def chunk(self, data):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
@@ -158,14 +163,58 @@ class Handler(http.server.BaseHTTPRequestHandler):
             tokens = list(STATE.tokens)
         if fault is not None and self.apply_fault(fault):
             return
-        if tokens:
-            auth = self.headers.get("Authorization", "")
-            if not auth.startswith("Bearer ") or auth[7:] not in tokens:
-                self.record(401)
-                return self.send_json(401, status_body(401, "Unauthorized", "Unauthorized"))
+        if not self.authorized(tokens):
+            return
         if watch:
             return self.watch(resource, query, fault)
         return self.list(resource, query)
+
+    def authorized(self, tokens):
+        """False (after a 401) when bearer tokens are required and this request has none."""
+        auth = self.headers.get("Authorization", "")
+        if tokens and (not auth.startswith("Bearer ") or auth[7:] not in tokens):
+            self.record(401)
+            self.send_json(401, status_body(401, "Unauthorized", "Unauthorized"))
+            return False
+        return True
+
+    def create_token_review(self):
+        length = int(self.headers.get("Content-Length", "0"))
+        raw = self.rfile.read(length) if length > 0 else b""
+        with STATE.cond:
+            fault = self.take_fault("tokenreviews", "create")
+            tokens = list(STATE.tokens)
+            sa_tokens = copy.deepcopy(STATE.sa_tokens)
+        if fault is not None and self.apply_fault(fault):
+            return
+        if not self.authorized(tokens):
+            return
+        try:
+            review = json.loads(raw)
+            if review.get("kind") != "TokenReview" or \
+                    review.get("apiVersion") != "authentication.k8s.io/v1":
+                raise ValueError("kind/apiVersion")
+            token = review["spec"]["token"]
+            wanted = review["spec"].get("audiences") or ["https://kubernetes.default.svc"]
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            self.record(400)
+            return self.send_json(400, status_body(400, "BadRequest", "bad TokenReview: %r" % e))
+        known = sa_tokens.get(token)
+        common = [a for a in wanted if known and a in known["audiences"]]
+        if known is None:
+            status = {"authenticated": False, "user": {}, "error": "invalid bearer token"}
+        elif not common:
+            status = {"authenticated": False, "user": {},
+                      "error": "token audiences %s is invalid for the target audiences %s" %
+                               (known["audiences"], wanted)}
+        else:
+            status = {"authenticated": True, "audiences": common,
+                      "user": {"username": known["username"], "uid": "uid-" + token[:8],
+                               "groups": ["system:serviceaccounts", "system:authenticated"]}}
+        review["status"] = status
+        review.setdefault("metadata", {})["creationTimestamp"] = None
+        self.record(201)
+        self.send_json(201, review)
 
     def take_fault(self, resource, verb):
         for i, f in enumerate(STATE.faults):
@@ -360,6 +409,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def do_POST(self):
         if not self.server.control:
+            if urllib.parse.urlsplit(self.path).path == \
+                    "/apis/authentication.k8s.io/v1/tokenreviews":
+                return self.create_token_review()
+            self.record(405)
             return self.send_json(405, status_body(405, "MethodNotAllowed", "read-only"))
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
         try:
@@ -423,6 +476,9 @@ def control(c):
         return {"resourceVersion": str(s.bump())}
     if op == "auth":  # {"tokens": [...]}: accepted bearer tokens; [] disables authentication
         s.tokens = list(c["tokens"])
+        return {}
+    if op == "sa_tokens":  # {"tokens": {token: {"username", "audiences"}}}: for TokenReview
+        s.sa_tokens = dict(c["tokens"])
         return {}
     if op == "gone_mode":  # {"value": "http"|"stream"}
         s.gone_mode = c["value"]

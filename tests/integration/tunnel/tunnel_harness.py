@@ -128,7 +128,7 @@ class Proc:
 
 class Server:
     def __init__(self, env, name="server", mode="grpc", uds=True, extra=(), server_id=None,
-                 agent_port=None):
+                 agent_port=None, cluster_ca=True):
         self.env = env
         self.name = name
         self.mode = mode
@@ -141,9 +141,10 @@ class Server:
         argv = [SERVER_BIN, "--mode=" + mode, "--agent-port=%d" % self.agent_port,
                 "--agent-bind-address=127.0.0.1",
                 "--cluster-cert=" + c.p("server.crt"), "--cluster-key=" + c.p("server.key"),
-                "--cluster-ca-cert=" + c.p("ca.crt"),
                 "--health-port=%d" % self.health_port, "--health-bind-address=127.0.0.1",
                 "--admin-port=%d" % self.admin_port, "--server-id=" + (server_id or name)]
+        if cluster_ca:
+            argv.append("--cluster-ca-cert=" + c.p("ca.crt"))
         if self.uds:
             argv.append("--uds-name=" + self.uds)
         else:
