@@ -48,7 +48,7 @@ std::string ConnectErrorReply(const std::string& err) {
   } else if (absl::StrContains(err, "timeout") || absl::StrContains(err, "deadline exceeded")) {
     code = 504;
     reason = "Gateway Timeout";
-  } else if (absl::StrContains(err, "too many open files")) {
+  } else if (absl::StrContains(err, "too many open files") || err == Router::kShuttingDown) {
     code = 503;
     reason = "Service Unavailable";
   }

@@ -157,6 +157,10 @@ absl::StatusOr<StatusServers> StartStatusServers(const ServerOptions& o, Router&
                                                return wire::StatusServer::Reply{200, "ok"};
                                              }},
                                             {"/readyz", [&router] {
+                                               if (router.stopped_dialing()) {
+                                                 return wire::StatusServer::Reply{
+                                                     500, "shutting down"};
+                                               }
                                                return router.ReadyAgents() > 0
                                                           ? wire::StatusServer::Reply{200, "ok"}
                                                           : wire::StatusServer::Reply{
@@ -235,9 +239,23 @@ int Serve(const ServerOptions& o, std::vector<Strategy> strategies, const TokenF
             << " agent-port=" << o.agent_port;
   int sig = 0;
   sigwait(&sigs, &sig);
-  LOG(INFO) << "signal " << sig << ": shutting down";
-  // Frontends first, so no new dials arrive while agents are let go.
-  const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(5);
+  // Graceful: not ready (load balancers stop sending), new dials refused, open tunnels get
+  // the grace period to finish.
+  router.StopDialing();
+  LOG(INFO) << "signal " << sig << ": refusing new tunnels; waiting up to "
+            << o.shutdown_grace_period << " for " << router.Tunnels()
+            << " open ones (another signal stops at once)";
+  const absl::Time until = absl::Now() + o.shutdown_grace_period;
+  while (router.Tunnels() > 0 && absl::Now() < until) {
+    const timespec tick{0, 100'000'000};
+    if (sigtimedwait(&sigs, nullptr, &tick) > 0) {
+      LOG(INFO) << "second signal: stopping now";
+      break;
+    }
+  }
+  LOG(INFO) << "shutting down with " << router.Tunnels() << " tunnels open";
+  // Frontends first, so no frontend is left waiting on an agent that is gone.
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(500);
   if (grpc_frontend) {
     grpc_frontend->Shutdown(deadline);
   }

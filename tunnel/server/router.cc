@@ -125,11 +125,30 @@ AgentLink* Router::Pick(const std::string& address) {
   return nullptr;
 }
 
+void Router::StopDialing() {
+  absl::MutexLock lock(&mu_);
+  stopped_dialing_ = true;
+}
+
+bool Router::stopped_dialing() const {
+  absl::MutexLock lock(&mu_);
+  return stopped_dialing_;
+}
+
+size_t Router::Tunnels() const {
+  absl::MutexLock lock(&mu_);
+  return tunnels_.size();
+}
+
 std::string Router::Dial(Frontend* frontend, const wire::Packet& dial) {
   absl::MutexLock lock(&mu_);
   if (tunnels_.contains(frontend)) {
     metrics_.bad_packets.WithLabels({"second_dial"}).Inc();
     return "a dial was already made on this stream";
+  }
+  if (stopped_dialing_) {
+    metrics_.dial_failures.WithLabels({"shutting_down"}).Inc();
+    return kShuttingDown;
   }
   AgentLink* agent = Pick(dial.dialrequest().address());
   if (agent == nullptr) {

@@ -52,6 +52,13 @@ class Router final {
 
   int ReadyAgents() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Graceful shutdown: new dials fail with kShuttingDown; tunnels already made carry on.
+  static constexpr char kShuttingDown[] = "proxy server is shutting down";
+  void StopDialing() ABSL_LOCKS_EXCLUDED(mu_);
+  bool stopped_dialing() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Tunnels pending or established.
+  size_t Tunnels() const ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   struct Tunnel {
     AgentLink* agent = nullptr;
@@ -72,6 +79,7 @@ class Router final {
   const std::vector<Strategy> strategies_;
   ServerMetrics& metrics_;
   mutable absl::Mutex mu_;
+  bool stopped_dialing_ ABSL_GUARDED_BY(mu_) = false;
   // agent id -> its streams; the first one is used for routing.
   std::map<std::string, std::vector<AgentLink*>> agents_ ABSL_GUARDED_BY(mu_);
   std::set<AgentLink*> draining_ ABSL_GUARDED_BY(mu_);

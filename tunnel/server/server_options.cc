@@ -54,6 +54,9 @@ void RegisterServerFlags(base::FlagSet& f, ServerOptions& o) {
         "(sluice) Bytes queued per tunnelled connection before it is closed.");
   f.Duration("http-header-timeout", &o.http_header_timeout,
              "(sluice) Time an HTTP CONNECT client has to send its request head.");
+  f.Duration("shutdown-grace-period", &o.shutdown_grace_period,
+             "(sluice) After SIGTERM, how long open tunnels may finish before the server stops "
+             "(new dials are refused meanwhile; a second signal stops at once).");
 }
 
 absl::Status ValidateServerOptions(ServerOptions& o) {

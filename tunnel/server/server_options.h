@@ -40,6 +40,7 @@ struct ServerOptions {
   std::string agent_token_file;
   int64_t max_connection_buffer = 16 << 20;
   absl::Duration http_header_timeout = absl::Seconds(10);
+  absl::Duration shutdown_grace_period = absl::Seconds(10);
 };
 
 void RegisterServerFlags(base::FlagSet& flags, ServerOptions& o);

@@ -8,6 +8,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <memory>
+#include <string>
 #include <utility>
 
 #include "agent/base/status.h"
@@ -135,14 +137,19 @@ ssize_t SocketPump::ReadOnce(char* buf, size_t len) {
 void SocketPump::HandleRead() {
   // A few chunks per wake-up keeps one busy socket from starving the others on the loop.
   // Decrypted bytes buffered inside TLS raise no epoll event, so those are always drained.
+  // Reads land in a per-thread buffer and leave as exact-size strings: a chunk-sized string
+  // per read would be zero-filled first, and a few bytes of interactive traffic would pin a
+  // whole chunk's capacity while they wait in the stream's queue.
+  thread_local std::unique_ptr<char[]> scratch;
+  if (!scratch) {
+    scratch = std::make_unique_for_overwrite<char[]>(kReadChunk);
+  }
   for (int i = 0; reading_ && !done_ && (i < 4 || (tls_ && tls_->HasPending())); ++i) {
-    std::string buf(kReadChunk, '\0');
-    const ssize_t n = ReadOnce(buf.data(), buf.size());
+    const ssize_t n = ReadOnce(scratch.get(), kReadChunk);
     if (n <= 0) {
       return;
     }
-    buf.resize(static_cast<size_t>(n));
-    callbacks_.OnSocketData(std::move(buf));
+    callbacks_.OnSocketData(std::string(scratch.get(), static_cast<size_t>(n)));
   }
 }
 

@@ -136,6 +136,65 @@ class HttpConnectTest(unittest.TestCase):
                      what="sluice-agent /readyz naming the tunnel")
         self.assertEqual(node.readyz()[0], 503)
 
+    def connect_uds(self, s, port):
+        """An established tunnel through the Unix-socket frontend, the 200 reply consumed."""
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.settimeout(10)
+        c.connect(s.uds)
+        c.sendall(b"CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n" % port)
+        reply = b"HTTP/1.1 200 Connection Established\r\n\r\n"
+        got = b""
+        while len(got) < len(reply):
+            got += c.recv(len(reply) - len(got))
+        self.assertEqual(got, reply)
+        return c
+
+    def get_over(self, c):
+        c.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        out = b""
+        while not out.endswith(b"hello from backend\n"):
+            b = c.recv(4096)
+            self.assertTrue(b, out)
+            out += b
+        return out
+
+    def test_graceful_shutdown(self):
+        s = self.up(extra=["--shutdown-grace-period=20s"])
+        open_tunnel = self.connect_uds(s, self.backend.port)
+        s.proc.signal(signal.SIGTERM)
+        # Not ready, new dials refused with a clear 503; the open tunnel still works.
+        h.wait_until(lambda: h.http_get("http://127.0.0.1:%d/readyz" % s.health_port) ==
+                     (500, "shutting down"), what="readyz says shutting down")
+        out = uds_exchange(s.uds, b"CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n" % self.backend.port)
+        self.assertTrue(out.startswith(b"HTTP/1.1 503 "), out)
+        self.assertTrue(out.endswith(b"proxy server is shutting down"), out)
+        self.assertIn(b"hello from backend", self.get_over(open_tunnel))
+        self.assertTrue(s.proc.alive())
+        # The last tunnel closing ends the wait, well before the grace period.
+        start = time.time()
+        open_tunnel.close()
+        s.proc.p.wait(timeout=10)
+        self.assertLess(time.time() - start, 5)
+        self.assertEqual(s.proc.p.returncode, 0, s.proc.output()[-2000:])
+        self.assertIn("shutting down with 0 tunnels open", s.proc.output())
+
+    def test_second_signal_stops_at_once(self):
+        s = self.up(extra=["--shutdown-grace-period=60s"])
+        open_tunnel = self.connect_uds(s, self.backend.port)
+        s.proc.signal(signal.SIGTERM)
+        h.wait_until(lambda: "refusing new tunnels" in s.proc.output(), what="first signal")
+        s.proc.signal(signal.SIGTERM)
+        s.proc.p.wait(timeout=10)
+        self.assertEqual(s.proc.p.returncode, 0, s.proc.output()[-2000:])
+        self.assertIn("shutting down with 1 tunnels open", s.proc.output())
+        # The tunnel was closed, not left hanging.
+        open_tunnel.settimeout(5)
+        try:
+            self.assertEqual(open_tunnel.recv(1), b"")
+        except ConnectionResetError:
+            pass
+        open_tunnel.close()
+
     def test_curl_over_unix_socket(self):
         s = self.up()
         self.assertEqual(oct(os.stat(s.uds).st_mode & 0o777), "0o770")
