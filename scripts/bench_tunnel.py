@@ -20,6 +20,7 @@ import resource
 import socket
 import ssl
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -142,20 +143,29 @@ class Backend:
         c.close()
 
 
+HOLDER = """
+import socket, sys
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(4096)
+print(s.getsockname()[1], flush=True)
+held = []
+while True:
+    held.append(s.accept()[0])
+"""
+
+
 class Holder:
-    """Backend for idle tunnels: accepts and holds sockets, no thread per connection."""
+    """Backend for idle tunnels, in its own process (descriptors are limited per process):
+    accepts and holds sockets."""
 
     def __init__(self):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(4096)
-        self.port = self.sock.getsockname()[1]
-        self.held = []
-        threading.Thread(target=self._accept, daemon=True).start()
+        self.proc = subprocess.Popen(["/usr/bin/python3", "-c", HOLDER], stdout=subprocess.PIPE)
+        self.port = int(self.proc.stdout.readline())
 
-    def _accept(self):
-        while True:
-            self.held.append(self.sock.accept()[0])
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
 
 
 class Dialer:
@@ -228,6 +238,16 @@ def parallel(dialer, path, port, payload, n, conns):
     return time.perf_counter() - start
 
 
+def cpu_seconds(procs):
+    """User + system CPU seconds of these harness processes so far."""
+    total = 0.0
+    for p in procs:
+        with open("/proc/%d/stat" % p.proc.p.pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def rss_kib(pid):
     with open("/proc/%d/status" % pid) as f:
         for line in f:
@@ -248,9 +268,10 @@ def main():
     setup_env(args.build)
     import tunnel_harness as h
 
-    # Every idle tunnel costs the client, server, agent and backend a descriptor each.
+    # Every idle tunnel costs the client, server, agent and backend a descriptor each (two for
+    # the agent and server, whose limit they raise themselves).
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = max(soft, min(hard, 4 * args.idle + 1024))
+    want = max(soft, min(hard, 2 * args.idle + 1024))
     resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
     sizes = [int(m) for m in args.mib.split(",")]
@@ -266,11 +287,17 @@ def main():
             h.wait_until(s.ready)
         dialer = Dialer(servers, env.certs)
         results = {}
+        cpu = {}  # path -> [server+agent CPU seconds, bytes] over the single-connection runs
         for rep in range(args.reps):
             for mib in sizes:
                 for direction in ("down", "up"):
                     for path in paths:
+                        procs = [servers[path], agents[path]] if path in servers else []
+                        before = cpu_seconds(procs)
                         secs = transfer(dialer, path, backend.port, payload, direction, mib << 20)
+                        used = cpu.setdefault(path, [0.0, 0])
+                        used[0] += cpu_seconds(procs) - before
+                        used[1] += mib << 20
                         results.setdefault(("1 conn", direction, mib, path), []).append(
                             (mib << 20) / secs / 1e6)
             for path in paths:
@@ -292,6 +319,10 @@ def main():
                       if p != "direct" and "direct" in med]
             print("| %s %s %d MiB | %s | %s |" % (key[0], key[1], key[2], " | ".join(cells),
                                                   " | ".join(ratios)))
+        print()
+        for path in [p for p in paths if p in servers]:
+            print("server + agent CPU per GB moved via %s (single-connection runs): %.2f s"
+                  % (path, cpu[path][0] / (cpu[path][1] / 1e9)))
         print()
         for path in [p for p in paths if p != "direct"]:
             lat = []
@@ -316,6 +347,7 @@ def main():
                                       (after[1] - base[1]) >> 10))
         for s in idle:
             s.close()
+        holder.stop()
     finally:
         payload.close()
         env.close()

@@ -3,7 +3,6 @@
 
 #include <signal.h>
 #include <sys/epoll.h>
-#include <sys/resource.h>
 #include <sys/signalfd.h>
 
 #include <cstring>
@@ -13,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 
 #include "agent/admin/debug_services.h"
+#include "agent/base/file.h"
 #include "agent/base/log.h"
 #include "agent/base/status.h"
 #include "agent/fastpath/probe.h"
@@ -36,25 +36,6 @@ Agent::~Agent() {
     }
   }
 }
-
-namespace {
-
-// Each proxied connection holds two sockets and up to two pipes (4 pipe fds), so the default
-// soft limit of 1024 would cap us near 170 connections. Raise the soft limit to the hard one.
-void RaiseFileLimit() {
-  rlimit lim;
-  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
-    const rlim_t was = lim.rlim_cur;
-    lim.rlim_cur = lim.rlim_max;
-    if (setrlimit(RLIMIT_NOFILE, &lim) == 0) {
-      LOG(INFO) << "raised the open file limit from " << was << " to " << lim.rlim_cur;
-    } else {
-      LOG(WARNING) << "cannot raise the open file limit above " << was << ": " << strerror(errno);
-    }
-  }
-}
-
-}  // namespace
 
 absl::Status Agent::ChooseDataPath(int workers) {
   auto& in_use = metrics_.AddGauge("sluice_datapath",
@@ -88,7 +69,7 @@ absl::Status Agent::ChooseDataPath(int workers) {
 }
 
 absl::Status Agent::StartDataPath() {
-  RaiseFileLimit();
+  base::RaiseFileLimit();
   auto vips = vip::NetlinkVipManager::Create(opts_.vip_interface);
   if (!vips.ok()) {
     return base::Annotate(vips.status(), "VIP interface (needs CAP_NET_ADMIN)");

@@ -2,12 +2,15 @@
 #include "agent/base/file.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 
+#include "agent/base/log.h"
 #include "agent/base/status.h"
 #include "agent/base/unique_fd.h"
 
@@ -36,6 +39,19 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes) 
           absl::StrCat("read ", path, ": larger than the limit of ", max_bytes, " bytes"));
     }
     out.append(buf, static_cast<size_t>(n));
+  }
+}
+
+void RaiseFileLimit() {
+  rlimit lim;
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    const rlim_t was = lim.rlim_cur;
+    lim.rlim_cur = lim.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &lim) == 0) {
+      LOG(INFO) << "raised the open file limit from " << was << " to " << lim.rlim_cur;
+    } else {
+      LOG(WARNING) << "cannot raise the open file limit above " << was << ": " << strerror(errno);
+    }
   }
 }
 

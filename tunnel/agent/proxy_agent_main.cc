@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 
 #include "agent/base/flags.h"
+#include "agent/base/file.h"
 #include "agent/base/log.h"
 #include "agent/base/status.h"
 #include "tunnel/agent/tunnel_agent.h"
@@ -143,6 +144,7 @@ absl::StatusOr<StatusServers> StartStatusServers(const ProxyAgentFlags& o, Tunne
 
 int Run(int argc, char** argv) {
   wire::TuneMalloc();
+  base::RaiseFileLimit();
   ProxyAgentFlags o;
   base::FlagSet flags("sluice-proxy-agent");
   Register(flags, o);

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
 
+#include "agent/base/file.h"
 #include "agent/base/log.h"
 #include "agent/base/metrics.h"
 #include "agent/base/status.h"
@@ -269,6 +270,7 @@ int Serve(const ServerOptions& o, std::vector<Strategy> strategies, const TokenF
 
 int Run(int argc, char** argv) {
   wire::TuneMalloc();
+  base::RaiseFileLimit();
   ServerOptions o;
   std::vector<Strategy> strategies;
   std::optional<TokenFile> tokens;
