@@ -72,19 +72,7 @@ current-context: test
         return out
 
 
-class AgentAuthTest(unittest.TestCase):
-    def setUp(self):
-        self.env = h.Env()
-        self.addCleanup(self.env.close)
-
-    def tearDown(self):
-        result = getattr(self._outcome, "result", None)
-        failed = result is not None and any(
-            t is self for t, _ in (result.errors + result.failures))
-        if failed or os.environ.get("SLUICE_TUNNEL_LOGS"):
-            for p in self.env.procs:
-                print("----", p.argv[0], "\n", p.output()[-4000:])
-
+class AgentAuthTest(h.TestCase):
     def token_file(self, name, token):
         path = os.path.join(self.env.dir, name)
         with open(path, "w") as f:

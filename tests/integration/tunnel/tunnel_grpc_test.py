@@ -14,20 +14,11 @@ import tunnel_harness as h
 from tunnel_harness import pb
 
 
-class GrpcTunnelTest(unittest.TestCase):
+class GrpcTunnelTest(h.TestCase):
     def setUp(self):
-        self.env = h.Env()
-        self.addCleanup(self.env.close)  # runs even if tearDown fails: no orphan processes
+        super().setUp()
         self.backend = h.Backend()
         self.addCleanup(self.backend.stop)
-
-    def tearDown(self):
-        result = getattr(self._outcome, "result", None)
-        failed = result is not None and any(
-            t is self for t, _ in (result.errors + result.failures))
-        if failed or os.environ.get("SLUICE_TUNNEL_LOGS"):
-            for p in self.env.procs:
-                print("----", p.argv[0], "\n", p.output()[-4000:])
 
     def up(self, **kw):
         s = self.env.server(**kw)

@@ -17,6 +17,7 @@ import sys
 import tempfile
 import threading
 import time
+import unittest
 import urllib.request
 
 import grpc
@@ -329,6 +330,23 @@ class Env:
         for p in self.procs:
             p.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class TestCase(unittest.TestCase):
+    """A per-test Env whose process logs are printed when the test fails (or always, with
+    SLUICE_TUNNEL_LOGS set)."""
+
+    def setUp(self):
+        self.env = Env()
+        self.addCleanup(self.env.close)  # runs even if tearDown fails: no orphan processes
+
+    def tearDown(self):
+        result = getattr(self._outcome, "result", None)
+        failed = result is not None and any(
+            t is self for t, _ in (result.errors + result.failures))
+        if failed or os.environ.get("SLUICE_TUNNEL_LOGS"):
+            for p in self.env.procs:
+                print("----", p.argv[0], "\n", p.output()[-4000:])
 
 
 class Tunnel:

@@ -41,10 +41,9 @@ def uds_exchange(path, data, timeout=5.0):
     return out
 
 
-class HttpConnectTest(unittest.TestCase):
+class HttpConnectTest(h.TestCase):
     def setUp(self):
-        self.env = h.Env()
-        self.addCleanup(self.env.close)  # runs even if tearDown fails: no orphan processes
+        super().setUp()
         self.backend = h.Backend()
         self.addCleanup(self.backend.stop)
         self.socat = None
@@ -53,10 +52,7 @@ class HttpConnectTest(unittest.TestCase):
         if self.socat:
             self.socat.kill()
             self.socat.wait()
-        result = getattr(self._outcome, "result", None)
-        if result is not None and any(t is self for t, _ in result.errors + result.failures):
-            for p in self.env.procs:
-                print("----", p.argv[0], "\n", p.output()[-4000:])
+        super().tearDown()
 
     def up(self, uds=True, agent=True, extra=()):
         s = self.env.server(mode="http-connect", uds=uds, extra=list(extra))
