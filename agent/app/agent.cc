@@ -70,7 +70,7 @@ absl::Status Agent::ChooseDataPath(int workers) {
 
 absl::Status Agent::StartDataPath() {
   base::RaiseFileLimit();
-  auto vips = vip::NetlinkVipManager::Create(opts_.vip_interface);
+  auto vips = vip::NetlinkVipManager::Create(opts_.vip_interface, opts_.service_cidrs);
   if (!vips.ok()) {
     return base::Annotate(vips.status(), "VIP interface (needs CAP_NET_ADMIN)");
   }

@@ -65,6 +65,11 @@ void RegisterFlags(base::FlagSet& flags, AgentOptions& o) {
                "the type, else lo)");
   flags.Bool("keep-vips", &o.keep_vips,
              "Leave the VIPs in place at shutdown, so a restart does not interrupt services");
+  flags.List("service-cluster-ip-range", &o.service_cluster_ip_range,
+             "The cluster's service CIDRs (kube-apiserver's flag of that name; one per family): "
+             "each is made local by one route instead of an address per ClusterIP, which is "
+             "much faster with thousands of services; every address in them then answers "
+             "locally (refused without a service)");
   flags.List("nodeport-addresses", &o.nodeport_addresses,
              "CIDRs of the node addresses NodePorts listen on (default: all addresses)");
   flags.Duration("dial-timeout", &o.dial_timeout,
@@ -270,6 +275,19 @@ absl::Status Validate(AgentOptions& o) {
           "invalid value \"", c, "\" for flag --nodeport-addresses: want a CIDR like 10.0.0.0/8"));
     }
     o.nodeport_cidrs.push_back(*cidr);
+  }
+  o.service_cidrs.clear();
+  for (const auto& c : o.service_cluster_ip_range) {
+    auto cidr = net::Cidr::Parse(c);
+    if (!cidr || !(cidr->Network() == *cidr)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("invalid value \"", c,
+                       "\" for flag --service-cluster-ip-range: want a network address like "
+                       "10.96.0.0/12",
+                       cidr ? absl::StrCat(" (did you mean ", cidr->Network().ToString(), "?)")
+                            : ""));
+    }
+    o.service_cidrs.push_back(*cidr);
   }
   for (const auto& server : o.tunnel_servers) {
     auto colon = server.rfind(':');

@@ -44,6 +44,7 @@ struct AgentOptions {
   std::string vip_interface;
   bool keep_vips = false;
   std::vector<std::string> nodeport_addresses;
+  std::vector<std::string> service_cluster_ip_range;
   absl::Duration dial_timeout = absl::Seconds(5);
   absl::Duration tcp_idle_timeout = absl::Hours(1);
   absl::Duration drain_timeout = absl::ZeroDuration();
@@ -68,6 +69,7 @@ struct AgentOptions {
   std::vector<SourceSpec> source_specs;
   std::string node_name;
   std::vector<net::Cidr> nodeport_cidrs;
+  std::vector<net::Cidr> service_cidrs;
 };
 
 // Registers every option on `flags` (defaults from `opts`).

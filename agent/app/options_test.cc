@@ -92,6 +92,19 @@ TEST_F(OptionsTest, DatapathIsAutoSpliceOrSockmap) {
   EXPECT_NE(st.message().find("--datapath"), std::string::npos) << st;
 }
 
+TEST_F(OptionsTest, ServiceClusterIpRangeWantsNetworkAddresses) {
+  ASSERT_TRUE(
+      Parse({"--source=file:" + dir_, "--service-cluster-ip-range=10.96.0.0/12,fd00:96::/108"})
+          .ok());
+  ASSERT_EQ(opts_.service_cidrs.size(), 2u);
+  EXPECT_EQ(opts_.service_cidrs[1].ToString(), "fd00:96::/108");
+  absl::Status st = Parse({"--source=file:" + dir_, "--service-cluster-ip-range=10.96.0.1/12"});
+  EXPECT_NE(st.message().find("--service-cluster-ip-range"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("did you mean 10.96.0.0/12?"), std::string::npos) << st;
+  st = Parse({"--source=file:" + dir_, "--service-cluster-ip-range=10.96.0.0"});
+  EXPECT_NE(st.message().find("--service-cluster-ip-range"), std::string::npos) << st;
+}
+
 TEST_F(OptionsTest, ConfigFileAnySpellingCommandLineWins) {
   std::string cfg = WriteConfig("source:\n  - file:" + dir_ +
                                 "\nsyncPeriod: 10s\nmin_sync_period: 2s\nzone: z1\n"

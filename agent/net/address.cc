@@ -109,6 +109,25 @@ bool Cidr::Contains(const IpAddress& ip) const {
   return (a[full] & mask) == (b[full] & mask);
 }
 
+Cidr Cidr::Network() const {
+  uint8_t bytes[16] = {};
+  std::memcpy(bytes, base_.bytes(), static_cast<size_t>(base_.byte_length()));
+  for (int bit = prefix_; bit < base_.byte_length() * 8; ++bit) {
+    bytes[bit / 8] &= static_cast<uint8_t>(~(0x80 >> (bit % 8)));
+  }
+  Cidr c = *this;
+  if (base_.is_v4()) {
+    in_addr v4;
+    std::memcpy(&v4, bytes, sizeof(v4));
+    c.base_ = IpAddress::FromV4(v4);
+  } else {
+    in6_addr v6;
+    std::memcpy(&v6, bytes, sizeof(v6));
+    c.base_ = IpAddress::FromV6(v6);
+  }
+  return c;
+}
+
 std::string Cidr::ToString() const { return absl::StrCat(base_.ToString(), "/", prefix_); }
 
 SocketAddress::SocketAddress(const IpAddress& ip, uint16_t port) : ip_(ip), port_(port) {}

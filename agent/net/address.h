@@ -53,6 +53,10 @@ class Cidr final {
  public:
   static std::optional<Cidr> Parse(std::string_view text);
   bool Contains(const IpAddress& ip) const;
+  const IpAddress& base() const { return base_; }
+  int prefix() const { return prefix_; }
+  // The same range with the host bits of base() cleared ("10.96.0.1/12" -> "10.96.0.0/12").
+  Cidr Network() const;
   std::string ToString() const;
   friend bool operator==(const Cidr&, const Cidr&) = default;
 

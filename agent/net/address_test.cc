@@ -30,6 +30,10 @@ TEST(AddressTest, Cidr) {
   EXPECT_TRUE(Cidr::Parse("0.0.0.0/0")->Contains(*IpAddress::Parse("8.8.8.8")));
   EXPECT_FALSE(Cidr::Parse("10.0.0.0/33"));
   EXPECT_FALSE(Cidr::Parse("10.0.0.0"));
+  EXPECT_EQ(Cidr::Parse("10.96.7.1/12")->Network().ToString(), "10.96.0.0/12");
+  EXPECT_EQ(Cidr::Parse("10.96.7.1/32")->Network().ToString(), "10.96.7.1/32");
+  EXPECT_EQ(Cidr::Parse("fd00:1:2::7/108")->Network().ToString(), "fd00:1:2::/108");
+  EXPECT_EQ(Cidr::Parse("fd00::ffff:ffff/111")->Network().ToString(), "fd00::fffe:0/111");
 }
 
 }  // namespace

@@ -75,16 +75,25 @@ absl::StatusOr<std::string> ChooseDefaultInterface(RouteSocket& socket) {
 }  // namespace
 
 NetlinkVipManager::NetlinkVipManager(std::unique_ptr<RouteSocket> socket,
-                                     std::string interface_name, int ifindex)
+                                     std::string interface_name, int ifindex,
+                                     std::vector<net::Cidr> local_ranges)
     : socket_(std::move(socket)),
       interface_name_(std::move(interface_name)),
       ifindex_(ifindex),
-      label_(LabelFor(interface_name_)) {}
+      label_(LabelFor(interface_name_)),
+      local_ranges_(std::move(local_ranges)) {}
 
 NetlinkVipManager::~NetlinkVipManager() = default;
 
 absl::StatusOr<std::unique_ptr<NetlinkVipManager>> NetlinkVipManager::Create(
-    std::string interface_name) {
+    std::string interface_name, std::vector<net::Cidr> local_ranges) {
+  for (const net::Cidr& range : local_ranges) {
+    if (!(range.Network() == range)) {
+      return absl::InvalidArgumentError(absl::StrCat("local range ", range.ToString(),
+                                                     " has host bits set; did you mean ",
+                                                     range.Network().ToString(), "?"));
+    }
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<RouteSocket> socket, RouteSocket::Create());
   if (interface_name.empty()) {
     ASSIGN_OR_RETURN(interface_name, ChooseDefaultInterface(*socket));
@@ -102,13 +111,48 @@ absl::StatusOr<std::unique_ptr<NetlinkVipManager>> NetlinkVipManager::Create(
                  << " is too long for an IPv4 address label; VIPs are marked by IFA_PROTO only";
   }
   LOG(INFO) << "service VIPs go on " << interface_name << " (ifindex " << *ifindex << ")";
-  return std::unique_ptr<NetlinkVipManager>(
-      new NetlinkVipManager(std::move(socket), std::move(interface_name), *ifindex));
+  auto manager = std::unique_ptr<NetlinkVipManager>(new NetlinkVipManager(
+      std::move(socket), std::move(interface_name), *ifindex, std::move(local_ranges)));
+  RETURN_IF_ERROR(manager->InstallLocalRanges());
+  return manager;
+}
+
+absl::Status NetlinkVipManager::InstallLocalRanges() {
+  ASSIGN_OR_RETURN(auto existing, socket_->DumpLocalRoutes(kAddressProtocol));
+  ErrorTally errors;
+  for (const auto& [ifindex, range] : existing) {
+    const bool wanted = ifindex == ifindex_ && std::find(local_ranges_.begin(), local_ranges_.end(),
+                                                         range) != local_ranges_.end();
+    if (!wanted) {
+      absl::Status st = socket_->DeleteLocalRoute(ifindex, range, kAddressProtocol);
+      if (st.ok()) {
+        LOG(INFO) << "removed the local route for " << range.ToString() << " of an earlier run";
+      }
+      errors.Add(absl::IsNotFound(st) ? absl::OkStatus() : st);
+    }
+  }
+  for (const net::Cidr& range : local_ranges_) {
+    absl::Status st = socket_->AddLocalRoute(ifindex_, range, kAddressProtocol);
+    if (st.ok()) {
+      LOG(INFO) << "VIPs in " << range.ToString() << " are local through one route on "
+                << interface_name_;
+    }
+    errors.Add(absl::IsAlreadyExists(st) ? absl::OkStatus() : st);
+  }
+  return errors.Result("install local routes");
+}
+
+bool NetlinkVipManager::InLocalRange(const net::IpAddress& ip) const {
+  return std::any_of(local_ranges_.begin(), local_ranges_.end(),
+                     [&](const net::Cidr& range) { return range.Contains(ip); });
 }
 
 absl::Status NetlinkVipManager::Ensure(const net::IpAddress& ip) {
   if (ip.IsUnspecified()) {
     return absl::InvalidArgumentError(absl::StrCat("ensure VIP ", ip.ToString(), ": unspecified"));
+  }
+  if (InLocalRange(ip)) {
+    return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(std::vector<KernelAddress> current, socket_->DumpAddresses());
   const Presence presence = Classify(current, ip, ifindex_, owned_);
@@ -147,7 +191,17 @@ absl::Status NetlinkVipManager::Reconcile(const absl::flat_hash_set<net::IpAddre
   // A dump of every address costs O(all addresses) per sync (~10k VIPs at scale), so only the
   // periodic resync, the first call and the one after a failure read the kernel.
   const bool scan = std::exchange(stale_, false);
-  absl::Status status = scan ? ReconcileWithKernel(wanted) : ReconcileOwned(wanted);
+  // VIPs in a local range need no address (and lose one they had from an earlier run).
+  absl::flat_hash_set<net::IpAddress> outside;
+  if (!local_ranges_.empty()) {
+    for (const net::IpAddress& ip : wanted) {
+      if (!InLocalRange(ip)) {
+        outside.insert(ip);
+      }
+    }
+  }
+  const auto& need = local_ranges_.empty() ? wanted : outside;
+  absl::Status status = scan ? ReconcileWithKernel(need) : ReconcileOwned(need);
   if (!status.ok()) {
     stale_ = true;  // our view may be wrong: the next sync scans
   }
@@ -259,6 +313,10 @@ absl::Status NetlinkVipManager::RemoveAll() {
     errors.Add(std::move(result));
   }
   owned_ = std::move(remaining);
+  for (const net::Cidr& range : local_ranges_) {
+    absl::Status st = socket_->DeleteLocalRoute(ifindex_, range, kAddressProtocol);
+    errors.Add(absl::IsNotFound(st) ? absl::OkStatus() : st);
+  }
   return errors.Result("remove all VIPs");
 }
 

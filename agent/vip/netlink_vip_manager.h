@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
@@ -26,7 +27,12 @@ class NetlinkVipManager final : public VipManager {
 
   // `interface_name` must name an existing link; empty selects the default described above. The
   // link is set up if it is down: IPv6 addresses stay tentative, hence unusable, on a down link.
-  static absl::StatusOr<std::unique_ptr<NetlinkVipManager>> Create(std::string interface_name);
+  // `local_ranges` (e.g. the service CIDRs) are made local with one `local` route each instead
+  // of an address per VIP: VIPs inside them get no address. Adding 10,000 addresses to one link
+  // costs the kernel seconds (each insert walks the link's list), a route costs nothing per VIP.
+  // Create installs them and removes such routes of an earlier run that are no longer wanted.
+  static absl::StatusOr<std::unique_ptr<NetlinkVipManager>> Create(
+      std::string interface_name, std::vector<net::Cidr> local_ranges = {});
   // Leaves every address in place (see VipManager). RemoveAll() is the clean-shutdown path.
   ~NetlinkVipManager() override;
 
@@ -40,7 +46,12 @@ class NetlinkVipManager final : public VipManager {
   std::string interface_name() const override { return interface_name_; }
 
  private:
-  NetlinkVipManager(std::unique_ptr<RouteSocket> socket, std::string interface_name, int ifindex);
+  NetlinkVipManager(std::unique_ptr<RouteSocket> socket, std::string interface_name, int ifindex,
+                    std::vector<net::Cidr> local_ranges);
+
+  // Converges the kernel's local routes of ours on local_ranges_.
+  absl::Status InstallLocalRanges();
+  bool InLocalRange(const net::IpAddress& ip) const;
 
   // Reconcile against a dump of the kernel's addresses.
   absl::Status ReconcileWithKernel(const absl::flat_hash_set<net::IpAddress>& wanted);
@@ -55,6 +66,7 @@ class NetlinkVipManager final : public VipManager {
   const std::string interface_name_;
   const int ifindex_;
   const std::string label_;  // IPv4 IFA_LABEL, "" if the name is too long for one.
+  const std::vector<net::Cidr> local_ranges_;
   absl::flat_hash_set<net::IpAddress> owned_;
   // Someone else's local addresses as of the last full scan: never added, never owned.
   absl::flat_hash_set<net::IpAddress> foreign_;

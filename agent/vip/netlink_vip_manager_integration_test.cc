@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // NetlinkVipManager against the real kernel, inside a network namespace of the test's own.
 #include <arpa/inet.h>
+#include <netinet/in.h>
 #include <errno.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -63,10 +64,15 @@ std::string AddressLine(std::string_view ip, const std::string& dev) {
   return "";
 }
 
-// Listens on ip, port 0, connects to it and moves one byte across.
-testing::AssertionResult Connectable(const net::IpAddress& ip) {
+// Listens on ip, port 0, connects to it and moves one byte across. `freebind` binds as the agent
+// does: IPv6 bind() accepts only assigned addresses, not ones a local route covers.
+testing::AssertionResult Connectable(const net::IpAddress& ip, bool freebind = false) {
   const int family = ip.family();
   base::UniqueFd listener(socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  const int on = 1;
+  if (freebind && setsockopt(listener.get(), IPPROTO_IPV6, IPV6_FREEBIND, &on, sizeof(on)) < 0) {
+    return testing::AssertionFailure() << "IPV6_FREEBIND: " << strerror(errno);
+  }
   sockaddr_storage storage{};
   socklen_t len = net::SocketAddress(ip, 0).ToSockaddr(&storage);
   auto* sa = reinterpret_cast<sockaddr*>(&storage);
@@ -129,9 +135,14 @@ class NetlinkVipManagerTest : public testing::Test {
     }
   }
 
-  std::unique_ptr<NetlinkVipManager> Create(std::string interface_name = "") {
+  std::unique_ptr<NetlinkVipManager> Create(std::string interface_name = "",
+                                            std::vector<std::string> local_ranges = {}) {
+    std::vector<net::Cidr> ranges;
+    for (const std::string& r : local_ranges) {
+      ranges.push_back(*net::Cidr::Parse(r));
+    }
     absl::StatusOr<std::unique_ptr<NetlinkVipManager>> manager =
-        NetlinkVipManager::Create(std::move(interface_name));
+        NetlinkVipManager::Create(std::move(interface_name), std::move(ranges));
     EXPECT_TRUE(manager.ok()) << manager.status();
     return manager.ok() ? *std::move(manager) : nullptr;
   }
@@ -313,6 +324,56 @@ TEST_F(NetlinkVipManagerTest, ReconcileWithoutScanAndRepairWhenStale) {
 
   EXPECT_TRUE(manager_->RemoveAll().ok());
   EXPECT_NE(AddressLine("10.96.0.77", "lo"), "");
+}
+
+// With local ranges (--service-cluster-ip-range), VIPs inside them are local through one route
+// each and get no address; those outside still do. A restart with other ranges swaps the routes
+// and the clean-shutdown path removes them.
+TEST_F(NetlinkVipManagerTest, LocalRangesReplaceAddressesInside) {
+  // An earlier run without ranges left an address for a VIP that a range now covers.
+  std::unique_ptr<NetlinkVipManager> previous = Create("lo");
+  ASSERT_TRUE(previous->Reconcile({Ip("10.96.0.21")}).ok());
+  ASSERT_NE(AddressLine("10.96.0.21", "lo"), "");
+  previous.reset();
+
+  manager_ = Create("lo", {"10.96.0.0/16", "fd00:96::/112"});
+  ASSERT_NE(manager_, nullptr);
+  const std::string routes = Shell({"ip", "-d", "route", "show", "table", "local"}) +
+                             Shell({"ip", "-6", "-d", "route", "show", "table", "local"});
+  EXPECT_THAT(routes, HasSubstr("local 10.96.0.0/16 dev lo proto 83 scope host")) << routes;
+  EXPECT_THAT(routes, HasSubstr("local fd00:96::/112 dev lo proto 83")) << routes;
+  ASSERT_TRUE(
+      manager_->Reconcile({Ip("10.96.0.21"), Ip("fd00:96::21"), Ip("10.97.0.5")}).ok());
+  EXPECT_EQ(AddressLine("10.96.0.21", "lo"), "");  // the earlier run's address is gone
+  EXPECT_EQ(AddressLine("fd00:96::21", "lo"), "");
+  EXPECT_NE(AddressLine("10.97.0.5", "lo"), "");  // outside every range
+  EXPECT_THAT(manager_->Owned(), UnorderedElementsAre(Ip("10.97.0.5")));
+  EXPECT_TRUE(manager_->Ensure(Ip("10.96.3.3")).ok());
+  EXPECT_TRUE(Connectable(Ip("10.96.0.21")));
+  EXPECT_TRUE(Connectable(Ip("10.96.200.9")));  // any address in the range
+  EXPECT_TRUE(Connectable(Ip("fd00:96::21"), /*freebind=*/true));
+  EXPECT_TRUE(Connectable(Ip("10.97.0.5")));
+  manager_.reset();
+
+  // Restarted with another range (a --keep-vips restart): the old route goes, the new one comes.
+  manager_ = Create("lo", {"10.100.0.0/16"});
+  ASSERT_NE(manager_, nullptr);
+  std::string now = Shell({"ip", "route", "show", "table", "local", "proto", "83"}) +
+                    Shell({"ip", "-6", "route", "show", "table", "local", "proto", "83"});
+  EXPECT_THAT(now, Not(HasSubstr("10.96.0.0/16")));
+  EXPECT_THAT(now, Not(HasSubstr("fd00:96::/112")));
+  EXPECT_THAT(now, HasSubstr("10.100.0.0/16"));
+  ASSERT_TRUE(manager_->Reconcile({Ip("10.97.0.5")}).ok());  // adopted, still wanted
+  EXPECT_TRUE(manager_->RemoveAll().ok());
+  now = Shell({"ip", "route", "show", "table", "local", "proto", "83"});
+  EXPECT_EQ(now, "");
+  EXPECT_EQ(AddressLine("10.97.0.5", "lo"), "");
+}
+
+TEST_F(NetlinkVipManagerTest, LocalRangeWithHostBitsIsRefused) {
+  auto manager = NetlinkVipManager::Create("lo", {*net::Cidr::Parse("10.96.0.1/16")});
+  ASSERT_FALSE(manager.ok());
+  EXPECT_THAT(std::string(manager.status().message()), HasSubstr("did you mean 10.96.0.0/16?"));
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <netlink/msg.h>
 #include <netlink/route/addr.h>
 #include <netlink/route/link.h>
+#include <netlink/route/route.h>
 
 #include "agent/base/strings.h"
 
@@ -33,6 +34,8 @@ using NlCbPtr = std::unique_ptr<nl_cb, Free<nl_cb_put>>;
 using NlMsgPtr = std::unique_ptr<nl_msg, Free<nlmsg_free>>;
 using RtnlAddrPtr = std::unique_ptr<rtnl_addr, Free<rtnl_addr_put>>;
 using RtnlLinkPtr = std::unique_ptr<rtnl_link, Free<rtnl_link_put>>;
+using RtnlRoutePtr = std::unique_ptr<rtnl_route, Free<rtnl_route_put>>;
+using NlCachePtr = std::unique_ptr<nl_cache, Free<nl_cache_free>>;
 
 // libnl folds errno into its own NLE_* codes (nl_syserr2nlerr); map those back to absl codes the
 // way base::ErrnoStatus maps errno.

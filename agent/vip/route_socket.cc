@@ -89,6 +89,36 @@ absl::StatusOr<RtnlAddrPtr> MakeAddr(int ifindex, const net::IpAddress& ip, int 
   return addr;
 }
 
+// A table-local `local` route for range via ifindex: the key the kernel matches on.
+absl::StatusOr<RtnlRoutePtr> MakeLocalRoute(int ifindex, const net::Cidr& range,
+                                            uint8_t protocol) {
+  const net::IpAddress& base = range.base();
+  RtnlRoutePtr route(rtnl_route_alloc());
+  NlAddrPtr dst(
+      nl_addr_build(base.family(), base.bytes(), static_cast<size_t>(base.byte_length())));
+  rtnl_nexthop* nh = rtnl_route_nh_alloc();
+  if (route == nullptr || dst == nullptr || nh == nullptr) {
+    if (nh != nullptr) {
+      rtnl_route_nh_free(nh);
+    }
+    return absl::ResourceExhaustedError("allocate libnl route: out of memory");
+  }
+  nl_addr_set_prefixlen(dst.get(), range.prefix());
+  rtnl_route_set_family(route.get(), static_cast<uint8_t>(base.family()));
+  rtnl_route_set_table(route.get(), RT_TABLE_LOCAL);
+  rtnl_route_set_type(route.get(), RTN_LOCAL);
+  rtnl_route_set_scope(route.get(), RT_SCOPE_HOST);
+  rtnl_route_set_protocol(route.get(), protocol);
+  // Both setters take their own reference (the route owns the nexthop from here on).
+  if (int err = rtnl_route_set_dst(route.get(), dst.get()); err < 0) {
+    rtnl_route_nh_free(nh);
+    return NlStatus(err, absl::StrCat("route to ", range.ToString()));
+  }
+  rtnl_route_nh_set_ifindex(nh, ifindex);
+  rtnl_route_add_nexthop(route.get(), nh);
+  return route;
+}
+
 }  // namespace
 
 void RouteSocket::Free::operator()(nl_sock* sock) const { nl_socket_free(sock); }
@@ -223,6 +253,67 @@ absl::Status RouteSocket::DeleteAddress(const KernelAddress& address) {
     return NlStatus(err, op);
   }
   return absl::OkStatus();
+}
+
+absl::Status RouteSocket::AddLocalRoute(int ifindex, const net::Cidr& range, uint8_t protocol) {
+  ASSIGN_OR_RETURN(RtnlRoutePtr route, MakeLocalRoute(ifindex, range, protocol));
+  if (int err = rtnl_route_add(sock_.get(), route.get(), NLM_F_CREATE | NLM_F_EXCL); err < 0) {
+    return NlStatus(err, absl::StrCat("add local route ", range.ToString(), " (ifindex ", ifindex,
+                                      ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RouteSocket::DeleteLocalRoute(int ifindex, const net::Cidr& range,
+                                           uint8_t protocol) {
+  ASSIGN_OR_RETURN(RtnlRoutePtr route, MakeLocalRoute(ifindex, range, protocol));
+  if (int err = rtnl_route_delete(sock_.get(), route.get(), 0); err < 0) {
+    // The kernel answers ESRCH (NLE_OBJ_NOTFOUND) for a route that is not there.
+    return NlStatus(err, absl::StrCat("delete local route ", range.ToString(), " (ifindex ",
+                                      ifindex, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::pair<int, net::Cidr>>> RouteSocket::DumpLocalRoutes(
+    uint8_t protocol) {
+  nl_cache* raw = nullptr;
+  // The route cache dumps every table of both families.
+  if (int err = rtnl_route_alloc_cache(sock_.get(), AF_UNSPEC, 0, &raw); err < 0) {
+    return NlStatus(err, "dump routes");
+  }
+  NlCachePtr cache(raw);
+  std::vector<std::pair<int, net::Cidr>> out;
+  for (nl_object* obj = nl_cache_get_first(cache.get()); obj != nullptr;
+       obj = nl_cache_get_next(obj)) {
+    auto* route = reinterpret_cast<rtnl_route*>(obj);
+    if (rtnl_route_get_table(route) != RT_TABLE_LOCAL || rtnl_route_get_type(route) != RTN_LOCAL ||
+        rtnl_route_get_protocol(route) != protocol || rtnl_route_get_nnexthops(route) < 1) {
+      continue;
+    }
+    nl_addr* dst = rtnl_route_get_dst(route);
+    if (dst == nullptr) {
+      continue;
+    }
+    std::optional<net::IpAddress> ip;
+    if (nl_addr_get_family(dst) == AF_INET && nl_addr_get_len(dst) == sizeof(in_addr)) {
+      in_addr v4;
+      memcpy(&v4, nl_addr_get_binary_addr(dst), sizeof(v4));
+      ip = net::IpAddress::FromV4(v4);
+    } else if (nl_addr_get_family(dst) == AF_INET6 && nl_addr_get_len(dst) == sizeof(in6_addr)) {
+      in6_addr v6;
+      memcpy(&v6, nl_addr_get_binary_addr(dst), sizeof(v6));
+      ip = net::IpAddress::FromV6(v6);
+    }
+    std::optional<net::Cidr> range;
+    if (ip) {
+      range = net::Cidr::Parse(absl::StrCat(ip->ToString(), "/", nl_addr_get_prefixlen(dst)));
+    }
+    if (range) {
+      out.emplace_back(rtnl_route_nh_get_ifindex(rtnl_route_nexthop_n(route, 0)), *range);
+    }
+  }
+  return out;
 }
 
 }  // namespace sluice::vip

@@ -59,6 +59,15 @@ class RouteSocket final {
                           const AddressOptions& options);
   absl::Status DeleteAddress(const KernelAddress& address);
 
+  // A `local` route for `range` (a network address) in table local, scope host, marked with
+  // `protocol` (rtm_protocol): every address in it is delivered locally, as if each were on the
+  // link (AnyIP). AlreadyExists if the route is there.
+  absl::Status AddLocalRoute(int ifindex, const net::Cidr& range, uint8_t protocol);
+  // NotFound if it is not there.
+  absl::Status DeleteLocalRoute(int ifindex, const net::Cidr& range, uint8_t protocol);
+  // The `local` routes in table local marked with `protocol`, with their ifindex.
+  absl::StatusOr<std::vector<std::pair<int, net::Cidr>>> DumpLocalRoutes(uint8_t protocol);
+
  private:
   struct Free {
     void operator()(nl_sock* sock) const;

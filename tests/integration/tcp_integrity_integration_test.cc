@@ -347,6 +347,27 @@ TEST_P(TcpIntegrityTest, Ipv6ClusterIp) {
   EXPECT_EQ(std::string(buf), "v6");
 }
 
+// --service-cluster-ip-range: one local route for the range, no address per ClusterIP; the
+// clean shutdown removes the route.
+TEST_P(TcpIntegrityTest, ServiceRangeIsOneLocalRoute) {
+  StartWith(TcpServer::Mode::kEcho, 0, {"--service-cluster-ip-range=10.96.0.0/16,fd00:20::/112"});
+  auto fd = Connect();
+  char c = 'r';
+  ASSERT_EQ(send(fd.get(), &c, 1, MSG_NOSIGNAL), 1);
+  ASSERT_EQ(recv(fd.get(), &c, 1, 0), 1);
+  EXPECT_EQ(c, 'r');
+  std::string addrs, routes;
+  testutil::RunCommand({"ip", "-o", "addr", "show", "dev", "lo"}, &addrs);
+  EXPECT_EQ(addrs.find("10.96.0.20"), std::string::npos) << addrs;
+  testutil::RunCommand({"ip", "route", "show", "table", "local", "proto", "83"}, &routes);
+  EXPECT_NE(routes.find("local 10.96.0.0/16 dev lo"), std::string::npos) << routes;
+  fd.Reset();
+  agent_->Signal(SIGTERM);
+  EXPECT_EQ(agent_->Wait(absl::Seconds(10)), 0) << agent_->Output();
+  testutil::RunCommand({"ip", "route", "show", "table", "local", "proto", "83"}, &routes);
+  EXPECT_EQ(routes, "");
+}
+
 TEST_P(TcpIntegrityTest, ShutdownRemovesVipsAndListeners) {
   StartWith(TcpServer::Mode::kEcho);
   std::string addrs;
