@@ -49,6 +49,20 @@ IpAddress IpAddress::FromV6(in6_addr a) {
   return ip;
 }
 
+std::optional<IpAddress> IpAddress::FromBytes(int family, const void* data, size_t len) {
+  if (family == AF_INET && len == sizeof(in_addr)) {
+    in_addr v4;
+    std::memcpy(&v4, data, sizeof(v4));
+    return FromV4(v4);
+  }
+  if (family == AF_INET6 && len == sizeof(in6_addr)) {
+    in6_addr v6;
+    std::memcpy(&v6, data, sizeof(v6));
+    return FromV6(v6);
+  }
+  return std::nullopt;
+}
+
 const uint8_t* IpAddress::bytes() const {
   return is_v4() ? reinterpret_cast<const uint8_t*>(&v4_) : v6_.s6_addr;
 }
@@ -81,12 +95,18 @@ std::optional<Cidr> Cidr::Parse(std::string_view text) {
   }
   auto ip = IpAddress::Parse(text.substr(0, slash));
   int prefix;
-  if (!ip || !absl::SimpleAtoi(base::Absl(text.substr(slash + 1)), &prefix) || prefix < 0 ||
-      prefix > ip->byte_length() * 8) {
+  if (!ip || !absl::SimpleAtoi(base::Absl(text.substr(slash + 1)), &prefix)) {
+    return std::nullopt;
+  }
+  return Make(*ip, prefix);
+}
+
+std::optional<Cidr> Cidr::Make(const IpAddress& base, int prefix) {
+  if (prefix < 0 || prefix > base.byte_length() * 8) {
     return std::nullopt;
   }
   Cidr c;
-  c.base_ = *ip;
+  c.base_ = base;
   c.prefix_ = prefix;
   return c;
 }
@@ -111,20 +131,13 @@ bool Cidr::Contains(const IpAddress& ip) const {
 
 Cidr Cidr::Network() const {
   uint8_t bytes[16] = {};
-  std::memcpy(bytes, base_.bytes(), static_cast<size_t>(base_.byte_length()));
-  for (int bit = prefix_; bit < base_.byte_length() * 8; ++bit) {
+  const int len = base_.byte_length();
+  std::memcpy(bytes, base_.bytes(), static_cast<size_t>(len));
+  for (int bit = prefix_; bit < len * 8; ++bit) {
     bytes[bit / 8] &= static_cast<uint8_t>(~(0x80 >> (bit % 8)));
   }
   Cidr c = *this;
-  if (base_.is_v4()) {
-    in_addr v4;
-    std::memcpy(&v4, bytes, sizeof(v4));
-    c.base_ = IpAddress::FromV4(v4);
-  } else {
-    in6_addr v6;
-    std::memcpy(&v6, bytes, sizeof(v6));
-    c.base_ = IpAddress::FromV6(v6);
-  }
+  c.base_ = *IpAddress::FromBytes(base_.family(), bytes, static_cast<size_t>(len));
   return c;
 }
 

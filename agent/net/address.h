@@ -19,6 +19,9 @@ class IpAddress final {
   static std::optional<IpAddress> Parse(std::string_view text);
   static IpAddress FromV4(in_addr a);
   static IpAddress FromV6(in6_addr a);
+  // Network-order bytes as the kernel reports them (netlink attributes); nullopt unless `len`
+  // is 4 for AF_INET or 16 for AF_INET6.
+  static std::optional<IpAddress> FromBytes(int family, const void* data, size_t len);
 
   int family() const { return family_; }
   bool is_v4() const { return family_ == AF_INET; }
@@ -52,6 +55,8 @@ class IpAddress final {
 class Cidr final {
  public:
   static std::optional<Cidr> Parse(std::string_view text);
+  // nullopt when `prefix` is out of range for the family.
+  static std::optional<Cidr> Make(const IpAddress& base, int prefix);
   bool Contains(const IpAddress& ip) const;
   const IpAddress& base() const { return base_; }
   int prefix() const { return prefix_; }

@@ -34,6 +34,19 @@ TEST(AddressTest, Cidr) {
   EXPECT_EQ(Cidr::Parse("10.96.7.1/32")->Network().ToString(), "10.96.7.1/32");
   EXPECT_EQ(Cidr::Parse("fd00:1:2::7/108")->Network().ToString(), "fd00:1:2::/108");
   EXPECT_EQ(Cidr::Parse("fd00::ffff:ffff/111")->Network().ToString(), "fd00::fffe:0/111");
+  EXPECT_EQ(Cidr::Make(*IpAddress::Parse("10.96.0.0"), 12)->ToString(), "10.96.0.0/12");
+  EXPECT_FALSE(Cidr::Make(*IpAddress::Parse("10.96.0.0"), 33));
+  EXPECT_TRUE(Cidr::Make(*IpAddress::Parse("fd00::"), 128));
+}
+
+TEST(AddressTest, FromBytes) {
+  const uint8_t v4[4] = {10, 96, 0, 1};
+  EXPECT_EQ(IpAddress::FromBytes(AF_INET, v4, 4)->ToString(), "10.96.0.1");
+  EXPECT_FALSE(IpAddress::FromBytes(AF_INET, v4, 3));
+  EXPECT_FALSE(IpAddress::FromBytes(AF_INET6, v4, 4));
+  uint8_t v6[16] = {0xfd};
+  v6[15] = 7;
+  EXPECT_EQ(IpAddress::FromBytes(AF_INET6, v6, 16)->ToString(), "fd00::7");
 }
 
 }  // namespace

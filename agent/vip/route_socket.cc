@@ -46,18 +46,13 @@ int OnAddressMessage(nl_msg* msg, void* arg) {
   if (local == nullptr) {
     return NL_SKIP;
   }
-  KernelAddress address;
-  if (ifa->ifa_family == AF_INET && nla_len(local) == sizeof(in_addr)) {
-    in_addr v4;
-    memcpy(&v4, nla_data(local), sizeof(v4));
-    address.ip = net::IpAddress::FromV4(v4);
-  } else if (ifa->ifa_family == AF_INET6 && nla_len(local) == sizeof(in6_addr)) {
-    in6_addr v6;
-    memcpy(&v6, nla_data(local), sizeof(v6));
-    address.ip = net::IpAddress::FromV6(v6);
-  } else {
+  std::optional<net::IpAddress> ip = net::IpAddress::FromBytes(
+      ifa->ifa_family, nla_data(local), static_cast<size_t>(nla_len(local)));
+  if (!ip) {
     return NL_SKIP;
   }
+  KernelAddress address;
+  address.ip = *ip;
   address.ifindex = static_cast<int>(ifa->ifa_index);
   address.prefix_len = ifa->ifa_prefixlen;
   if (tb[IFA_LABEL] != nullptr) {
@@ -295,20 +290,10 @@ absl::StatusOr<std::vector<std::pair<int, net::Cidr>>> RouteSocket::DumpLocalRou
     if (dst == nullptr) {
       continue;
     }
-    std::optional<net::IpAddress> ip;
-    if (nl_addr_get_family(dst) == AF_INET && nl_addr_get_len(dst) == sizeof(in_addr)) {
-      in_addr v4;
-      memcpy(&v4, nl_addr_get_binary_addr(dst), sizeof(v4));
-      ip = net::IpAddress::FromV4(v4);
-    } else if (nl_addr_get_family(dst) == AF_INET6 && nl_addr_get_len(dst) == sizeof(in6_addr)) {
-      in6_addr v6;
-      memcpy(&v6, nl_addr_get_binary_addr(dst), sizeof(v6));
-      ip = net::IpAddress::FromV6(v6);
-    }
-    std::optional<net::Cidr> range;
-    if (ip) {
-      range = net::Cidr::Parse(absl::StrCat(ip->ToString(), "/", nl_addr_get_prefixlen(dst)));
-    }
+    std::optional<net::IpAddress> ip = net::IpAddress::FromBytes(
+        nl_addr_get_family(dst), nl_addr_get_binary_addr(dst), nl_addr_get_len(dst));
+    std::optional<net::Cidr> range =
+        ip ? net::Cidr::Make(*ip, static_cast<int>(nl_addr_get_prefixlen(dst))) : std::nullopt;
     if (range) {
       out.emplace_back(rtnl_route_nh_get_ifindex(rtnl_route_nexthop_n(route, 0)), *range);
     }
