@@ -191,17 +191,7 @@ absl::Status NetlinkVipManager::Reconcile(const absl::flat_hash_set<net::IpAddre
   // A dump of every address costs O(all addresses) per sync (~10k VIPs at scale), so only the
   // periodic resync, the first call and the one after a failure read the kernel.
   const bool scan = std::exchange(stale_, false);
-  // VIPs in a local range need no address (and lose one they had from an earlier run).
-  absl::flat_hash_set<net::IpAddress> outside;
-  if (!local_ranges_.empty()) {
-    for (const net::IpAddress& ip : wanted) {
-      if (!InLocalRange(ip)) {
-        outside.insert(ip);
-      }
-    }
-  }
-  const auto& need = local_ranges_.empty() ? wanted : outside;
-  absl::Status status = scan ? ReconcileWithKernel(need) : ReconcileOwned(need);
+  absl::Status status = scan ? ReconcileWithKernel(wanted) : ReconcileOwned(wanted);
   if (!status.ok()) {
     stale_ = true;  // our view may be wrong: the next sync scans
   }
@@ -211,13 +201,24 @@ absl::Status NetlinkVipManager::Reconcile(const absl::flat_hash_set<net::IpAddre
 absl::Status NetlinkVipManager::ReconcileWithKernel(
     const absl::flat_hash_set<net::IpAddress>& wanted) {
   ASSIGN_OR_RETURN(std::vector<KernelAddress> current, socket_->DumpAddresses());
+  // VIPs in a local range need no address, and lose one an earlier run gave them. Scans are
+  // rare (start, resync, after an error), so the filtered copy costs no sync anything.
+  absl::flat_hash_set<net::IpAddress> outside;
+  if (!local_ranges_.empty()) {
+    for (const net::IpAddress& ip : wanted) {
+      if (!InLocalRange(ip)) {
+        outside.insert(ip);
+      }
+    }
+  }
+  const auto& need = local_ranges_.empty() ? wanted : outside;
   foreign_.clear();
   for (const KernelAddress& address : current) {
     if (!IsOurs(address, ifindex_, owned_)) {
       foreign_.insert(address.ip);
     }
   }
-  ReconcilePlan plan = PlanReconcile(current, wanted, ifindex_, owned_);
+  ReconcilePlan plan = PlanReconcile(current, need, ifindex_, owned_);
   ErrorTally errors;
   for (const net::IpAddress& ip : plan.rejected) {
     errors.Add(absl::InvalidArgumentError(absl::StrCat("VIP ", ip.ToString(), ": unspecified")));
@@ -255,7 +256,7 @@ absl::Status NetlinkVipManager::ReconcileOwned(const absl::flat_hash_set<net::Ip
   ErrorTally errors;
   std::vector<net::IpAddress> add;
   for (const net::IpAddress& ip : wanted) {
-    if (owned_.contains(ip) || foreign_.contains(ip) || ip.IsLoopback()) {
+    if (owned_.contains(ip) || foreign_.contains(ip) || ip.IsLoopback() || InLocalRange(ip)) {
       continue;
     }
     if (ip.IsUnspecified()) {
@@ -264,6 +265,7 @@ absl::Status NetlinkVipManager::ReconcileOwned(const absl::flat_hash_set<net::Ip
       add.push_back(ip);
     }
   }
+  // owned_ holds no VIP in a local range: the scan that preceded this dropped them.
   std::vector<net::IpAddress> remove;
   for (const net::IpAddress& ip : owned_) {
     if (!wanted.contains(ip)) {

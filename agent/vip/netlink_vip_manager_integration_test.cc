@@ -348,6 +348,14 @@ TEST_F(NetlinkVipManagerTest, LocalRangesReplaceAddressesInside) {
   EXPECT_EQ(AddressLine("fd00:96::21", "lo"), "");
   EXPECT_NE(AddressLine("10.97.0.5", "lo"), "");  // outside every range
   EXPECT_THAT(manager_->Owned(), UnorderedElementsAre(Ip("10.97.0.5")));
+  // The next sync works from what it owns (no scan): same rule.
+  ASSERT_TRUE(manager_
+                  ->Reconcile({Ip("10.96.0.21"), Ip("fd00:96::21"), Ip("10.97.0.5"),
+                               Ip("10.96.0.22"), Ip("10.97.0.6")})
+                  .ok());
+  EXPECT_EQ(AddressLine("10.96.0.22", "lo"), "");
+  EXPECT_NE(AddressLine("10.97.0.6", "lo"), "");
+  EXPECT_THAT(manager_->Owned(), UnorderedElementsAre(Ip("10.97.0.5"), Ip("10.97.0.6")));
   EXPECT_TRUE(manager_->Ensure(Ip("10.96.3.3")).ok());
   EXPECT_TRUE(Connectable(Ip("10.96.0.21")));
   EXPECT_TRUE(Connectable(Ip("10.96.200.9")));  // any address in the range
@@ -363,7 +371,7 @@ TEST_F(NetlinkVipManagerTest, LocalRangesReplaceAddressesInside) {
   EXPECT_THAT(now, Not(HasSubstr("10.96.0.0/16")));
   EXPECT_THAT(now, Not(HasSubstr("fd00:96::/112")));
   EXPECT_THAT(now, HasSubstr("10.100.0.0/16"));
-  ASSERT_TRUE(manager_->Reconcile({Ip("10.97.0.5")}).ok());  // adopted, still wanted
+  ASSERT_TRUE(manager_->Reconcile({Ip("10.97.0.5")}).ok());  // adopted, still wanted; .6 goes
   EXPECT_TRUE(manager_->RemoveAll().ok());
   now = Shell({"ip", "route", "show", "table", "local", "proto", "83"});
   EXPECT_EQ(now, "");
