@@ -227,6 +227,24 @@ absl::Status CheckEtcdTls(const AgentOptions& o) {
       "--etcd-cafile, --etcd-certfile and --etcd-keyfile need an https:// etcd source URL");
 }
 
+// Parses the CIDRs of a list flag; `network_only` refuses one with host bits set.
+absl::StatusOr<std::vector<net::Cidr>> ParseCidrs(const std::vector<std::string>& values,
+                                                  std::string_view flag, bool network_only) {
+  std::vector<net::Cidr> out;
+  for (const auto& c : values) {
+    auto cidr = net::Cidr::Parse(c);
+    if (!cidr || (network_only && !(cidr->Network() == *cidr))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "invalid value \"", c, "\" for flag --", base::Absl(flag),
+          network_only ? ": want a network address like 10.96.0.0/12"
+                       : ": want a CIDR like 10.0.0.0/8",
+          cidr ? absl::StrCat(" (did you mean ", cidr->Network().ToString(), "?)") : ""));
+    }
+    out.push_back(*cidr);
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::Status Validate(AgentOptions& o) {
@@ -267,28 +285,10 @@ absl::Status Validate(AgentOptions& o) {
     return absl::InvalidArgumentError(
         "--dial-timeout, --tcp-idle-timeout and --udp-idle-timeout must be positive");
   }
-  o.nodeport_cidrs.clear();
-  for (const auto& c : o.nodeport_addresses) {
-    auto cidr = net::Cidr::Parse(c);
-    if (!cidr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "invalid value \"", c, "\" for flag --nodeport-addresses: want a CIDR like 10.0.0.0/8"));
-    }
-    o.nodeport_cidrs.push_back(*cidr);
-  }
-  o.service_cidrs.clear();
-  for (const auto& c : o.service_cluster_ip_range) {
-    auto cidr = net::Cidr::Parse(c);
-    if (!cidr || !(cidr->Network() == *cidr)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("invalid value \"", c,
-                       "\" for flag --service-cluster-ip-range: want a network address like "
-                       "10.96.0.0/12",
-                       cidr ? absl::StrCat(" (did you mean ", cidr->Network().ToString(), "?)")
-                            : ""));
-    }
-    o.service_cidrs.push_back(*cidr);
-  }
+  ASSIGN_OR_RETURN(o.nodeport_cidrs, ParseCidrs(o.nodeport_addresses, "nodeport-addresses",
+                                                /*network_only=*/false));
+  ASSIGN_OR_RETURN(o.service_cidrs, ParseCidrs(o.service_cluster_ip_range,
+                                               "service-cluster-ip-range", /*network_only=*/true));
   for (const auto& server : o.tunnel_servers) {
     auto colon = server.rfind(':');
     int64_t port = 0;
