@@ -132,21 +132,19 @@ class AgentStream final : public Reactor, public AgentLink {
 };
 
 absl::Status AgentStream::Authenticate() {
-  const grpc::CallbackServerContext& ctx = *ctx_;
-  const AgentServiceOptions& options = options_;
   int n = 0;
-  agent_id_ = OneHeader(ctx, "agentid", &n);
+  agent_id_ = OneHeader(*ctx_, "agentid", &n);
   if (n != 1 || agent_id_.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("expected exactly one agentid header, got ", n));
   }
-  const std::string ids = OneHeader(ctx, "agentidentifiers", &n);
+  const std::string ids = OneHeader(*ctx_, "agentidentifiers", &n);
   if (n > 1) {
     return absl::InvalidArgumentError("expected at most one agentidentifiers header");
   }
   identifiers_ = ParseAgentIdentifiers(ids);
-  if (options.tokens != nullptr) {
-    const std::string auth = OneHeader(ctx, "authorization", &n);
-    if (n != 1 || !options.tokens->Allows(auth, agent_id_)) {
+  if (options_.tokens != nullptr) {
+    const std::string auth = OneHeader(*ctx_, "authorization", &n);
+    if (n != 1 || !options_.tokens->Allows(auth, agent_id_)) {
       return absl::UnauthenticatedError(
           absl::StrCat("agent ", agent_id_, ": missing or invalid bearer token"));
     }
