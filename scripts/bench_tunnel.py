@@ -15,6 +15,7 @@ Usage: /usr/bin/python3 scripts/bench_tunnel.py BUILD_DIR [--reps 5] [--mib 10,2
 Needs Debian's python3-grpcio (for the shared test harness) and openssl."""
 
 import argparse
+import fcntl
 import os
 import resource
 import socket
@@ -92,8 +93,7 @@ def recv_bytes(sock, n, pipe):
 
 def new_pipe():
     r, w = os.pipe()
-    import fcntl
-    fcntl.fcntl(w, 1031, CHUNK)  # F_SETPIPE_SZ
+    fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, CHUNK)
     return r, w, os.open("/dev/null", os.O_WRONLY)
 
 

@@ -7,7 +7,6 @@ bearer token, as a real API server would)."""
 import json
 import os
 import subprocess
-import time
 import unittest
 import urllib.request
 
@@ -84,6 +83,12 @@ class AgentAuthTest(h.TestCase):
             if token is not None else []
         return self.env.agent(server, name=name, extra=extra, **kw)
 
+    def wait_refused(self, agents):
+        """Until every agent has been refused twice (refused, backed off, refused again)."""
+        for a in agents:
+            h.wait_until(lambda: a.proc.output().count("connect to proxy server failed") >= 2,
+                         what="refusals of " + a.proc.argv[0])
+
     def test_token_file(self):
         tokens = os.path.join(self.env.dir, "tokens")
         with open(tokens, "w") as f:
@@ -92,7 +97,7 @@ class AgentAuthTest(h.TestCase):
         bad = self.agent(s, "a-bad", "wrong")
         wrong_id = self.agent(s, "a-wrong-id", "good-token")
         no_cert = self.agent(s, "a-good", "good-token", cert=False)
-        time.sleep(1.5)
+        self.wait_refused([bad, wrong_id, no_cert])
         self.assertFalse(s.ready())
         self.assertFalse(bad.ready() or wrong_id.ready() or no_cert.ready())
         good = self.agent(s, "a-good2", "good-token", agent_id="a-good")
@@ -116,8 +121,7 @@ class AgentAuthTest(h.TestCase):
             ("unknown", "nobody"), ("aud", "apiserver-audience"), ("sa", "other-account"),
             ("ns", "other-namespace"), ("user", "a-user"))}
         refused["none"] = self.agent(s, "none")  # no token at all
-        h.wait_until(lambda: len(api.reviews()) >= 5, what="five token reviews")
-        time.sleep(1)
+        self.wait_refused(refused.values())
         self.assertFalse(s.ready())
         self.assertFalse(any(a.ready() for a in refused.values()))
         # Each refusal says why, and reviews carry the server's own credential, not the agent's.

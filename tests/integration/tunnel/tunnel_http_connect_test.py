@@ -141,7 +141,9 @@ class HttpConnectTest(h.TestCase):
         reply = b"HTTP/1.1 200 Connection Established\r\n\r\n"
         got = b""
         while len(got) < len(reply):
-            got += c.recv(len(reply) - len(got))
+            b = c.recv(len(reply) - len(got))
+            self.assertTrue(b, got)  # closed before the whole reply
+            got += b
         self.assertEqual(got, reply)
         return c
 
