@@ -50,6 +50,8 @@ class Etcd:
 
     def __init__(self, workdir):
         self.port, peer = free_port(), free_port()
+        while peer == self.port:  # the kernel may hand out the same free port twice
+            peer = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         peer_url = f"http://127.0.0.1:{peer}"
         self.log = open(os.path.join(workdir, "etcd.log"), "w")

@@ -13,7 +13,7 @@
 
 namespace sluice::fastpath {
 
-static_assert(sizeof(sluice_limit) == 24, "bpf_abi.h: struct sluice_limit");
+static_assert(sizeof(sluice_limit) == 32, "bpf_abi.h: struct sluice_limit");
 static_assert(sizeof(sluice_count) == 16, "bpf_abi.h: struct sluice_count");
 static_assert(sizeof(sluice_event) == 16, "bpf_abi.h: struct sluice_event");
 
@@ -103,7 +103,7 @@ absl::Status SockmapFastPath::Instruct(uint64_t cookie, const Instructions& in) 
                            .resume_at = in.resume_at,
                            .ring = in.ring,
                            .pass = in.pass ? 1u : 0u};
-  if (bpf_map_update_elem(limit_fd_, &cookie, &limit, BPF_ANY) != 0) {
+  if (bpf_map_update_elem(limit_fd_, &cookie, &limit, BPF_ANY | BPF_F_LOCK) != 0) {
     return MapError("update", "sluice_limit", cookie);
   }
   return absl::OkStatus();

@@ -107,7 +107,14 @@ absl::Status SockmapLink::Insert(uint64_t first_mark) {
 
 SockmapLink::~SockmapLink() {
   for (Side s : {Side::kClient, Side::kBackend}) {
+    const bool was_attached = attached(s);
     Detach(s);
+    // A verdict still running on another CPU counts into this socket's entries, and a deleted
+    // entry of a preallocated hash map is at once reused by the next insertion (another
+    // connection's): wait for it under the socket lock first.
+    if (was_attached) {
+      (void)Kick(s);
+    }
   }
   for (End& e : ends_) {
     if (e.peered) {
@@ -160,7 +167,11 @@ absl::Status SockmapLink::Pass(Side src) {
   End& e = end(src);
   e.instructions.pass = true;
   e.instructions.notify_at = 0;
-  return fast_path_.Instruct(e.cookie, e.instructions);
+  RETURN_IF_ERROR(fast_path_.Instruct(e.cookie, e.instructions));
+  // A verdict that read the old instructions on another CPU may not have counted its redirect
+  // yet; a Measure before it does would find nothing in flight and let the caller write ahead
+  // of that skb.
+  return Kick(src);
 }
 
 absl::Status SockmapLink::Resume(Side src, uint64_t forwarded, uint64_t notify_at) {

@@ -75,13 +75,18 @@ class SockmapLink final {
   absl::StatusOr<Progress> Measure(Side src, uint64_t user_written) const;
   // Re-arms the mark of `src` (see SockmapFastPath::Instruct).
   absl::Status SetMark(Side src, uint64_t notify_at);
-  // From the next skb on, the program leaves `src`'s bytes on it for the caller to recv().
+  // The program leaves `src`'s bytes on it for the caller to recv() from now on: when Pass
+  // returns, every verdict that redirected under the old instructions has finished and is
+  // counted in Progress::consumed (see Kick), so in_flight() == 0 then means nothing more of
+  // `src` reaches the destination behind the caller's back.
   absl::Status Pass(Side src);
   // Redirects again from the next skb on once `passed` equals `forwarded` (the bytes the caller
   // read from `src` and wrote to the destination since enrolment), arms the mark at
   // `notify_at`, and kicks `src`.
   absl::Status Resume(Side src, uint64_t forwarded, uint64_t notify_at);
-  // Runs the verdict over bytes waiting in `src`'s receive queue (SO_RCVLOWAT).
+  // Runs the verdict over bytes waiting in `src`'s receive queue (SO_RCVLOWAT). It takes the
+  // socket lock, which every verdict run on `src` holds (softirq or backlog), so it also waits
+  // for a run in progress on another CPU.
   absl::Status Kick(Side src);
 
  private:

@@ -7,10 +7,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "gtest/gtest.h"
 
 #include "agent/fastpath/flow_ring.h"
@@ -204,19 +206,33 @@ TEST_F(SockmapKernelTest, PauseResumeCyclesUnderLoadKeepEveryByte) {
   ASSERT_TRUE(link.ok()) << link.status();
   ASSERT_TRUE((*link)->Attach(Side::kClient).ok());
   const std::string data = RandomBytes(192 << 20, 4);
-  std::thread writer([&] { EXPECT_TRUE(SendAll(client.far.get(), data)); });
+  std::thread writer([&] { SendAll(client.far.get(), data); });
   std::string got;
   std::thread reader([&] { got = RecvExactly(backend.far.get(), data.size()); });
+  // A failed assertion returns with the threads possibly blocked: unblock them, then join.
+  absl::Cleanup join = [&] {
+    if (HasFailure()) {
+      shutdown(client.far.get(), SHUT_RDWR);
+      shutdown(backend.far.get(), SHUT_RDWR);
+    }
+    writer.join();
+    reader.join();
+  };
   fcntl(backend.near.get(), F_SETFL, fcntl(backend.near.get(), F_GETFL) & ~O_NONBLOCK);
   uint64_t forwarded = 0;
   char buf[1 << 16];
   int cycles = 0;  // completed pass/resume cycles (a loaded machine may finish in one)
+  auto measure = [&] {
+    auto p = (*link)->Measure(Side::kClient, forwarded);
+    EXPECT_TRUE(p.ok()) << p.status();
+    return p.value_or(Progress{});
+  };
   while (cycles < 300) {
     ++cycles;
     absl::SleepFor(absl::Microseconds(500));
     ASSERT_TRUE((*link)->Pass(Side::kClient).ok());
     // Wait for the psock queue to empty, then forward passed bytes until caught up.
-    while ((*link)->Measure(Side::kClient, forwarded)->in_flight() > 0) {
+    while (measure().in_flight() > 0) {
       absl::SleepFor(absl::Microseconds(100));
     }
     for (;;) {
@@ -226,21 +242,24 @@ TEST_F(SockmapKernelTest, PauseResumeCyclesUnderLoadKeepEveryByte) {
         forwarded += static_cast<uint64_t>(n);
       }
       ASSERT_TRUE((*link)->Resume(Side::kClient, forwarded, 0).ok());
-      const Progress p = *(*link)->Measure(Side::kClient, forwarded);
-      ASSERT_LE(p.passed, forwarded + sizeof(buf) * 1024);
+      const Progress p = measure();
+      ASSERT_LE(p.passed, forwarded + sizeof(buf) * 1024) << "cycle " << cycles;
       if (p.passed == forwarded) {
         break;
       }
     }
-    if ((*link)->Measure(Side::kClient, forwarded)->consumed + forwarded >= data.size()) {
+    if (measure().consumed + forwarded >= data.size()) {
       break;
     }
   }
-  writer.join();
-  reader.join();
+  std::move(join).Invoke();
   EXPECT_GT(forwarded, 0u);  // at least one cycle passed bytes through us
-  EXPECT_EQ(got.size(), data.size());
-  EXPECT_TRUE(got == data);
+  const Progress end = measure();
+  const auto diff = std::mismatch(got.begin(), got.end(), data.begin());
+  EXPECT_TRUE(got.size() == data.size() && diff.first == got.end())
+      << "received " << got.size() << " of " << data.size() << " bytes, first wrong at "
+      << (diff.first - got.begin()) << "; " << cycles << " cycles, " << forwarded
+      << " forwarded by us, " << end.consumed << " redirected, " << end.passed << " passed";
 }
 
 }  // namespace

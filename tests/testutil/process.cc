@@ -12,7 +12,10 @@
 
 #include <cstdio>
 #include <fstream>
+#include <set>
 #include <sstream>
+
+#include "absl/synchronization/mutex.h"
 
 extern char** environ;
 
@@ -98,7 +101,9 @@ int RunCommand(std::vector<std::string> argv, std::string* output, absl::Duratio
   return code;
 }
 
-int FreePort() {
+namespace {
+
+int BindAnyPort() {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -110,6 +115,24 @@ int FreePort() {
     port = ntohs(addr.sin_port);
   }
   close(fd);
+  return port;
+}
+
+}  // namespace
+
+int FreePort() {
+  // The kernel may hand out a port it just gave us again; a test that asks for two (etcd's
+  // client and peer ports) would then find the second in use.
+  static absl::Mutex mu;
+  static std::set<int> given;  // guarded by mu
+  absl::MutexLock lock(&mu);
+  int port = -1;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    port = BindAnyPort();
+    if (port < 0 || given.insert(port).second) {
+      break;
+    }
+  }
   return port;
 }
 

@@ -3,6 +3,7 @@
 #ifndef SLUICE_BPF_ABI_H
 #define SLUICE_BPF_ABI_H
 
+#include <linux/bpf.h>
 #include <linux/types.h>
 
 /* Socket cookies (SO_COOKIE, bpf_get_socket_cookie) key every map: they are family independent
@@ -28,6 +29,12 @@ struct sluice_limit {
 	__u64 resume_at;
 	__u32 ring; /* index into sluice_rings: the owning worker */
 	__u32 pass;
+	/* Only there so the agent can update the value in place (BPF_F_LOCK): a plain update of a
+	 * preallocated hash element swaps in a spare and recycles the old one for the next update
+	 * on that CPU, possibly another socket's, while a verdict may still be reading it. The
+	 * program reads the fields without it: each is naturally aligned, and a mix of old and new
+	 * fields at worst passes bytes (the conservative choice; see Pass in sockmap_link.h). */
+	struct bpf_spin_lock lock;
 };
 
 /* sluice_rings record: the source socket whose redirected bytes reached notify_at. */

@@ -29,10 +29,19 @@ sys.path.insert(0, os.environ["SLUICE_PROTO_PY"])
 import client_pb2 as pb  # noqa: E402  (generated at build time)
 
 
+_given_ports = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free a moment ago, never one this process was given before (the kernel may hand
+    the same one out again, and a harness asks for several at once)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _given_ports:
+            _given_ports.add(port)
+            return port
 
 
 def wait_until(cond, timeout=15.0, what="condition"):
