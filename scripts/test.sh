@@ -3,7 +3,8 @@
 # Installs what the build and tests need, builds, and runs every test with ctest.
 #   scripts/test.sh           g++ build in build/
 #   scripts/test.sh --asan    g++ AddressSanitizer + UndefinedBehaviorSanitizer build in build-asan/
-#   scripts/test.sh --tsan    g++ ThreadSanitizer build in build-tsan/
+#   scripts/test.sh --tsan    g++ ThreadSanitizer build in build-tsan/ (Debian's abseil is not
+#                             instrumented: accesses guarded by absl::Mutex show as races)
 #   scripts/test.sh --clang   clang++ -Werror build in build-clang/ (abseil's must-use-Status
 #                             checks only fire under clang)
 # Extra arguments after the mode go to ctest (e.g. -R Mux -V).
