@@ -34,6 +34,13 @@ int main(int argc, char** argv) {
     return 0;
   }
   sluice::base::SetVerbosity(static_cast<int>(opts.v));
+  if (opts.cleanup) {
+    if (absl::Status st = sluice::app::Agent::Cleanup(opts); !st.ok()) {
+      LOG(ERROR) << "cleanup: " << st;
+      return 1;
+    }
+    return 0;
+  }
   auto agent = sluice::app::Agent::Create(opts);
   if (!agent.ok()) {
     LOG(ERROR) << "start: " << agent.status();

@@ -64,12 +64,14 @@ TEST(DebugServicesTest, RendersTable) {
   info->cluster_ips = {*net::IpAddress::Parse("10.96.0.10")};
   info->cluster_endpoints = {*net::SocketAddress::Parse("10.0.0.1:8080")};
   proxier::ServiceTable table({{info->name, info}});
-  std::string json = RenderDebugServices(table, {{"default/web:http", {"tcp/10.96.0.10:80"}}});
+  std::string json = RenderDebugServices(table, {{"default/web:http", {"tcp/10.96.0.10:80"}}},
+                                         {{"default/web:http", {"tcp/10.96.0.10:80"}}});
   EXPECT_NE(json.find("\"service\": \"default/web\", \"port\": \"http\", \"protocol\": \"TCP\""),
             std::string::npos)
       << json;
   EXPECT_NE(json.find("\"clusterEndpoints\": [\"10.0.0.1:8080\"]"), std::string::npos) << json;
   EXPECT_NE(json.find("\"listeners\": [\"tcp/10.96.0.10:80\"]"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"socketLb\": [\"tcp/10.96.0.10:80\"]"), std::string::npos) << json;
 }
 
 }  // namespace

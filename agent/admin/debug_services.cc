@@ -41,7 +41,12 @@ std::string Endpoint(const proxier::EndpointInfo& e) {
       ", \"nodeName\": ", JsonString(e.node_name), ", \"zone\": ", JsonString(e.zone), "}");
 }
 
-std::string Port(const proxier::ServicePortInfo& p, const std::vector<std::string>& listeners) {
+std::string Strings(const std::vector<std::string>& v) {
+  return Array(v, [](const std::string& s) { return JsonString(s); });
+}
+
+std::string Port(const proxier::ServicePortInfo& p, const std::vector<std::string>& listeners,
+                 const std::vector<std::string>& socket_lb) {
   return absl::StrCat(
       "{\"service\": ", JsonString(p.name.service.ToString()),
       ", \"port\": ", JsonString(p.name.port),
@@ -55,19 +60,23 @@ std::string Port(const proxier::ServicePortInfo& p, const std::vector<std::strin
       "\", \"clusterEndpoints\": ", Addrs(p.cluster_endpoints),
       ", \"externalEndpoints\": ", Addrs(p.external_endpoints),
       ", \"endpoints\": ", Array(p.endpoints, Endpoint),
-      ", \"listeners\": ", Array(listeners, [](const std::string& l) { return JsonString(l); }),
-      "}");
+      ", \"listeners\": ", Strings(listeners), ", \"socketLb\": ", Strings(socket_lb), "}");
 }
 
 }  // namespace
 
 std::string RenderDebugServices(const proxier::ServiceTable& table,
-                                const std::map<std::string, std::vector<std::string>>& listeners) {
+                                const std::map<std::string, std::vector<std::string>>& listeners,
+                                const std::map<std::string, std::vector<std::string>>& socket_lb) {
   static const std::vector<std::string> kNone;
+  auto find = [](const auto& m, const std::string& key) -> const std::vector<std::string>& {
+    auto it = m.find(key);
+    return it == m.end() ? kNone : it->second;
+  };
   std::vector<std::string> parts;
   for (const auto& [name, info] : table.ports()) {
-    auto it = listeners.find(name.ToString());
-    parts.push_back(Port(*info, it == listeners.end() ? kNone : it->second));
+    const std::string key = name.ToString();
+    parts.push_back(Port(*info, find(listeners, key), find(socket_lb, key)));
   }
   return absl::StrCat("{\"servicePorts\": [\n  ", absl::StrJoin(parts, ",\n  "), "\n]}\n");
 }

@@ -16,6 +16,8 @@
 #include "agent/base/log.h"
 #include "agent/base/status.h"
 #include "agent/fastpath/probe.h"
+#include "agent/socklb/cgroup.h"
+#include "agent/socklb/probe.h"
 #include "agent/vip/netlink_vip_manager.h"
 
 namespace sluice::app {
@@ -91,7 +93,90 @@ absl::Status Agent::StartDataPath() {
   proxier_->AddConsumer(data_path_.get());
   LOG(INFO) << "data path: " << datapath_ << ", " << dp.workers << " workers, VIPs on "
             << vips_->interface_name();
+  return StartSocketLb();
+}
+
+absl::Status Agent::StartSocketLb() {
+  auto& unavailable = metrics_.AddGauge(
+      "sluice_socket_lb_unavailable",
+      "1, labelled with the reason, when local clients are not balanced at the socket",
+      {"reason"});
+  if (opts_.socket_lb == "off") {
+    unavailable.WithLabels({"disabled"}).Set(1);
+    // Pinned programs of an earlier agent would go on translating with stale maps.
+    if (!opts_.bpf_root.empty()) {
+      RETURN_IF_ERROR(socklb::SocketLb::Cleanup(opts_.bpf_root));
+    }
+    return absl::OkStatus();
+  }
+  socklb::ProbeResult probe = socklb::ProbeSocketLb(
+      {.cgroup = opts_.socket_lb_cgroup,
+       .bpf_root = opts_.bpf_root,
+       .host_netns_only = opts_.socket_lb_host_netns_only});
+  if (probe.lb == nullptr) {
+    if (opts_.socket_lb == "on") {
+      return base::Annotate(probe.status, absl::StrCat("--socket-lb=on: socket-level balancing "
+                                                       "is unavailable (",
+                                                       probe.reason, ")"));
+    }
+    LOG(WARNING) << "socket-lb auto: off, unavailable (" << probe.reason
+                 << "): " << probe.status.message();
+    unavailable.WithLabels({probe.reason}).Set(1);
+    return absl::OkStatus();
+  }
+  socket_lb_ = std::move(probe.lb);
+  if (!opts_.socket_lb_cgroup.empty() && !socklb::IsHierarchyRoot(opts_.socket_lb_cgroup)) {
+    LOG(WARNING) << "socket LB: " << opts_.socket_lb_cgroup
+                 << " is not the cgroup v2 root: only its processes are balanced at the socket";
+  }
+  proxier::SocketBalancing::Options sb{
+      .node_ips = [this] { return proxier::NodeAddresses(opts_.nodeport_cidrs, vips_->Owned()); },
+      .random = opts_.socket_lb_algorithm == "random",
+      .node_name = opts_.node_name};
+  socket_balancing_ = std::make_unique<proxier::SocketBalancing>(*socket_lb_, std::move(sb));
+  proxier_->AddConsumer(socket_balancing_.get());
+  auto counts = [this](bool refused) {
+    std::vector<std::pair<std::vector<std::string>, double>> out;
+    for (const auto& [name, c] : socket_balancing_->Counters()) {
+      out.push_back({{name}, static_cast<double>(refused ? c.refused : c.translated)});
+    }
+    return out;
+  };
+  metrics_.AddCounterFamilyFunc("sluice_socket_lb_translations_total",
+                                "Connects and datagrams of local clients sent straight to a "
+                                "backend by socket-level balancing",
+                                {"service"}, [counts] { return counts(false); });
+  metrics_.AddCounterFamilyFunc("sluice_socket_lb_refused_total",
+                                "Connects and datagrams of local clients refused at the socket: "
+                                "the service had no usable endpoint",
+                                {"service"}, [counts] { return counts(true); });
+  LOG(INFO) << "socket LB: on for " << (opts_.socket_lb_cgroup.empty() ? "the cgroup v2 root"
+                                                                        : opts_.socket_lb_cgroup)
+            << (socket_lb_->adopted() ? ", adopted the pinned programs and maps" : "")
+            << (opts_.socket_lb_host_netns_only ? ", host network namespace only" : "")
+            << (socket_lb_->can_reap() ? "" : "; stale connected UDP sockets are not closed "
+                                              "(needs kernel >= 6.5 and CAP_PERFMON)");
   return absl::OkStatus();
+}
+
+std::string Agent::ProxyMode() const {
+  return socket_lb_ ? datapath_ + "+socket-lb" : datapath_;
+}
+
+absl::Status Agent::Cleanup(const AgentOptions& opts) {
+  absl::Status result;
+  if (!opts.bpf_root.empty()) {
+    result.Update(socklb::SocketLb::Cleanup(opts.bpf_root));
+  }
+  auto vips = vip::NetlinkVipManager::Create(opts.vip_interface, opts.service_cidrs);
+  if (!vips.ok()) {
+    result.Update(vips.status());
+    return result;
+  }
+  (*vips)->MarkStale();
+  result.Update((*vips)->Reconcile({}));  // adopts ours from the kernel and removes them
+  result.Update((*vips)->RemoveAll());
+  return result;
 }
 
 absl::StatusOr<std::unique_ptr<sources::EtcdSource>> Agent::CreateEtcdSource(
@@ -159,10 +244,13 @@ absl::Status Agent::Start() {
   RETURN_IF_ERROR(StartTunnel());
   admin::AdminSources admin_sources{
       .health = [this] { return Health(); },
-      .proxy_mode = [this] { return datapath_; },
+      .proxy_mode = [this] { return ProxyMode(); },
       .debug_services =
           [this] {
-            return admin::RenderDebugServices(*proxier_->table(), data_path_->Listeners());
+            return admin::RenderDebugServices(
+                *proxier_->table(), data_path_->Listeners(),
+                socket_balancing_ ? socket_balancing_->Frontends()
+                                  : std::map<std::string, std::vector<std::string>>{});
           },
       .debug_connections =
           [this] { return admin::RenderDebugConnections(data_path_->Connections()); },

@@ -16,8 +16,10 @@
 #include "agent/proxier/change_tracker.h"
 #include "agent/proxier/data_path.h"
 #include "agent/proxier/proxier.h"
+#include "agent/proxier/socket_balancing.h"
 #include "agent/proxier/sync_runner.h"
 #include "agent/proxy/data_path_metrics.h"
+#include "agent/socklb/socket_lb.h"
 #include "agent/sources/etcd_source.h"
 #include "agent/sources/file_source.h"
 #include "agent/sources/kube_source.h"
@@ -33,6 +35,8 @@ class Agent final {
  public:
   // SIGINT and SIGTERM must already be blocked in every thread (main does it first).
   static absl::StatusOr<std::unique_ptr<Agent>> Create(const AgentOptions& opts);
+  // --cleanup: removes our VIPs and the objects pinned under --bpf-root.
+  static absl::Status Cleanup(const AgentOptions& opts);
   ~Agent();
 
   // Serves until SIGINT or SIGTERM, then shuts down cleanly.
@@ -48,6 +52,11 @@ class Agent final {
       const SourceSpec& spec, config::SourceChannel* channel);
   // Applies --datapath: probes the sockmap fast path unless "splice". Fails only for "sockmap".
   absl::Status ChooseDataPath(int workers);
+  // Applies --socket-lb: probes socket-level balancing unless "off" (which removes what an
+  // earlier agent pinned). Fails only for "on".
+  absl::Status StartSocketLb();
+  // What /proxyMode reports: the proxy's TCP path, plus "+socket-lb" when that is on.
+  std::string ProxyMode() const;
   admin::HealthInputs Health() const;
   absl::Status StartTunnel();
   void OnSignal(int signo);
@@ -65,6 +74,8 @@ class Agent final {
   std::unique_ptr<fastpath::SockmapFastPath> sockmap_;  // outlives the workers that use it
   std::string datapath_ = "splice";                     // the path in use, for /proxyMode
   std::unique_ptr<proxier::DataPath> data_path_;
+  std::unique_ptr<socklb::SocketLb> socket_lb_;  // outlives socket_balancing_
+  std::unique_ptr<proxier::SocketBalancing> socket_balancing_;
   std::unique_ptr<sources::SourceMetricFamilies> source_metrics_;
   std::vector<std::unique_ptr<sources::FileSource>> file_sources_;
   std::unique_ptr<agent::TunnelAgent> tunnel_;

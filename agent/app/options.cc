@@ -84,6 +84,24 @@ void RegisterFlags(base::FlagSet& flags, AgentOptions& o) {
   flags.String("datapath", &o.datapath,
                "TCP data path: auto (sockmap if the kernel and capabilities allow it, else "
                "splice), splice, or sockmap (refuse to start without it)");
+  flags.String("socket-lb", &o.socket_lb,
+               "Socket-level balancing for clients on this node (connect()/sendmsg() go straight "
+               "to a backend, no proxy in the path): auto (on if the kernel, capabilities and "
+               "cgroup allow it and a self-test passes), on (refuse to start without it) or off");
+  flags.String("socket-lb-cgroup", &o.socket_lb_cgroup,
+               "cgroup v2 directory whose processes are balanced at the socket (default: the "
+               "root of the cgroup v2 hierarchy, which must then be the host's)");
+  flags.Bool("socket-lb-host-netns-only", &o.socket_lb_host_netns_only,
+             "Balance at the socket only in the agent's network namespace (the host's), so "
+             "service meshes that intercept pod traffic by destination still see service IPs");
+  flags.String("socket-lb-algorithm", &o.socket_lb_algorithm,
+               "Backend choice of socket-level balancing: round-robin (as the proxy) or random");
+  flags.String("bpf-root", &o.bpf_root,
+               "bpffs directory where socket-level balancing pins its programs and maps, so "
+               "they keep working while the agent restarts (\"\": no pinning)");
+  flags.Bool("cleanup", &o.cleanup,
+             "Remove what sluice leaves on the node (VIPs, pinned BPF programs and maps under "
+             "--bpf-root) and exit");
   flags.List("tunnel-server-address", &o.tunnel_servers,
              "HOST:PORT[,...] of Konnectivity servers' agent ports: runs the tunnel agent");
   flags.String("tunnel-ca-cert", &o.tunnel_ca_cert,
@@ -248,7 +266,7 @@ absl::StatusOr<std::vector<net::Cidr>> ParseCidrs(const std::vector<std::string>
 }  // namespace
 
 absl::Status Validate(AgentOptions& o) {
-  if (o.sources.empty()) {
+  if (o.sources.empty() && !o.cleanup) {
     return absl::InvalidArgumentError(
         "no --source given; e.g. --source=file:examples/services.yaml");
   }
@@ -279,6 +297,16 @@ absl::Status Validate(AgentOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat("invalid value \"", o.datapath,
                                                    "\" for flag --datapath: want auto, splice "
                                                    "or sockmap"));
+  }
+  if (o.socket_lb != "auto" && o.socket_lb != "on" && o.socket_lb != "off") {
+    return absl::InvalidArgumentError(absl::StrCat("invalid value \"", o.socket_lb,
+                                                   "\" for flag --socket-lb: want auto, on or "
+                                                   "off"));
+  }
+  if (o.socket_lb_algorithm != "round-robin" && o.socket_lb_algorithm != "random") {
+    return absl::InvalidArgumentError(absl::StrCat("invalid value \"", o.socket_lb_algorithm,
+                                                   "\" for flag --socket-lb-algorithm: want "
+                                                   "round-robin or random"));
   }
   if (o.dial_timeout <= absl::ZeroDuration() || o.tcp_idle_timeout <= absl::ZeroDuration() ||
       o.udp_idle_timeout <= absl::ZeroDuration()) {

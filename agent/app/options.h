@@ -52,6 +52,14 @@ struct AgentOptions {
   // "auto": the sockmap fast path if the startup probe passes, else splice; "splice"; or
   // "sockmap": fail at start unless the probe passes.
   std::string datapath = "auto";
+  // Socket-level balancing for local clients: "auto" (on if the self-test passes), "on" (fail
+  // at start without it) or "off".
+  std::string socket_lb = "auto";
+  std::string socket_lb_cgroup;  // default: the cgroup v2 root
+  bool socket_lb_host_netns_only = false;
+  std::string socket_lb_algorithm = "round-robin";
+  std::string bpf_root = "/sys/fs/bpf/sluice";
+  bool cleanup = false;
   // Tunnel agent (Konnectivity); off unless servers are given.
   std::vector<std::string> tunnel_servers;
   std::string tunnel_ca_cert;

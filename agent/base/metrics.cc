@@ -115,6 +115,16 @@ void Registry::AddCounterFunc(std::string name, std::string help, std::function<
   e.fn_is_counter = true;
 }
 
+void Registry::AddCounterFamilyFunc(std::string name, std::string help,
+                                    std::vector<std::string> labels,
+                                    std::function<Samples()> fn) {
+  absl::MutexLock lock(&mu_);
+  Entry& e = NewEntry(std::move(name), std::move(help));
+  e.family_labels = std::move(labels);
+  e.family_fn = std::move(fn);
+  e.fn_is_counter = true;
+}
+
 namespace {
 
 std::string FormatValue(double v) {
@@ -172,6 +182,11 @@ std::string Registry::Render() const {
       RenderSimple(e->name, *e->gauge, &out);
     } else if (e->value_fn) {
       absl::StrAppend(&out, e->name, " ", FormatValue(e->value_fn()), "\n");
+    } else if (e->family_fn) {
+      for (const auto& [values, v] : e->family_fn()) {
+        absl::StrAppend(&out, e->name, Labels(e->family_labels, values), " ", FormatValue(v),
+                        "\n");
+      }
     } else {
       e->histogram->ForEach([&](const std::vector<std::string>& values, const Histogram& h) {
         std::vector<uint64_t> cumulative;

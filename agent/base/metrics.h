@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -92,6 +93,12 @@ class Registry final {
   // A counter kept by another component (e.g. behind its own lock), read at scrape time.
   void AddCounterFunc(std::string name, std::string help, std::function<double()> fn);
 
+  // A labelled counter family kept by another component, read at scrape time: `fn` returns
+  // each child's label values (in `labels` order) and value.
+  using Samples = std::vector<std::pair<std::vector<std::string>, double>>;
+  void AddCounterFamilyFunc(std::string name, std::string help, std::vector<std::string> labels,
+                            std::function<Samples()> fn);
+
   std::string Render() const;
 
  private:
@@ -102,6 +109,8 @@ class Registry final {
     std::unique_ptr<Family<Gauge>> gauge;
     std::unique_ptr<Family<Histogram>> histogram;
     std::function<double()> value_fn;
+    std::vector<std::string> family_labels;
+    std::function<Samples()> family_fn;
     bool fn_is_counter = false;
   };
   Entry& NewEntry(std::string name, std::string help) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -4,7 +4,6 @@
 #include <linux/capability.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
+#include "agent/base/capabilities.h"
 #include "agent/base/status.h"
 #include "agent/fastpath/flow_ring.h"
 #include "agent/fastpath/sockmap_link.h"
@@ -22,33 +22,6 @@ namespace sluice::fastpath {
 namespace {
 
 constexpr int kStepTimeoutMs = 2000;
-
-bool HasCapability(const __user_cap_data_struct (&caps)[2], int cap) {
-  return (caps[cap / 32].effective & (1u << (cap % 32))) != 0;
-}
-
-// Names what is missing, or OK. Map creation needs CAP_BPF, socket maps and sk_skb programs
-// CAP_NET_ADMIN; CAP_SYS_ADMIN stands in for either (kernel/bpf/syscall.c, bpf_token_capable).
-absl::Status CheckCapabilities() {
-  __user_cap_header_struct header{.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
-  __user_cap_data_struct caps[2] = {};
-  if (syscall(SYS_capget, &header, caps) != 0) {
-    return base::ErrnoStatus(errno, "capget");
-  }
-  const bool sys_admin = HasCapability(caps, CAP_SYS_ADMIN);
-  std::string missing;
-  if (!sys_admin && !HasCapability(caps, CAP_BPF)) {
-    missing = "CAP_BPF";
-  }
-  if (!sys_admin && !HasCapability(caps, CAP_NET_ADMIN)) {
-    missing += missing.empty() ? "CAP_NET_ADMIN" : " and CAP_NET_ADMIN";
-  }
-  if (!missing.empty()) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("missing ", missing, " (needs CAP_BPF and CAP_NET_ADMIN, or CAP_SYS_ADMIN)"));
-  }
-  return absl::OkStatus();
-}
 
 // Waits for `events` on fd; returns the revents or 0 on timeout.
 short WaitFd(int fd, short events) {
@@ -213,7 +186,7 @@ absl::Status SelfTest(SockmapFastPath& fast_path) {
 
 ProbeResult ProbeSockmap(const SockmapFastPath::Options& options) {
   ProbeResult r;
-  r.status = CheckCapabilities();
+  r.status = base::RequireCapabilities({{CAP_BPF, "CAP_BPF"}, {CAP_NET_ADMIN, "CAP_NET_ADMIN"}});
   if (!r.status.ok()) {
     r.reason = "permission";
     return r;

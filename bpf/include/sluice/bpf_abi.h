@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
-/* The one definition of what the sockmap program and the agent share. C++ checks the sizes. */
+/* The one definition of what the BPF programs and the agent share. C++ checks the sizes. */
 #ifndef SLUICE_BPF_ABI_H
 #define SLUICE_BPF_ABI_H
 
@@ -41,6 +41,84 @@ struct sluice_limit {
 struct sluice_event {
 	__u64 cookie;
 	__u64 bytes; /* redirected, right after the crossing */
+};
+
+/* ---- Socket-level balancing (bpf/sock_lb.bpf.c) ----
+ * Addresses are 16 bytes with IPv4 as ::ffff:a.b.c.d, so a dual-stack IPv6 socket connecting to
+ * a mapped IPv4 service address finds the same entry. Ports are in network byte order. */
+
+/* sluice_lb_svc key: a frontend, the address a local client connects or sends to. */
+struct sluice_lb_key {
+	__u8 addr[16];
+	__u16 port;
+	__u8 proto; /* IPPROTO_TCP or IPPROTO_UDP */
+	__u8 pad;
+};
+
+/* A backend, and the value of sluice_lb_slot and sluice_lb_rev (the service address there). */
+struct sluice_lb_addr {
+	__u8 addr[16];
+	__u16 port;
+	__u16 pad;
+};
+
+#define SLUICE_LB_RANDOM 1 /* sluice_lb_svc.flags: pick at random, not round-robin */
+
+/* sluice_lb_svc value (written only by the agent, as a whole: a new value replaces the old
+ * element, so a connect() sees either the old backend set or the new one, never a mix). */
+struct sluice_lb_svc {
+	__u32 id;	/* the service port: counters, affinity, membership */
+	__u32 set;	/* its backends are slots (set, 0..count-1) */
+	__u32 count;	/* 0: refuse the connect / datagram */
+	__u32 affinity; /* ClientIP affinity timeout in seconds; 0: none */
+	__u32 flags;
+	__u32 next; /* round-robin position, advanced by the program */
+};
+
+/* sluice_lb_slot key. */
+struct sluice_lb_slot {
+	__u32 set;
+	__u32 index;
+};
+
+/* sluice_lb_member key: backend is in service id (kept for services with affinity only). */
+struct sluice_lb_member {
+	__u32 id;
+	struct sluice_lb_addr backend;
+};
+
+/* sluice_lb_sticky key and value: ClientIP affinity. A local client has no source address at
+ * connect() time, so its identity is its network namespace (a pod, or the host). */
+struct sluice_lb_client {
+	__u64 netns;
+	__u32 id;
+	__u32 pad;
+};
+struct sluice_lb_sticky {
+	struct sluice_lb_addr backend;
+	__u32 pad;
+	__u64 last_ns; /* bpf_ktime_get_ns() of the last connect that used it */
+};
+
+/* sluice_lb_rev key: a translated socket and its backend; the value is the service address
+ * that recvmsg() and getpeername() report instead. */
+struct sluice_lb_rev {
+	__u64 cookie;
+	struct sluice_lb_addr backend;
+	__u32 pad;
+};
+
+/* sluice_lb_gone key: a backend that left the service reached at front (connected UDP sockets
+ * translated there are closed). */
+struct sluice_lb_gone {
+	struct sluice_lb_addr front;
+	struct sluice_lb_addr backend;
+};
+
+/* sluice_lb_stats value (per CPU), by service id. */
+struct sluice_lb_stats {
+	__u64 translated; /* connects and datagrams sent to a backend */
+	__u64 refused;	  /* no backend: ECONNREFUSED */
 };
 
 #endif /* SLUICE_BPF_ABI_H */

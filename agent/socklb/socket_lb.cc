@@ -1,0 +1,591 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "agent/socklb/socket_lb.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <linux/magic.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include <bpf/btf.h>
+
+#include "agent/base/capabilities.h"
+#include "agent/base/log.h"
+#include "agent/base/status.h"
+#include "agent/base/unique_fd.h"
+#include "agent/socklb/cgroup.h"
+#include "bpf/include/sluice/bpf_abi.h"
+#include "bpf/sock_lb.skel.h"
+
+#ifndef SO_NETNS_COOKIE
+#define SO_NETNS_COOKIE 71  // linux/socket.h, kernel 5.14; glibc 2.36 lacks it
+#endif
+
+namespace sluice::socklb {
+
+static_assert(sizeof(sluice_lb_key) == 20, "bpf_abi.h: struct sluice_lb_key");
+static_assert(sizeof(sluice_lb_addr) == 20, "bpf_abi.h: struct sluice_lb_addr");
+static_assert(sizeof(sluice_lb_svc) == 24, "bpf_abi.h: struct sluice_lb_svc");
+static_assert(sizeof(sluice_lb_member) == 24, "bpf_abi.h: struct sluice_lb_member");
+static_assert(sizeof(sluice_lb_rev) == 32, "bpf_abi.h: struct sluice_lb_rev");
+static_assert(sizeof(sluice_lb_stats) == 16, "bpf_abi.h: struct sluice_lb_stats");
+static_assert(sizeof(sluice_lb_gone) == 40, "bpf_abi.h: struct sluice_lb_gone");
+
+namespace {
+
+namespace fs = std::filesystem;
+
+sluice_lb_addr ToAddr(const net::SocketAddress& a) {
+  sluice_lb_addr out{};
+  if (a.ip().is_v4()) {
+    out.addr[10] = 0xff;
+    out.addr[11] = 0xff;
+    std::memcpy(out.addr + 12, a.ip().bytes(), 4);
+  } else {
+    std::memcpy(out.addr, a.ip().bytes(), 16);
+  }
+  out.port = htons(a.port());
+  return out;
+}
+
+sluice_lb_key ToKey(const Frontend& f) {
+  const sluice_lb_addr a = ToAddr(f.address);
+  sluice_lb_key key{};
+  std::memcpy(key.addr, a.addr, sizeof(key.addr));
+  key.port = a.port;
+  key.proto = f.udp ? IPPROTO_UDP : IPPROTO_TCP;
+  return key;
+}
+
+absl::Status MapError(const char* op, const char* map) {
+  const int err = errno;
+  absl::Status st = base::ErrnoStatus(err, absl::StrCat(op, " ", map));
+  return err == E2BIG ? absl::ResourceExhaustedError(st.message()) : st;
+}
+
+// Every key of a map, read before any is deleted (deleting while walking restarts the walk).
+template <typename K>
+std::vector<K> Keys(int map_fd) {
+  std::vector<K> keys;
+  K key{};
+  const K* prev = nullptr;
+  while (bpf_map_get_next_key(map_fd, prev, &key) == 0) {
+    keys.push_back(key);
+    prev = &keys.back();
+  }
+  return keys;
+}
+
+// Makes `root` a directory on a bpffs: an existing bpffs (the node's /sys/fs/bpf), or a new
+// instance mounted on it (a private one, e.g. in tests).
+absl::Status EnsureBpfFs(const std::string& root) {
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(absl::StrCat("mkdir ", root, ": ", ec.message()));
+  }
+  struct statfs st;
+  if (statfs(root.c_str(), &st) == 0 && st.f_type == BPF_FS_MAGIC) {
+    return absl::OkStatus();
+  }
+  if (mount("bpf", root.c_str(), "bpf", 0, "mode=0700") != 0) {
+    return base::ErrnoStatus(errno, absl::StrCat("mount bpffs on ", root));
+  }
+  return absl::OkStatus();
+}
+
+bool KernelHasKfunc(const char* name) {
+  btf* vmlinux = btf__load_vmlinux_btf();
+  if (vmlinux == nullptr) {
+    return false;
+  }
+  const bool found = btf__find_by_name_kind(vmlinux, name, BTF_KIND_FUNC) >= 0;
+  btf__free(vmlinux);
+  return found;
+}
+
+absl::StatusOr<uint64_t> OwnNetnsCookie() {
+  base::UniqueFd s(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  uint64_t cookie = 0;
+  socklen_t len = sizeof(cookie);
+  if (!s || getsockopt(s.get(), SOL_SOCKET, SO_NETNS_COOKIE, &cookie, &len) != 0) {
+    return base::ErrnoStatus(errno, "getsockopt(SO_NETNS_COOKIE)");
+  }
+  return cookie;
+}
+
+std::string FrontendName(const Frontend& f) {
+  return absl::StrCat(f.udp ? "udp/" : "tcp/", f.address.ToString());
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SocketLb>> SocketLb::Create(const Options& options) {
+  ASSIGN_OR_RETURN(const uint64_t cgroup_id, Cgroup2Id(options.cgroup));
+  base::UniqueFd cgroup(open(options.cgroup.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!cgroup) {
+    return base::ErrnoStatus(errno, absl::StrCat("open ", options.cgroup));
+  }
+  const bool pin = !options.bpf_root.empty();
+  if (pin) {
+    RETURN_IF_ERROR(EnsureBpfFs(options.bpf_root));
+  }
+  uint64_t host_netns = 0;
+  if (options.host_netns_only) {
+    ASSIGN_OR_RETURN(host_netns, OwnNetnsCookie());
+  }
+  // The socket iterator is a tracing program (CAP_PERFMON); without it, or without the kfunc,
+  // everything else still loads.
+  const bool reap = KernelHasKfunc("bpf_sock_destroy") &&
+                    base::RequireCapabilities({{CAP_PERFMON, "CAP_PERFMON"}}).ok();
+  auto configure = [&](sock_lb_bpf& s) -> absl::Status {
+    const std::pair<bpf_map*, uint32_t> sizes[] = {
+        {s.maps.sluice_lb_svc, options.max_frontends},  {s.maps.sluice_lb_slot, options.max_slots},
+        {s.maps.sluice_lb_member, options.max_slots},   {s.maps.sluice_lb_stick, options.max_sticky},
+        {s.maps.sluice_lb_rev, options.max_reverse},    {s.maps.sluice_lb_stats, options.max_frontends},
+        {s.maps.sluice_lb_gone, 4096}};
+    for (auto [map, size] : sizes) {
+      if (int err = bpf_map__set_max_entries(map, size); err != 0) {
+        return base::ErrnoStatus(-err, absl::StrCat("bpf_map__set_max_entries ", bpf_map__name(map)));
+      }
+      if (pin) {
+        const std::string path = absl::StrCat(options.bpf_root, "/", bpf_map__name(map));
+        if (int err = bpf_map__set_pin_path(map, path.c_str()); err != 0) {
+          return base::ErrnoStatus(-err, absl::StrCat("bpf_map__set_pin_path ", path));
+        }
+      }
+    }
+    s.rodata->host_netns = host_netns;
+    if (!reap) {
+      bpf_program__set_autoload(s.progs.sluice_udp_reap, false);
+    }
+    return absl::OkStatus();
+  };
+  auto skel = fastpath::Skeleton<sock_lb_bpf>::Create(configure);
+  if (!skel.ok() && pin) {
+    // Typically maps pinned by another version with other sizes or layout: start afresh. The
+    // old links keep their programs and maps until Attach replaces them.
+    LOG(WARNING) << "socket LB: cannot reuse the maps pinned under " << options.bpf_root << " ("
+                 << skel.status().message() << "); replacing them";
+    for (const char* name : {"sluice_lb_svc", "sluice_lb_slot", "sluice_lb_member",
+                             "sluice_lb_stick", "sluice_lb_rev", "sluice_lb_stats",
+                             "sluice_lb_gone"}) {
+      unlink(absl::StrCat(options.bpf_root, "/", name).c_str());
+    }
+    skel = fastpath::Skeleton<sock_lb_bpf>::Create(configure);
+  }
+  if (!skel.ok()) {
+    return skel.status();
+  }
+  std::unique_ptr<SocketLb> lb(new SocketLb(options, std::move(*skel)));
+  lb->ScanAdopted();
+  RETURN_IF_ERROR(lb->Attach(cgroup_id, cgroup.get()));
+  if (reap) {
+    lb->reap_link_ = bpf_program__attach_iter((*lb->skel_)->progs.sluice_udp_reap, nullptr);
+    if (lb->reap_link_ == nullptr) {
+      LOG(WARNING) << "socket LB: no UDP socket iterator (" << strerror(errno)
+                   << "): connected UDP sockets keep a removed backend";
+    }
+  }
+  return lb;
+}
+
+SocketLb::SocketLb(const Options& options, std::unique_ptr<fastpath::Skeleton<sock_lb_bpf>> skel)
+    : options_(options),
+      skel_(std::move(skel)),
+      svc_fd_(bpf_map__fd((*skel_)->maps.sluice_lb_svc)),
+      slot_fd_(bpf_map__fd((*skel_)->maps.sluice_lb_slot)),
+      member_fd_(bpf_map__fd((*skel_)->maps.sluice_lb_member)),
+      stats_fd_(bpf_map__fd((*skel_)->maps.sluice_lb_stats)),
+      rev_fd_(bpf_map__fd((*skel_)->maps.sluice_lb_rev)),
+      gone_fd_(bpf_map__fd((*skel_)->maps.sluice_lb_gone)) {}
+
+SocketLb::~SocketLb() {
+  // A pinned link stays attached after its fd closes; an unpinned one detaches here.
+  for (bpf_link* link : links_) {
+    bpf_link__destroy(link);
+  }
+  bpf_link__destroy(reap_link_);
+}
+
+absl::Status SocketLb::Attach(uint64_t cgroup_id, int cgroup_fd) {
+  sock_lb_bpf& s = **skel_;
+  // Reverse hooks first: a socket translated by the new connect hook must find them.
+  for (bpf_program* prog : {s.progs.sluice_recvmsg4, s.progs.sluice_recvmsg6, s.progs.sluice_peer4,
+                            s.progs.sluice_peer6, s.progs.sluice_connect4, s.progs.sluice_connect6,
+                            s.progs.sluice_sendmsg4, s.progs.sluice_sendmsg6}) {
+    const std::string path =
+        options_.bpf_root.empty() ? "" : absl::StrCat(options_.bpf_root, "/link_", bpf_program__name(prog));
+    if (!path.empty() && access(path.c_str(), F_OK) == 0) {
+      if (bpf_link* old = bpf_link__open(path.c_str()); old != nullptr) {
+        bpf_link_info info{};
+        uint32_t len = sizeof(info);
+        if (bpf_obj_get_info_by_fd(bpf_link__fd(old), &info, &len) == 0 &&
+            info.type == BPF_LINK_TYPE_CGROUP && info.cgroup.cgroup_id == cgroup_id &&
+            bpf_link__update_program(old, prog) == 0) {
+          links_.push_back(old);  // adopted: the hook never went away
+          adopted_ = true;
+          continue;
+        }
+        bpf_link__destroy(old);
+      }
+      unlink(path.c_str());  // another cgroup or an unusable link: detach it
+    }
+    bpf_link* link = bpf_program__attach_cgroup(prog, cgroup_fd);
+    if (link == nullptr) {
+      return base::ErrnoStatus(errno, absl::StrCat("attach ", bpf_program__name(prog), " to ",
+                                                   options_.cgroup));
+    }
+    links_.push_back(link);
+    if (!path.empty()) {
+      if (int err = bpf_link__pin(link, path.c_str()); err != 0) {
+        return base::ErrnoStatus(-err, absl::StrCat("pin ", path));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+void SocketLb::ScanAdopted() {
+  uint32_t max_id = 0;
+  uint32_t max_set = 0;
+  for (const auto& key : Keys<sluice_lb_key>(svc_fd_)) {
+    sluice_lb_svc v{};
+    if (bpf_map_lookup_elem(svc_fd_, &key, &v) == 0) {
+      max_id = std::max(max_id, v.id);
+      max_set = std::max(max_set, v.set);
+      adopted_ = true;
+    }
+  }
+  for (const auto& slot : Keys<sluice_lb_slot>(slot_fd_)) {
+    max_set = std::max(max_set, slot.set);
+  }
+  for (uint32_t id : Keys<uint32_t>(stats_fd_)) {
+    max_id = std::max(max_id, id);
+  }
+  next_id_ = max_id + 1;
+  next_set_ = max_set + 1;
+}
+
+absl::Status SocketLb::Sweep() {
+  std::set<std::vector<uint8_t>> live_keys;
+  std::set<uint32_t> live_ids;
+  std::set<uint32_t> live_sets;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [name, p] : programmed_) {
+      live_ids.insert(p.id);
+      live_sets.insert(p.set);
+      for (const Frontend& f : p.service.frontends) {
+        const sluice_lb_key k = ToKey(f);
+        live_keys.emplace(reinterpret_cast<const uint8_t*>(&k),
+                          reinterpret_cast<const uint8_t*>(&k) + sizeof(k));
+      }
+    }
+  }
+  for (const Retired& r : retired_) {
+    live_sets.insert(r.set);
+  }
+  int removed = 0;
+  for (const auto& key : Keys<sluice_lb_key>(svc_fd_)) {
+    const auto* b = reinterpret_cast<const uint8_t*>(&key);
+    if (!live_keys.contains(std::vector<uint8_t>(b, b + sizeof(key)))) {
+      removed += bpf_map_delete_elem(svc_fd_, &key) == 0;
+    }
+  }
+  for (const auto& slot : Keys<sluice_lb_slot>(slot_fd_)) {
+    if (!live_sets.contains(slot.set)) {
+      removed += bpf_map_delete_elem(slot_fd_, &slot) == 0;
+    }
+  }
+  for (const auto& m : Keys<sluice_lb_member>(member_fd_)) {
+    if (!live_ids.contains(m.id)) {
+      removed += bpf_map_delete_elem(member_fd_, &m) == 0;
+    }
+  }
+  for (uint32_t id : Keys<uint32_t>(stats_fd_)) {
+    if (!live_ids.contains(id)) {
+      removed += bpf_map_delete_elem(stats_fd_, &id) == 0;
+    }
+  }
+  if (removed > 0) {
+    LOG(INFO) << "socket LB: removed " << removed << " map entries an earlier agent left";
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SocketLb::WriteSet(uint32_t set, const std::vector<net::SocketAddress>& backends) {
+  for (uint32_t i = 0; i < backends.size(); ++i) {
+    const sluice_lb_slot slot{.set = set, .index = i};
+    const sluice_lb_addr be = ToAddr(backends[i]);
+    if (bpf_map_update_elem(slot_fd_, &slot, &be, BPF_ANY) != 0) {
+      absl::Status st = MapError("update", "sluice_lb_slot");
+      FreeSet(set, i);
+      return st;
+    }
+  }
+  return absl::OkStatus();
+}
+
+void SocketLb::FreeSet(uint32_t set, uint32_t count) {
+  for (uint32_t i = 0; i < count; ++i) {
+    const sluice_lb_slot slot{.set = set, .index = i};
+    (void)bpf_map_delete_elem(slot_fd_, &slot);
+  }
+}
+
+absl::Status SocketLb::SetMembers(uint32_t id, const Service* old_svc, const Service* new_svc) {
+  auto members = [](const Service* s) {
+    std::set<net::SocketAddress> out;
+    if (s != nullptr && s->affinity > absl::ZeroDuration()) {
+      out.insert(s->backends.begin(), s->backends.end());
+    }
+    return out;
+  };
+  const std::set<net::SocketAddress> had = members(old_svc);
+  const std::set<net::SocketAddress> want = members(new_svc);
+  const uint8_t one = 1;
+  for (const auto& b : want) {
+    if (!had.contains(b)) {
+      const sluice_lb_member m{.id = id, .backend = ToAddr(b)};
+      if (bpf_map_update_elem(member_fd_, &m, &one, BPF_ANY) != 0) {
+        return MapError("update", "sluice_lb_member");
+      }
+    }
+  }
+  for (const auto& b : had) {
+    if (!want.contains(b)) {
+      const sluice_lb_member m{.id = id, .backend = ToAddr(b)};
+      (void)bpf_map_delete_elem(member_fd_, &m);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SocketLb::Apply(const std::vector<Change>& changes) {
+  // Programs that read a retired set's service value have long finished (they run under RCU
+  // and a sync is at least a syscall round trip later); the program also re-reads the service
+  // when a slot is missing.
+  for (const Retired& r : retired_) {
+    FreeSet(r.set, r.count);
+  }
+  retired_.clear();
+  absl::Status result;
+  for (const auto& [name, service] : changes) {
+    result.Update(service ? Upsert(name, *service) : Remove(name));
+  }
+  return result;
+}
+
+absl::Status SocketLb::Upsert(const std::string& name, const Service& service) {
+  std::optional<Programmed> old;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = programmed_.find(name); it != programmed_.end()) {
+      if (it->second.service == service) {
+        return absl::OkStatus();
+      }
+      old = it->second;
+    }
+  }
+  Programmed next{.id = old ? old->id : next_id_++, .set = old ? old->set : 0, .service = service};
+  if (!old) {
+    // A per-CPU value is one struct per possible CPU. Counters are best effort: a service
+    // whose entry could not be made works uncounted.
+    const std::vector<sluice_lb_stats> zero(static_cast<size_t>(std::max(1, libbpf_num_possible_cpus())));
+    (void)bpf_map_update_elem(stats_fd_, &next.id, zero.data(), BPF_ANY);
+  }
+  const bool new_set = !old || old->service.backends != service.backends;
+  if (new_set) {
+    next.set = next_set_++;
+    RETURN_IF_ERROR(WriteSet(next.set, service.backends));
+  }
+  RETURN_IF_ERROR(SetMembers(next.id, old ? &old->service : nullptr, &service));
+  const sluice_lb_svc value{
+      .id = next.id,
+      .set = next.set,
+      .count = static_cast<uint32_t>(service.backends.size()),
+      .affinity = static_cast<uint32_t>(absl::ToInt64Seconds(service.affinity)),
+      .flags = service.random ? static_cast<uint32_t>(SLUICE_LB_RANDOM) : 0u,
+      .next = 0};
+  absl::Status result;
+  for (const Frontend& f : service.frontends) {
+    const sluice_lb_key key = ToKey(f);
+    if (bpf_map_update_elem(svc_fd_, &key, &value, BPF_ANY) != 0) {
+      result.Update(MapError("update", "sluice_lb_svc"));
+    }
+  }
+  if (old) {
+    for (const Frontend& f : old->service.frontends) {
+      if (std::find(service.frontends.begin(), service.frontends.end(), f) ==
+          service.frontends.end()) {
+        const sluice_lb_key key = ToKey(f);
+        (void)bpf_map_delete_elem(svc_fd_, &key);
+      }
+    }
+    if (new_set) {
+      retired_.push_back({old->set, static_cast<uint32_t>(old->service.backends.size())});
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  programmed_[name] = std::move(next);
+  return result;
+}
+
+absl::Status SocketLb::Remove(const std::string& name) {
+  Programmed old;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = programmed_.find(name);
+    if (it == programmed_.end()) {
+      return absl::OkStatus();
+    }
+    old = std::move(it->second);
+    programmed_.erase(it);
+  }
+  for (const Frontend& f : old.service.frontends) {
+    const sluice_lb_key key = ToKey(f);
+    (void)bpf_map_delete_elem(svc_fd_, &key);
+  }
+  retired_.push_back({old.set, static_cast<uint32_t>(old.service.backends.size())});
+  RETURN_IF_ERROR(SetMembers(old.id, &old.service, nullptr));
+  (void)bpf_map_delete_elem(stats_fd_, &old.id);
+  return absl::OkStatus();
+}
+
+absl::Status SocketLb::ReapHere() {
+  base::UniqueFd iter(bpf_iter_create(bpf_link__fd(reap_link_)));
+  if (!iter) {
+    return base::ErrnoStatus(errno, "bpf_iter_create(udp)");
+  }
+  char buf[256];
+  ssize_t n;
+  while ((n = read(iter.get(), buf, sizeof(buf))) > 0) {
+  }
+  return n == 0 ? absl::OkStatus() : base::ErrnoStatus(errno, "read(udp iterator)");
+}
+
+absl::StatusOr<int> SocketLb::Reap(const std::vector<Gone>& gone) {
+  if (reap_link_ == nullptr || gone.empty()) {
+    return 0;
+  }
+  const uint8_t one = 1;
+  std::vector<sluice_lb_gone> keys;
+  for (const auto& g : gone) {
+    keys.push_back({.front = ToAddr(g.front), .backend = ToAddr(g.backend)});
+    if (bpf_map_update_elem(gone_fd_, &keys.back(), &one, BPF_ANY) != 0) {
+      keys.pop_back();
+      break;  // full: the rest waits for the next removal
+    }
+  }
+  // The iterator walks the sockets of the network namespace it is created in: ours first, then
+  // every other one a process on the node is in (pods), from a thread that enters it.
+  absl::Status result = ReapHere();
+  int walked = 1;
+  struct stat self;
+  std::set<ino_t> seen;
+  if (stat("/proc/self/ns/net", &self) == 0) {
+    seen.insert(self.st_ino);
+  }
+  if (DIR* proc = opendir("/proc"); proc != nullptr) {
+    while (dirent* e = readdir(proc)) {
+      if (e->d_name[0] < '1' || e->d_name[0] > '9') {
+        continue;
+      }
+      const std::string path = absl::StrCat("/proc/", e->d_name, "/ns/net");
+      struct stat st;
+      if (stat(path.c_str(), &st) != 0 || !seen.insert(st.st_ino).second) {
+        continue;
+      }
+      base::UniqueFd ns(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+      if (!ns) {
+        continue;  // the process has gone
+      }
+      std::thread t([&] {
+        if (setns(ns.get(), CLONE_NEWNET) != 0) {
+          result.Update(base::ErrnoStatus(errno, absl::StrCat("setns ", path)));
+          return;
+        }
+        result.Update(ReapHere());
+      });
+      t.join();
+      ++walked;
+    }
+    closedir(proc);
+  }
+  for (const auto& k : keys) {
+    (void)bpf_map_delete_elem(gone_fd_, &k);
+  }
+  if (!result.ok()) {
+    return result;
+  }
+  return walked;
+}
+
+std::map<std::string, SocketLb::Counts> SocketLb::Counters() const {
+  const int cpus = libbpf_num_possible_cpus();
+  std::vector<sluice_lb_stats> values(static_cast<size_t>(std::max(cpus, 1)));
+  std::map<std::string, Counts> out;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [name, p] : programmed_) {
+    if (bpf_map_lookup_elem(stats_fd_, &p.id, values.data()) != 0) {
+      continue;
+    }
+    Counts& c = out[name];
+    for (const auto& v : values) {
+      c.translated += v.translated;
+      c.refused += v.refused;
+    }
+  }
+  return out;
+}
+
+std::map<std::string, std::vector<std::string>> SocketLb::Frontends() const {
+  std::map<std::string, std::vector<std::string>> out;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [name, p] : programmed_) {
+    auto& list = out[name];
+    for (const Frontend& f : p.service.frontends) {
+      list.push_back(FrontendName(f));
+    }
+  }
+  return out;
+}
+
+absl::Status SocketLb::Cleanup(const std::string& bpf_root) {
+  std::error_code ec;
+  if (!fs::exists(bpf_root, ec)) {
+    return absl::OkStatus();
+  }
+  absl::Status result;
+  for (const auto& entry : fs::directory_iterator(bpf_root, ec)) {
+    // Only ours: a new bpffs instance also holds the kernel's maps.debug and progs.debug.
+    const std::string name = entry.path().filename();
+    if (name.rfind("sluice_lb_", 0) != 0 && name.rfind("link_sluice_", 0) != 0) {
+      continue;
+    }
+    if (unlink(entry.path().c_str()) != 0) {
+      result.Update(base::ErrnoStatus(errno, absl::StrCat("unlink ", entry.path().string())));
+    }
+  }
+  if (ec) {
+    result.Update(absl::InternalError(absl::StrCat("list ", bpf_root, ": ", ec.message())));
+  }
+  (void)rmdir(bpf_root.c_str());  // fails, harmlessly, where a bpffs is mounted on it
+  return result;
+}
+
+}  // namespace sluice::socklb

@@ -1,0 +1,396 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/* Socket-level balancing: a local client's connect() or sendmsg() to a service address is
+ * rewritten to a backend before the socket leaves the process, so no proxy, NAT or conntrack
+ * entry sits in its path. recvmsg() and getpeername() report the service address back. The
+ * agent programs the maps from the same service table as the proxy; see
+ * agent/socklb/socket_lb.h. Anything not found here is left alone and reaches the proxy. */
+#include <linux/bpf.h>
+#include <linux/errno.h>
+#include <linux/in.h>
+#include <linux/in6.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "sluice/bpf_abi.h"
+
+/* max_entries are set by the agent before load. Hash maps are not preallocated: an update
+ * then links a new element and frees the old one after an RCU grace period, so a program that
+ * looked up the old value keeps reading it whole (a preallocated element is recycled at once). */
+
+/* frontend -> service (backend set, count, affinity). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+	__type(key, struct sluice_lb_key);
+	__type(value, struct sluice_lb_svc);
+} sluice_lb_svc SEC(".maps");
+
+/* (set, index) -> backend. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+	__type(key, struct sluice_lb_slot);
+	__type(value, struct sluice_lb_addr);
+} sluice_lb_slot SEC(".maps");
+
+/* (service id, backend) present while the backend serves that service (affinity checks). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+	__type(key, struct sluice_lb_member);
+	__type(value, __u8);
+} sluice_lb_member SEC(".maps");
+
+/* (client netns, service id) -> backend it is stuck to. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct sluice_lb_client);
+	__type(value, struct sluice_lb_sticky);
+} sluice_lb_stick SEC(".maps");
+
+/* (socket cookie, backend) -> service address, for recvmsg() and getpeername(). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct sluice_lb_rev);
+	__type(value, struct sluice_lb_addr);
+} sluice_lb_rev SEC(".maps");
+
+/* service id -> per-CPU counters (created by the agent). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sluice_lb_stats);
+} sluice_lb_stats SEC(".maps");
+
+/* (frontend, backend) pairs just removed from UDP services: the iterator closes connected
+ * sockets translated to them. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+	__type(key, struct sluice_lb_gone);
+	__type(value, __u8);
+} sluice_lb_gone SEC(".maps");
+
+/* Non-zero: translate only sockets of this network namespace (--socket-lb-host-netns-only). */
+const volatile __u64 host_netns = 0;
+
+static __always_inline void set_v4(__u8 *addr, __u32 ip4)
+{
+	__builtin_memset(addr, 0, 10);
+	addr[10] = 0xff;
+	addr[11] = 0xff;
+	__builtin_memcpy(addr + 12, &ip4, 4);
+}
+
+static __always_inline __u32 get_v4(const __u8 *addr)
+{
+	__u32 ip4;
+
+	__builtin_memcpy(&ip4, addr + 12, 4);
+	return ip4;
+}
+
+static __always_inline int addr_eq(const struct sluice_lb_addr *a, const struct sluice_lb_addr *b)
+{
+	__u64 a0, a1, b0, b1;
+
+	__builtin_memcpy(&a0, a->addr, 8);
+	__builtin_memcpy(&a1, a->addr + 8, 8);
+	__builtin_memcpy(&b0, b->addr, 8);
+	__builtin_memcpy(&b1, b->addr + 8, 8);
+	return a0 == b0 && a1 == b1 && a->port == b->port;
+}
+
+static __always_inline int is_v4_mapped(const __u8 *addr)
+{
+	__u64 lo;
+	__u32 mid;
+
+	__builtin_memcpy(&lo, addr, 8);
+	__builtin_memcpy(&mid, addr + 8, 4);
+	return lo == 0 && mid == bpf_htonl(0xffff);
+}
+
+/* The address the caller passed, as a 16-byte address. user_ip6 allows 4-byte loads only. */
+static __always_inline void read_user(struct bpf_sock_addr *ctx, int v6, struct sluice_lb_addr *a)
+{
+	if (v6) {
+		__u32 w[4] = {ctx->user_ip6[0], ctx->user_ip6[1], ctx->user_ip6[2], ctx->user_ip6[3]};
+
+		__builtin_memcpy(a->addr, w, 16);
+	} else {
+		set_v4(a->addr, ctx->user_ip4);
+	}
+	a->port = (__u16)ctx->user_port;
+	a->pad = 0;
+}
+
+static __always_inline void write_user(struct bpf_sock_addr *ctx, int v6,
+				       const struct sluice_lb_addr *a)
+{
+	if (v6) {
+		__u32 w[4];
+
+		__builtin_memcpy(w, a->addr, 16);
+		ctx->user_ip6[0] = w[0];
+		ctx->user_ip6[1] = w[1];
+		ctx->user_ip6[2] = w[2];
+		ctx->user_ip6[3] = w[3];
+	} else {
+		ctx->user_ip4 = get_v4(a->addr);
+	}
+	ctx->user_port = a->port;
+}
+
+static __always_inline void count(__u32 id, int refused)
+{
+	struct sluice_lb_stats *st = bpf_map_lookup_elem(&sluice_lb_stats, &id);
+
+	if (!st)
+		return;
+	if (refused)
+		st->refused++;
+	else
+		st->translated++;
+}
+
+/* The backend ClientIP affinity keeps for this client, if it is still live and in the
+ * service. Refreshes the sliding timeout. */
+static __always_inline struct sluice_lb_addr *sticky_backend(const struct sluice_lb_svc *svc,
+							     struct sluice_lb_client *client,
+							     __u64 now)
+{
+	struct sluice_lb_sticky *s = bpf_map_lookup_elem(&sluice_lb_stick, client);
+	struct sluice_lb_member m = {};
+
+	if (!s || now - s->last_ns > (__u64)svc->affinity * 1000000000ULL)
+		return 0;
+	m.id = svc->id;
+	m.backend = s->backend;
+	if (!bpf_map_lookup_elem(&sluice_lb_member, &m))
+		return 0; /* the backend left the service: pick again */
+	s->last_ns = now;
+	return &s->backend;
+}
+
+/* One backend of `svc` by its policy; NULL only while the agent swaps the set under us. */
+static __always_inline struct sluice_lb_addr *pick(struct sluice_lb_svc *svc)
+{
+	struct sluice_lb_slot slot = {.set = svc->set};
+	__u32 n;
+
+	if (svc->flags & SLUICE_LB_RANDOM)
+		n = bpf_get_prandom_u32();
+	else
+		n = __sync_fetch_and_add(&svc->next, 1);
+	slot.index = n % svc->count;
+	return bpf_map_lookup_elem(&sluice_lb_slot, &slot);
+}
+
+/* Rewrites the destination of a connect() or sendmsg() to a backend of the service it names.
+ * Returns 0 (translated or not ours) or -ECONNREFUSED (the service has no backend). */
+static __always_inline int translate(struct bpf_sock_addr *ctx, int v6)
+{
+	struct sluice_lb_key key = {};
+	struct sluice_lb_addr front;
+	struct sluice_lb_addr *be = 0;
+	struct sluice_lb_svc *svc;
+	struct sluice_lb_client client = {};
+	struct sluice_lb_rev rev = {};
+	struct sluice_lb_addr *known;
+	__u64 now = 0;
+
+	if (ctx->protocol != IPPROTO_TCP && ctx->protocol != IPPROTO_UDP)
+		return 0;
+	if (host_netns && bpf_get_netns_cookie(ctx) != host_netns)
+		return 0;
+	read_user(ctx, v6, &front);
+	__builtin_memcpy(key.addr, front.addr, 16);
+	key.port = front.port;
+	key.proto = ctx->protocol;
+	svc = bpf_map_lookup_elem(&sluice_lb_svc, &key);
+	if (!svc)
+		return 0;
+	if (svc->count == 0) {
+		count(svc->id, 1);
+		return -ECONNREFUSED;
+	}
+	if (svc->affinity) {
+		now = bpf_ktime_get_ns();
+		client.netns = bpf_get_netns_cookie(ctx);
+		client.id = svc->id;
+		be = sticky_backend(svc, &client, now);
+	}
+	if (!be) {
+		be = pick(svc);
+		if (!be) {
+			/* The agent replaced the set between our two lookups: read the new one. */
+			svc = bpf_map_lookup_elem(&sluice_lb_svc, &key);
+			if (!svc || svc->count == 0)
+				return 0;
+			be = pick(svc);
+			if (!be)
+				return 0; /* untranslated: the proxy serves it */
+		}
+		if (svc->affinity) {
+			struct sluice_lb_sticky s = {.backend = *be, .last_ns = now};
+
+			bpf_map_update_elem(&sluice_lb_stick, &client, &s, BPF_ANY);
+		}
+	}
+	/* A v4 backend cannot be reached from a v6-only socket, nor a v6 one from an IPv4
+	 * socket; the agent gives each frontend backends of its own family only. */
+	if (!v6 && !is_v4_mapped(be->addr))
+		return 0;
+	rev.cookie = bpf_get_socket_cookie(ctx);
+	rev.backend = *be;
+	known = bpf_map_lookup_elem(&sluice_lb_rev, &rev);
+	/* An unconnected UDP socket sends many datagrams: write the reverse entry once. */
+	if (!known || !addr_eq(known, &front))
+		bpf_map_update_elem(&sluice_lb_rev, &rev, &front, BPF_ANY);
+	write_user(ctx, v6, be);
+	count(svc->id, 0);
+	return 0;
+}
+
+/* recvmsg() and getpeername(): a translated socket sees the service address as its peer. */
+static __always_inline void reverse(struct bpf_sock_addr *ctx, int v6)
+{
+	struct sluice_lb_rev rev = {};
+	struct sluice_lb_addr *front;
+
+	read_user(ctx, v6, &rev.backend);
+	rev.cookie = bpf_get_socket_cookie(ctx);
+	front = bpf_map_lookup_elem(&sluice_lb_rev, &rev);
+	if (front)
+		write_user(ctx, v6, front);
+}
+
+/* Hook verdicts: 1 lets the call go on; 0 fails it with the errno set here (EPERM without). */
+static __always_inline int verdict(int err)
+{
+	if (!err)
+		return 1;
+	bpf_set_retval(err);
+	return 0;
+}
+
+SEC("cgroup/connect4")
+int sluice_connect4(struct bpf_sock_addr *ctx)
+{
+	return verdict(translate(ctx, 0));
+}
+
+SEC("cgroup/connect6")
+int sluice_connect6(struct bpf_sock_addr *ctx)
+{
+	return verdict(translate(ctx, 1));
+}
+
+SEC("cgroup/sendmsg4")
+int sluice_sendmsg4(struct bpf_sock_addr *ctx)
+{
+	return verdict(translate(ctx, 0));
+}
+
+SEC("cgroup/sendmsg6")
+int sluice_sendmsg6(struct bpf_sock_addr *ctx)
+{
+	return verdict(translate(ctx, 1));
+}
+
+SEC("cgroup/recvmsg4")
+int sluice_recvmsg4(struct bpf_sock_addr *ctx)
+{
+	reverse(ctx, 0);
+	return 1;
+}
+
+SEC("cgroup/recvmsg6")
+int sluice_recvmsg6(struct bpf_sock_addr *ctx)
+{
+	reverse(ctx, 1);
+	return 1;
+}
+
+SEC("cgroup/getpeername4")
+int sluice_peer4(struct bpf_sock_addr *ctx)
+{
+	reverse(ctx, 0);
+	return 1;
+}
+
+SEC("cgroup/getpeername6")
+int sluice_peer6(struct bpf_sock_addr *ctx)
+{
+	reverse(ctx, 1);
+	return 1;
+}
+
+/* The kernel types the socket iterator needs, as CO-RE relocations against the running
+ * kernel's BTF (no vmlinux.h: the build host's BTF is not the target's). */
+struct sock_common {
+	__be32 skc_daddr;
+	__be16 skc_dport;
+	unsigned short skc_family;
+	volatile unsigned char skc_state;
+	struct in6_addr skc_v6_daddr;
+} __attribute__((preserve_access_index));
+
+struct bpf_iter_meta {
+	void *seq;
+} __attribute__((preserve_access_index));
+
+struct udp_sock;
+struct bpf_iter__udp {
+	struct bpf_iter_meta *meta;
+	struct udp_sock *udp_sk;
+} __attribute__((preserve_access_index));
+
+extern int bpf_sock_destroy(struct sock_common *sk) __ksym;
+
+#define SLUICE_AF_INET 2
+#define SLUICE_AF_INET6 10
+#define SLUICE_UDP_CONNECTED 1 /* TCP_ESTABLISHED: a connect()ed UDP socket */
+
+/* Closes connected UDP sockets this program translated to a (frontend, backend) in sluice_lb_gone:
+ * a DNS client connect()s once and would otherwise send to a removed backend forever. The
+ * socket's next call fails (ECONNABORTED) and the client opens a new one. Kernel >= 6.5. */
+SEC("iter/udp")
+int sluice_udp_reap(struct bpf_iter__udp *ctx)
+{
+	struct sock_common *sk = (struct sock_common *)ctx->udp_sk;
+	struct sluice_lb_rev rev = {};
+	struct sluice_lb_gone gone = {};
+	struct sluice_lb_addr *front;
+
+	if (!sk || sk->skc_state != SLUICE_UDP_CONNECTED)
+		return 0;
+	if (sk->skc_family == SLUICE_AF_INET) {
+		set_v4(rev.backend.addr, sk->skc_daddr);
+	} else if (sk->skc_family == SLUICE_AF_INET6) {
+		__builtin_memcpy(rev.backend.addr, &sk->skc_v6_daddr, 16);
+	} else {
+		return 0;
+	}
+	rev.backend.port = sk->skc_dport;
+	rev.cookie = bpf_get_socket_cookie(sk);
+	front = bpf_map_lookup_elem(&sluice_lb_rev, &rev);
+	if (!front)
+		return 0; /* not one of ours: it connected to the backend's address itself */
+	gone.front = *front;
+	gone.backend = rev.backend;
+	if (bpf_map_lookup_elem(&sluice_lb_gone, &gone))
+		bpf_sock_destroy(sk);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
