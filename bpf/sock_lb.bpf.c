@@ -197,7 +197,7 @@ static __always_inline struct sluice_lb_addr *pick(struct sluice_lb_svc *svc)
 
 /* Rewrites the destination of a connect() or sendmsg() to a backend of the service it names.
  * Returns 0 (translated or not ours) or -ECONNREFUSED (the service has no backend). */
-static __always_inline int translate(struct bpf_sock_addr *ctx, int v6)
+static __always_inline int translate(struct bpf_sock_addr *ctx, int v6, int connecting)
 {
 	struct sluice_lb_key key = {};
 	struct sluice_lb_addr front;
@@ -220,6 +220,11 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, int v6)
 	if (!svc)
 		return 0;
 	if (svc->count == 0) {
+		/* A connected UDP socket is left to the proxy, which refuses it too (ICMP port
+		 * unreachable: ECONNREFUSED on its next call) but serves the same socket once an
+		 * endpoint is ready; a refused connect() would leave the client unconnected. */
+		if (connecting && ctx->protocol == IPPROTO_UDP)
+			return 0;
 		count(svc->id, 1);
 		return -ECONNREFUSED;
 	}
@@ -286,25 +291,25 @@ static __always_inline int verdict(int err)
 SEC("cgroup/connect4")
 int sluice_connect4(struct bpf_sock_addr *ctx)
 {
-	return verdict(translate(ctx, 0));
+	return verdict(translate(ctx, 0, 1));
 }
 
 SEC("cgroup/connect6")
 int sluice_connect6(struct bpf_sock_addr *ctx)
 {
-	return verdict(translate(ctx, 1));
+	return verdict(translate(ctx, 1, 1));
 }
 
 SEC("cgroup/sendmsg4")
 int sluice_sendmsg4(struct bpf_sock_addr *ctx)
 {
-	return verdict(translate(ctx, 0));
+	return verdict(translate(ctx, 0, 0));
 }
 
 SEC("cgroup/sendmsg6")
 int sluice_sendmsg6(struct bpf_sock_addr *ctx)
 {
-	return verdict(translate(ctx, 1));
+	return verdict(translate(ctx, 1, 0));
 }
 
 SEC("cgroup/recvmsg4")

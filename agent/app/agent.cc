@@ -90,10 +90,13 @@ absl::Status Agent::StartDataPath() {
   RETURN_IF_ERROR(ChooseDataPath(dp.workers));
   dp.worker.sockmap = sockmap_.get();
   ASSIGN_OR_RETURN(data_path_, proxier::DataPath::Create(dp, *vips_, *data_path_metrics_));
+  // Socket LB first: within a sync, a local client is balanced at the socket before the proxy
+  // listens, and the listener of a removed port closes after its frontends went.
+  RETURN_IF_ERROR(StartSocketLb());
   proxier_->AddConsumer(data_path_.get());
   LOG(INFO) << "data path: " << datapath_ << ", " << dp.workers << " workers, VIPs on "
             << vips_->interface_name();
-  return StartSocketLb();
+  return absl::OkStatus();
 }
 
 absl::Status Agent::StartSocketLb() {

@@ -142,6 +142,9 @@ absl::Status SocketBalancing::Apply(const std::shared_ptr<const ServiceTable>& t
     }
   }
   programmed_ = std::move(next);
+  // As DataPath: the first sync's node addresses may include an earlier run's VIPs, which the
+  // VIP manager adopts or removes in that sync; the second one reads them again.
+  full_next_ = applied_ == nullptr;
   applied_ = table;
   absl::Status result = lb_.Apply(changes);
   if (result.ok() && !swept_) {

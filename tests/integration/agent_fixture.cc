@@ -13,6 +13,7 @@
 #include "httplib.h"
 
 #include "agent/fastpath/probe.h"
+#include "agent/socklb/socket_lb.h"
 
 namespace sluice::testing {
 
@@ -78,13 +79,41 @@ void AgentTest::TearDown() {
     EXPECT_EQ(agent_->Wait(absl::Seconds(10)), 0) << agent_->Output();
   }
   agent_.reset();
+  bpffs_.reset();  // unpins: the programs detach from the test cgroup
+  cgroup_.reset();
   netns_.reset();
   if (!dir_.empty()) {
     fs::remove_all(dir_);
   }
 }
 
+void AgentTest::UseSocketLb() {
+  auto cg = testutil::TestCgroup::Create();
+  if (!cg.ok()) {
+    GTEST_SKIP() << "no test cgroup: " << cg.status();
+  }
+  cgroup_ = std::move(*cg);
+  auto lb = socklb::SocketLb::Create({.cgroup = cgroup_->path(), .bpf_root = ""});
+  if (!lb.ok()) {
+    GTEST_SKIP() << "socket-level balancing unavailable here: " << lb.status();
+  }
+  lb->reset();
+  auto bpffs = testutil::TestBpfFs::Create();
+  ASSERT_TRUE(bpffs.ok()) << bpffs.status();
+  bpffs_ = std::move(*bpffs);
+  socket_lb_ = true;
+}
+
+std::string AgentTest::WantedProxyMode() const {
+  const std::string proxy = datapath_.empty() ? "sockmap" : datapath_;
+  return socket_lb_ ? proxy + "+socket-lb" : proxy;
+}
+
 void AgentTest::UseDatapath(const std::string& path) {
+  if (path == "socket-lb") {
+    UseSocketLb();
+    return;
+  }
   if (path == "sockmap") {
     fastpath::ProbeResult probe = fastpath::ProbeSockmap({.max_connections = 4, .rings = 1});
     if (probe.reason == "permission" || probe.reason == "unsupported") {
@@ -113,6 +142,13 @@ void AgentTest::StartAgent(std::vector<std::string> extra, std::vector<std::stri
   if (!datapath_.empty()) {
     argv.push_back("--datapath=" + datapath_);
   }
+  if (socket_lb_) {
+    argv.insert(argv.end(), {"--socket-lb=on", "--socket-lb-cgroup=" + cgroup_->path(),
+                             "--bpf-root=" + bpffs_->path()});
+  } else {
+    // Never the machine's root cgroup, and never the node's pins under /sys/fs/bpf/sluice.
+    argv.insert(argv.end(), {"--socket-lb=off", "--bpf-root="});
+  }
   argv.insert(argv.end(), extra.begin(), extra.end());
   agent_ = std::make_unique<testutil::Subprocess>(argv);
   ASSERT_TRUE(testutil::WaitFor([&] { return !Get("/proxyMode").empty() || !agent_->running(); },
@@ -138,11 +174,36 @@ std::string AgentTest::Get(const std::string& path, int* status) {
   return res ? res->body : "";
 }
 
+namespace {
+
+// Whether some "key": [...] array of `json` holds the string `quoted` (quotes included).
+bool InArray(const std::string& json, const std::string& key, const std::string& quoted) {
+  const std::string start = "\"" + key + "\": [";
+  for (size_t at = json.find(start); at != std::string::npos; at = json.find(start, at + 1)) {
+    size_t end = at + start.size();
+    for (bool in_string = false; end < json.size() && (in_string || json[end] != ']'); ++end) {
+      in_string ^= json[end] == '"';
+    }
+    if (json.substr(at, end - at).find(quoted) != std::string::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 bool AgentTest::WaitListener(const std::string& listener, bool present, absl::Duration timeout) {
+  const std::string quoted = "\"" + listener + "\"";
   return testutil::WaitFor(
       [&] {
-        return (Get("/debug/services").find("\"" + listener + "\"") != std::string::npos) ==
-               present;
+        const std::string json = Get("/debug/services");
+        if (!socket_lb_ || !present) {
+          return (json.find(quoted) != std::string::npos) == present;
+        }
+        // Socket LB is programmed before the proxy in a sync, so once the listener (opened
+        // only with endpoints) is there, so is the frontend with the same endpoints.
+        return InArray(json, "listeners", quoted) && InArray(json, "socketLb", quoted);
       },
       timeout);
 }

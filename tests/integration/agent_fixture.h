@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -8,6 +9,7 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 
+#include "tests/testutil/cgroup.h"
 #include "tests/testutil/netns.h"
 #include "tests/testutil/process.h"
 
@@ -36,37 +38,56 @@ class AgentTest : public ::testing::Test {
 
   // Runs the agent with --datapath=`path` from now on. For "sockmap", skips the test when this
   // machine cannot load the fast path (no CAP_BPF/CAP_NET_ADMIN, or an old kernel).
+  // "socket-lb" is the third path: UseSocketLb() with the proxy on its default.
   void UseDatapath(const std::string& path);
+  // Runs the agent with --socket-lb=on from now on, attached to a test cgroup this process
+  // (and so every client it runs) is moved into, pinning to a private bpffs. Skips the test
+  // when this machine cannot load the programs. Without it the agent gets --socket-lb=off.
+  void UseSocketLb();
   // Starts sluice-agent on the manifest directory with test-friendly periods.
   void StartAgent(std::vector<std::string> extra_flags = {}, std::vector<std::string> prefix = {});
   // Writes a manifest file atomically (rename), as an editor or ConfigMap update would.
   void Write(const std::string& file, const std::string& yaml);
   void Remove(const std::string& file);
   std::string Get(const std::string& path, int* status = nullptr);
-  // Waits until /debug/services lists (or no longer lists) a listener such as "tcp/10.96.0.10:80".
+  // Waits until /debug/services lists (or no longer lists) a listener such as "tcp/10.96.0.10:80";
+  // with socket LB on, until its socketLb frontends (do not) include that address.
   bool WaitListener(const std::string& listener, bool present = true,
                     absl::Duration timeout = absl::Seconds(10));
   std::string Metrics() { return Get("/metrics"); }
   // Returns the value of an unlabelled or fully labelled metric line, or -1.
   double MetricValue(const std::string& series);
 
+  // What /proxyMode says for the path in use.
+  std::string WantedProxyMode() const;
+  // The socket-LB counter of a service port ("test/web:http"), or -1.
+  double SocketLbTranslations(const std::string& service_port) {
+    return MetricValue("sluice_socket_lb_translations_total{service=\"" + service_port + "\"}");
+  }
+
   std::unique_ptr<testutil::NetNs> netns_;
+  std::unique_ptr<testutil::TestCgroup> cgroup_;
+  std::unique_ptr<testutil::TestBpfFs> bpffs_;
+  bool socket_lb_ = false;
   std::unique_ptr<testutil::Subprocess> agent_;
   std::string dir_;
   std::string datapath_;  // empty: the agent's default
   int metrics_port_ = 0;
 };
 
-// Fixtures whose every test runs on both TCP data paths: instantiate with
+// Fixtures whose every test runs on the three data paths (splice, sockmap, socket-lb): instantiate with
 // INSTANTIATE_TEST_SUITE_P(Paths, Fixture, ::testing::ValuesIn(kDatapaths), DatapathName).
 class DatapathTest : public AgentTest, public ::testing::WithParamInterface<std::string> {
  protected:
   void SetUp() override;
   bool sockmap() const { return GetParam() == "sockmap"; }
+  bool socket_lb() const { return GetParam() == "socket-lb"; }
 };
-inline const std::vector<std::string> kDatapaths = {"splice", "sockmap"};
+inline const std::vector<std::string> kDatapaths = {"splice", "sockmap", "socket-lb"};
 inline std::string DatapathName(const ::testing::TestParamInfo<std::string>& info) {
-  return info.param;
+  std::string name = info.param;  // gtest names allow no '-': "socket-lb" -> "socket_lb"
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
 }
 
 }  // namespace sluice::testing

@@ -51,7 +51,9 @@ class FileSourceIntegrationTest : public ::testing::Test {
         absl::StrCat("--healthz-bind-address=127.0.0.1:", healthz_port_),
         absl::StrCat("--metrics-bind-address=127.0.0.1:", metrics_port_),
         "--sync-period=2s",
-        "--min-sync-period=100ms"};
+        "--min-sync-period=100ms",
+        "--socket-lb=off",
+        "--bpf-root="};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return std::make_unique<testutil::Subprocess>(argv);
   }
