@@ -93,7 +93,7 @@ absl::Status Agent::StartDataPath() {
   // Socket LB first: within a sync, a local client is balanced at the socket before the proxy
   // listens, and the listener of a removed port closes after its frontends went.
   RETURN_IF_ERROR(StartSocketLb());
-  proxier_->AddConsumer(data_path_.get());
+  proxier_->AddConsumer(data_path_.get(), "proxy");
   LOG(INFO) << "data path: " << datapath_ << ", " << dp.workers << " workers, VIPs on "
             << vips_->interface_name();
   return absl::OkStatus();
@@ -137,7 +137,7 @@ absl::Status Agent::StartSocketLb() {
       .random = opts_.socket_lb_algorithm == "random",
       .node_name = opts_.node_name};
   socket_balancing_ = std::make_unique<proxier::SocketBalancing>(*socket_lb_, std::move(sb));
-  proxier_->AddConsumer(socket_balancing_.get());
+  proxier_->AddConsumer(socket_balancing_.get(), "socket-lb");
   auto counts = [this](bool refused) {
     std::vector<std::pair<std::vector<std::string>, double>> out;
     for (const auto& [name, c] : socket_balancing_->Counters()) {

@@ -34,6 +34,10 @@ Proxier::Proxier(ChangeTracker& tracker, NodeInfo node, base::Clock& clock, base
                                               "In Cluster Network Programming Latency in seconds",
                                               ProgrammingBuckets())
                                 .Get()),
+      consumer_applied_(metrics.AddHistogram(
+          "sluice_sync_consumer_applied_seconds",
+          "Seconds from the start of a sync until a data path (proxy, socket-lb) has applied it",
+          base::ExponentialBuckets(0.0001, 2, 18), {"consumer"})),
       last_sync_timestamp_(metrics
                                .AddGauge("kubeproxy_sync_proxy_rules_last_timestamp_seconds",
                                          "The last time proxy rules were successfully synced")
@@ -141,11 +145,12 @@ absl::Status Proxier::Sync() {
   }
 
   absl::Status result;
-  for (auto* consumer : consumers_) {
-    if (absl::Status st = consumer->Apply(table); !st.ok()) {
+  for (const Consumer& c : consumers_) {
+    if (absl::Status st = c.consumer->Apply(table); !st.ok()) {
       LOG(ERROR) << "sync: " << st;
       result.Update(st);
     }
+    c.applied->Observe(absl::ToDoubleSeconds(clock_.Now() - start));
   }
   const absl::Time end = clock_.Now();
   sync_duration_.Observe(absl::ToDoubleSeconds(end - start));
@@ -161,6 +166,10 @@ absl::Status Proxier::Sync() {
   VLOG(1) << "sync: " << rebuilt << " services rebuilt, " << table->ports().size()
           << " service ports in " << absl::FormatDuration(end - start);
   return absl::OkStatus();
+}
+
+void Proxier::AddConsumer(TableConsumer* consumer, const std::string& name) {
+  consumers_.push_back({consumer, &consumer_applied_.WithLabels({name})});
 }
 
 void Proxier::SetZone(const std::string& zone) {

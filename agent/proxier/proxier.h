@@ -30,7 +30,9 @@ class Proxier final {
  public:
   Proxier(ChangeTracker& tracker, NodeInfo node, base::Clock& clock, base::Registry& metrics);
 
-  void AddConsumer(TableConsumer* consumer) { consumers_.push_back(consumer); }
+  // Consumers apply each table in the order added; `name` labels
+  // sluice_sync_consumer_applied_seconds.
+  void AddConsumer(TableConsumer* consumer, const std::string& name);
 
   // Applies every pending change. Does nothing until every source has synced once, so a
   // half-loaded view never removes what is serving.
@@ -59,7 +61,11 @@ class Proxier final {
   NodeInfo node_;
   bool rebuild_all_ = false;  // the node's zone changed
   base::Clock& clock_;
-  std::vector<TableConsumer*> consumers_;
+  struct Consumer {
+    TableConsumer* consumer;
+    base::Histogram* applied;  // seconds from the sync's start to this consumer's end
+  };
+  std::vector<Consumer> consumers_;
 
   std::map<config::NamespacedName, config::ServicePtr> services_;
   // Slices by the service they belong to (namespace + kubernetes.io/service-name), then by name.
@@ -70,6 +76,7 @@ class Proxier final {
 
   base::Histogram& sync_duration_;
   base::Histogram& programming_duration_;
+  base::Family<base::Histogram>& consumer_applied_;
   base::Gauge& last_sync_timestamp_;
 
   mutable absl::Mutex mu_;

@@ -50,7 +50,7 @@ class ProxierTest : public ::testing::Test {
   ProxierTest() {
     mux_.AddServiceHandler(&tracker_);
     mux_.AddEndpointSliceHandler(&tracker_);
-    proxier_.AddConsumer(&consumer_);
+    proxier_.AddConsumer(&consumer_, "fake");
   }
   std::vector<std::string> Endpoints(const std::string& service) {
     const ServicePortInfo* info = proxier_.table()->Find({{"default", service}, "", {}});
