@@ -1,15 +1,23 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Runs sluice-agent as a one-service proxy for ../shared/bench/bench.sh:
-#   sluice-proxy.sh tcp|udp LISTEN_ADDR LISTEN_PORT BACKEND_ADDR BACKEND_PORT WORKERS WORKDIR [DATAPATH]
-# DATAPATH (or $SLUICE_DATAPATH) is --datapath: auto (default), splice or sockmap.
+#   sluice-proxy.sh tcp|udp LISTEN_ADDR LISTEN_PORT BACKEND_ADDR BACKEND_PORT WORKERS WORKDIR \
+#                   [MODE [CLIENT_CGROUP]]
+# MODE (or $SLUICE_DATAPATH) is auto (default), splice or sockmap: the --datapath of the proxy,
+# with socket-level balancing off. MODE socket-lb adds --socket-lb=on attached to CLIENT_CGROUP
+# (the harness's {CLIENT_CGROUP}; required, never the cgroup v2 root) with nothing pinned
+# (--bpf-root=), so the hooks detach when the agent exits; the proxy (--datapath auto, or
+# $SLUICE_DATAPATH) still serves clients outside that cgroup, e.g. the harness's smoke test.
 # The service's ClusterIP is LISTEN_ADDR (already local, so no VIP is added) and its one
-# endpoint is the backend. Admin servers are off so several instances can run side by side.
+# endpoint is the backend. Admin servers are off so several instances can run side by side,
+# unless $SLUICE_METRICS_DIR is set: the agent then serves /metrics on a free loopback port
+# and writes "PORT" to $SLUICE_METRICS_DIR/<proto>-<port>-<mode>.port (for checks by hand).
 set -euo pipefail
 proto=$1 addr=$2 port=$3 backend=$4 backend_port=$5 workers=$6 work=$7
-datapath=${8:-${SLUICE_DATAPATH:-auto}}
+mode=${8:-${SLUICE_DATAPATH:-auto}}
+cgroup=${9:-}
 agent=${SLUICE_AGENT:-$(cd "$(dirname "$0")/.." && pwd)/build/agent/sluice-agent}
-dir="$work/sluice-$proto-$port-$datapath"
+dir="$work/sluice-$proto-$port-$mode"
 mkdir -p "$dir"
 family=IPv4
 [[ $addr == *:* ]] && family=IPv6
@@ -29,5 +37,23 @@ addressType: $family
 endpoints: [{addresses: ["$backend"]}]
 ports: [{name: p, protocol: $P, port: $backend_port}]
 YAML
-exec "$agent" --source="file:$dir" --healthz-bind-address= --metrics-bind-address= \
-  --workers="$workers" --datapath="$datapath"
+# Without --socket-lb=off the agent's default (auto, the cgroup v2 root, pinned under
+# /sys/fs/bpf/sluice) would translate every process on the machine.
+lb=(--socket-lb=off --bpf-root=)
+datapath=$mode
+if [[ $mode == socket-lb ]]; then
+  [[ -n $cgroup && -f $cgroup/cgroup.procs ]] ||
+    { echo "sluice-proxy.sh: socket-lb needs a cgroup v2 directory (got '$cgroup')" >&2; exit 2; }
+  [[ $(stat -c %i "$cgroup") != 1 ]] ||
+    { echo "sluice-proxy.sh: refusing to attach to the cgroup v2 root $cgroup" >&2; exit 2; }
+  lb=(--socket-lb=on "--socket-lb-cgroup=$cgroup" --bpf-root=)
+  datapath=${SLUICE_DATAPATH:-auto}
+fi
+metrics=--metrics-bind-address=
+if [[ -n ${SLUICE_METRICS_DIR:-} ]]; then
+  mport=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  echo "$mport" >"$SLUICE_METRICS_DIR/$proto-$port-$mode.port"
+  metrics=--metrics-bind-address=127.0.0.1:$mport
+fi
+exec "$agent" --source="file:$dir" --healthz-bind-address= "$metrics" \
+  --workers="$workers" --datapath="$datapath" "${lb[@]}"

@@ -82,6 +82,9 @@ struct {
 /* Non-zero: translate only sockets of this network namespace (--socket-lb-host-netns-only). */
 const volatile __u64 host_netns = 0;
 
+/* Connected UDP sockets sluice_udp_reap closed (read by the agent). */
+__u64 reaped = 0;
+
 static __always_inline void set_v4(__u8 *addr, __u32 ip4)
 {
 	__builtin_memset(addr, 0, 10);
@@ -393,8 +396,8 @@ int sluice_udp_reap(struct bpf_iter__udp *ctx)
 		return 0; /* not one of ours: it connected to the backend's address itself */
 	gone.front = *front;
 	gone.backend = rev.backend;
-	if (bpf_map_lookup_elem(&sluice_lb_gone, &gone))
-		bpf_sock_destroy(sk);
+	if (bpf_map_lookup_elem(&sluice_lb_gone, &gone) && bpf_sock_destroy(sk) == 0)
+		__sync_fetch_and_add(&reaped, 1);
 	return 0;
 }
 

@@ -153,6 +153,13 @@ absl::Status Agent::StartSocketLb() {
                                 "Connects and datagrams of local clients refused at the socket: "
                                 "the service had no usable endpoint",
                                 {"service"}, [counts] { return counts(true); });
+  if (socket_lb_->can_reap()) {
+    socklb::SocketLb* lb = socket_lb_.get();
+    metrics_.AddCounterFunc("sluice_socket_lb_stale_udp_closed_total",
+                            "Connected UDP sockets of local clients closed because their backend "
+                            "left the service",
+                            [lb] { return static_cast<double>(lb->reaped()); });
+  }
   LOG(INFO) << "socket LB: on for " << (opts_.socket_lb_cgroup.empty() ? "the cgroup v2 root"
                                                                         : opts_.socket_lb_cgroup)
             << (socket_lb_->adopted() ? ", adopted the pinned programs and maps" : "")

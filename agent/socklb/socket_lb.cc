@@ -535,6 +535,10 @@ absl::StatusOr<int> SocketLb::Reap(const std::vector<Gone>& gone) {
   return walked;
 }
 
+uint64_t SocketLb::reaped() const {
+  return __atomic_load_n(&(*skel_)->bss->reaped, __ATOMIC_RELAXED);  // the program's counter
+}
+
 std::map<std::string, SocketLb::Counts> SocketLb::Counters() const {
   const int cpus = libbpf_num_possible_cpus();
   std::vector<sluice_lb_stats> values(static_cast<size_t>(std::max(cpus, 1)));

@@ -87,6 +87,8 @@ class SocketLb final {
   // Closes connected UDP sockets translated to one of `gone`, in every network namespace of
   // the node's processes. Returns how many namespaces were walked.
   absl::StatusOr<int> Reap(const std::vector<Gone>& gone);
+  // Connected UDP sockets Reap has closed. Thread-safe.
+  uint64_t reaped() const;
 
   struct Counts {
     uint64_t translated = 0;

@@ -208,6 +208,25 @@ bool AgentTest::WaitListener(const std::string& listener, bool present, absl::Du
       timeout);
 }
 
+bool AgentTest::WaitSocketLb(const std::string& frontend) {
+  return !socket_lb_ || testutil::WaitFor(
+                            [&] {
+                              return InArray(Get("/debug/services"), "socketLb",
+                                             "\"" + frontend + "\"");
+                            },
+                            absl::Seconds(10));
+}
+
+bool AgentTest::WaitVip(const std::string& ip) {
+  return testutil::WaitFor(
+      [&] {
+        std::string addrs;
+        testutil::RunCommand({"ip", "-o", "addr", "show", "dev", "lo"}, &addrs);
+        return addrs.find(" " + ip + "/") != std::string::npos;
+      },
+      absl::Seconds(10));
+}
+
 double AgentTest::MetricValue(const std::string& series) {
   std::istringstream in(Metrics());
   std::string line;

@@ -54,6 +54,11 @@ class AgentTest : public ::testing::Test {
   // with socket LB on, until its socketLb frontends (do not) include that address.
   bool WaitListener(const std::string& listener, bool present = true,
                     absl::Duration timeout = absl::Seconds(10));
+  // With socket LB on, waits until a frontend ("udp/10.96.0.30:53") is programmed, even one
+  // that refuses (no endpoints, so no listener); otherwise returns true at once.
+  bool WaitSocketLb(const std::string& frontend);
+  // Waits until `ip` is on the node's lo (a VIP is added in the sync after it is listed).
+  bool WaitVip(const std::string& ip);
   std::string Metrics() { return Get("/metrics"); }
   // Returns the value of an unlabelled or fully labelled metric line, or -1.
   double MetricValue(const std::string& series);

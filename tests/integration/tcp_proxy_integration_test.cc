@@ -107,6 +107,8 @@ TEST_P(TcpProxyTest, RefusedWithoutEndpointsServedOnceOneAppears) {
   ASSERT_TRUE(testutil::WaitFor(
       [&] { return Get("/debug/services").find("test/web") != std::string::npos; },
       absl::Seconds(10)));
+  ASSERT_TRUE(WaitSocketLb("tcp/10.96.0.10:80"));
+  ASSERT_TRUE(WaitVip("10.96.0.10"));
   int err = 0;
   const absl::Time start = absl::Now();
   EXPECT_EQ(Hello("10.96.0.10:80", &err), "");
