@@ -198,7 +198,8 @@ bool AgentTest::WaitListener(const std::string& listener, bool present, absl::Du
   return testutil::WaitFor(
       [&] {
         const std::string json = Get("/debug/services");
-        if (!socket_lb_ || !present) {
+        // Whether this agent balances at the socket (it may have fallen back).
+        if (!socket_lb_ || !present || Get("/proxyMode").find("socket-lb") == std::string::npos) {
           return (json.find(quoted) != std::string::npos) == present;
         }
         // Socket LB is programmed before the proxy in a sync, so once the listener (opened
