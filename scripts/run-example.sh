@@ -13,12 +13,29 @@ cmake --build build --target sluice-agent
 
 work=$(mktemp -d /tmp/sluice-example-XXXXXX)
 pids=()
+# Socket-level balancing for this script's processes only: a child cgroup of the cgroup v2
+# root that this shell (so the agent, the backends and the curls below) joins. The agent
+# attaches there, not to the root, and pins nothing (--bpf-root=), so nothing outlives it.
+cg_root=$(findmnt -t cgroup2 -n -o TARGET | head -n1)
+cg="" cg_home=""
+if [[ -n $cg_root ]] && mkdir "$cg_root/sluice-example-$$" 2>/dev/null; then
+  cg="$cg_root/sluice-example-$$"
+  cg_home="$cg_root$(sed -n 's/^0:://p' /proc/self/cgroup)"
+  echo $$ >"$cg/cgroup.procs"
+fi
 cleanup() {
   trap - EXIT INT TERM
   [[ ${#pids[@]} -gt 0 ]] && kill "${pids[@]}" 2>/dev/null || true
   wait 2>/dev/null || true
   rm -rf "$work"
-  echo "example stopped; backends, agent and temp files removed"
+  if [[ -n $cg ]]; then
+    echo $$ >"$cg_home/cgroup.procs" 2>/dev/null || echo $$ >"$cg_root/cgroup.procs"
+    for _ in $(seq 50); do  # exited children leave the cgroup once reaped
+      rmdir "$cg" 2>/dev/null && break
+      sleep 0.1
+    done
+  fi
+  echo "example stopped; backends, agent, cgroup and temp files removed"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -41,8 +58,14 @@ PY
   pids+=($!)
 done
 
+if [[ -n $cg ]]; then
+  socket_lb=(--socket-lb=auto "--socket-lb-cgroup=$cg" --bpf-root=)
+else
+  socket_lb=(--socket-lb=off --bpf-root=)
+fi
 ./build/agent/sluice-agent --source=file:examples/ --hostname-override=local \
-  --healthz-bind-address=127.0.0.1:10256 --metrics-bind-address=127.0.0.1:10249 &
+  --healthz-bind-address=127.0.0.1:10256 --metrics-bind-address=127.0.0.1:10249 \
+  "${socket_lb[@]}" &
 agent=$!
 pids+=("$agent")
 
@@ -66,6 +89,10 @@ s.connect(("10.96.0.10", 5300))
 s.send(b"hello")
 print(s.recv(65535).decode())
 PY
+
+echo "== who carried them: socket-level balancing (straight to a backend) or the proxy"
+curl -s http://127.0.0.1:10249/metrics |
+  grep -E '^(sluice_socket_lb_translations_total|sluice_connections_total|sluice_udp_flows_total)' || true
 
 echo
 echo "sluice-agent is running (edit examples/*.yaml to see it follow); Ctrl-C stops and cleans up."

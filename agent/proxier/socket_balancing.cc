@@ -123,12 +123,13 @@ absl::Status SocketBalancing::Apply(const std::shared_ptr<const ServiceTable>& t
   const auto* prev = applied_ ? &applied_->ports() : nullptr;
   for (const auto& [name, info] : ports) {
     auto had = programmed_.find(name);
-    const bool same = !full && prev != nullptr && had != programmed_.end() &&
-                      [&] {
-                        auto it = prev->find(name);
-                        return it != prev->end() && it->second == info;
-                      }();
-    if (same) {
+    // The Proxier rebuilds only changed ports: the same pointer means the same port.
+    bool unchanged = false;
+    if (!full && had != programmed_.end()) {
+      auto before = prev->find(name);  // not full: there was an applied table
+      unchanged = before != prev->end() && before->second == info;
+    }
+    if (unchanged) {
       next.emplace(name, std::move(had->second));
       continue;
     }
