@@ -295,17 +295,7 @@ TEST_F(EtcdSourceTest, TrafficThroughAVipProgrammedFromEtcd) {
   StartEtcdAgent(etcd_->url());
   PutWeb(80, {"127.0.0.2"});
   ASSERT_TRUE(WaitListener("tcp/10.96.0.10:80")) << agent_->Output();
-  auto hello = [] {
-    int err = 0;
-    auto fd = testutil::ConnectTcp(*net::SocketAddress::Parse("10.96.0.10:80"), &err);
-    std::string out;
-    char buf[64];
-    ssize_t n;
-    while (fd && (n = recv(fd.get(), buf, sizeof(buf), 0)) > 0) {
-      out.append(buf, static_cast<size_t>(n));
-    }
-    return out;
-  };
+  auto hello = [] { return testutil::Hello("10.96.0.10:80"); };
   EXPECT_EQ(hello(), "a");
   // Move the service to the other backend through etcd.
   Put(SliceKey("web-1"), SliceJson("web-1", "web", {"127.0.0.3"}));

@@ -23,32 +23,13 @@ namespace sluice::testing {
 namespace {
 
 using testutil::ConnectTcp;
+using testutil::Hello;
 using testutil::TcpServer;
 
 net::SocketAddress Addr(const std::string& s) { return *net::SocketAddress::Parse(s); }
 
 const std::vector<PortSpec> kHttp = {{"http", 80}};
 const std::vector<PortSpec> kBackendHttp = {{"http", 8080}};
-
-// One request to a kHello backend: its name, or "" with *err set.
-std::string Hello(const std::string& to, int* err = nullptr) {
-  int e = 0;
-  auto fd = ConnectTcp(Addr(to), &e);
-  if (err != nullptr) {
-    *err = e;
-  }
-  const timeval tv{.tv_sec = 5, .tv_usec = 0};  // a wrong backend must fail, not hang
-  if (fd) {
-    setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  }
-  std::string out;
-  char buf[64];
-  ssize_t n;
-  while (fd && (n = recv(fd.get(), buf, sizeof(buf), 0)) > 0) {
-    out.append(buf, static_cast<size_t>(n));
-  }
-  return out;
-}
 
 // A client thread calling Hello() in a loop until destroyed, counting answers and failures.
 class Load {

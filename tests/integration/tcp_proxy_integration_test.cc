@@ -15,34 +15,13 @@
 namespace sluice::testing {
 namespace {
 
-using testutil::ConnectTcp;
+using testutil::Hello;
 using testutil::TcpServer;
 
 net::SocketAddress Addr(const std::string& s) { return *net::SocketAddress::Parse(s); }
 
 const std::vector<PortSpec> kHttp = {{"http", 80}};
 const std::vector<PortSpec> kBackendHttp = {{"http", 8080}};
-
-// Reads until EOF (or error); returns what was read.
-std::string ReadAll(int fd) {
-  std::string out;
-  char buf[65536];
-  ssize_t n;
-  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) {
-    out.append(buf, static_cast<size_t>(n));
-  }
-  return out;
-}
-
-// One request to a kHello backend through the proxy: the backend's name, or "" on failure.
-std::string Hello(const std::string& to, int* err = nullptr) {
-  int e = 0;
-  auto fd = ConnectTcp(Addr(to), &e);
-  if (err != nullptr) {
-    *err = e;
-  }
-  return fd ? ReadAll(fd.get()) : "";
-}
 
 class TcpProxyTest : public DatapathTest {
  protected:

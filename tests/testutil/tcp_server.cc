@@ -267,4 +267,24 @@ base::UniqueFd ConnectTcp(const net::SocketAddress& to, int* err, int timeout_ms
   return fd;
 }
 
+std::string Hello(const std::string& to, int* err) {
+  int e = 0;
+  auto fd = ConnectTcp(*net::SocketAddress::Parse(to), &e);
+  if (err != nullptr) {
+    *err = e;
+  }
+  if (!fd) {
+    return "";
+  }
+  const timeval tv{.tv_sec = 5, .tv_usec = 0};
+  setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  std::string out;
+  char buf[256];
+  ssize_t n;
+  while ((n = recv(fd.get(), buf, sizeof(buf), 0)) > 0) {
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return n == 0 ? out : "";
+}
+
 }  // namespace sluice::testutil

@@ -73,4 +73,9 @@ uint64_t SendStream(int fd, uint64_t seed, uint64_t bytes);
 // *err set (ECONNREFUSED, ETIMEDOUT, ...).
 base::UniqueFd ConnectTcp(const net::SocketAddress& to, int* err, int timeout_ms = 3000);
 
+// One request to a kHello backend at `to` ("10.96.0.10:80", through a service): its name, or
+// "" on failure with *err set to the connect's errno. A reply that never ends (not a kHello
+// backend) fails after 5 s instead of hanging.
+std::string Hello(const std::string& to, int* err = nullptr);
+
 }  // namespace sluice::testutil

@@ -14,24 +14,11 @@
 namespace sluice::testing {
 namespace {
 
-using testutil::ConnectTcp;
+using testutil::Hello;
 using testutil::TcpServer;
 using testutil::WaitFor;
 
 net::SocketAddress Addr(const std::string& s) { return *net::SocketAddress::Parse(s); }
-
-// The backend's name through the proxy, or "" on failure.
-std::string Hello(const std::string& to) {
-  int err = 0;
-  auto fd = ConnectTcp(Addr(to), &err);
-  std::string out;
-  char buf[256];
-  ssize_t n;
-  while (fd && (n = recv(fd.get(), buf, sizeof(buf), 0)) > 0) {
-    out.append(buf, static_cast<size_t>(n));
-  }
-  return out;
-}
 
 std::string Node(const std::string& zone) {
   return absl::StrCat(R"({"metadata":{"name":"node1","labels":{"topology.kubernetes.io/zone":")",
