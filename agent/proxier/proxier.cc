@@ -112,12 +112,9 @@ size_t Proxier::ApplyChanges(const Changes& changes) {
   return dirty.size();
 }
 
-std::shared_ptr<const ServiceTable> Proxier::Publish() {
+std::shared_ptr<const ServiceTable> Proxier::BuildTable() const {
   // A copy of ports_: allocations, but none of the key comparisons of assembling it anew.
-  auto table = std::make_shared<const ServiceTable>(ports_);
-  absl::MutexLock lock(&mu_);
-  table_ = table;
-  return table;
+  return std::make_shared<const ServiceTable>(ports_);
 }
 
 absl::Status Proxier::Sync() {
@@ -141,7 +138,7 @@ absl::Status Proxier::Sync() {
       }
       rebuilt = services_.size();
     }
-    table = Publish();
+    table = BuildTable();
   }
 
   absl::Status result;
@@ -151,6 +148,12 @@ absl::Status Proxier::Sync() {
       result.Update(st);
     }
     c.applied->Observe(absl::ToDoubleSeconds(clock_.Now() - start));
+  }
+  {
+    // Published once applied (even in part: a failed sync retries this table), so what
+    // /debug/services shows is in the kernel.
+    absl::MutexLock lock(&mu_);
+    table_ = table;
   }
   const absl::Time end = clock_.Now();
   sync_duration_.Observe(absl::ToDoubleSeconds(end - start));

@@ -24,7 +24,7 @@ class TableConsumer {
 };
 
 // Turns recorded changes into a new ServiceTable: rebuilds only the services whose Service or
-// EndpointSlices changed, publishes the table, and hands it to the consumers.
+// EndpointSlices changed, hands the table to the consumers, then publishes it.
 // Thread: control plane (Sync); table() and LastSync() are thread-safe.
 class Proxier final {
  public:
@@ -42,6 +42,7 @@ class Proxier final {
   // hints select endpoints by zone, so every service is rebuilt at the next Sync.
   void SetZone(const std::string& zone);
 
+  // The table the consumers last applied.
   std::shared_ptr<const ServiceTable> table() const ABSL_LOCKS_EXCLUDED(mu_);
   // When the last successful sync ended; InfinitePast before the first.
   absl::Time LastSync() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -50,8 +51,8 @@ class Proxier final {
   // Applies recorded changes to services_/slices_ and rebuilds the affected services; returns
   // how many were rebuilt.
   size_t ApplyChanges(const Changes& changes);
-  // Publishes a table of ports_.
-  std::shared_ptr<const ServiceTable> Publish();
+  // A table of ports_.
+  std::shared_ptr<const ServiceTable> BuildTable() const;
   // Rebuilds `id`'s entries from services_ and slices_.
   void Rebuild(const config::NamespacedName& id);
   void ApplySliceChange(const config::EndpointSlicePtr& prev, const config::EndpointSlicePtr& cur,
