@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 
 #include "agent/net/socket.h"
+#include "agent/socklb/cgroup.h"
 #include "tests/integration/agent_fixture.h"
 #include "tests/testutil/tcp_server.h"
 
@@ -332,6 +333,39 @@ TEST_F(SocketLbTest, HostNetnsOnlyLeavesOtherNamespacesAlone) {
   pod.join();
   EXPECT_EQ(in_pod, "mesh");
   EXPECT_EQ(SocketLbTranslations("test/web:http"), 1);
+}
+
+TEST_F(SocketLbTest, RandomAlgorithmReachesEveryBackend) {
+  StartBackends();
+  Write("web.yaml", ServiceYaml("web", {"10.96.0.10"}, kHttp) + "---\n" +
+                        SliceYaml("web", {"127.0.0.2", "127.0.0.3"}, kBackendHttp));
+  StartAgent({"--socket-lb-algorithm=random"});
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.10:80"));
+  std::set<std::string> seen;
+  for (int i = 0; i < 40 && seen.size() < 2; ++i) {  // all on one: p = 2^-39
+    seen.insert(Hello("10.96.0.10:80"));
+  }
+  EXPECT_EQ(seen, (std::set<std::string>{"a", "b"}));
+}
+
+// A container's cgroup namespace shows the container's own cgroup as the cgroup2 mount's root:
+// programs attached there would miss every other process of the node. The default
+// (--socket-lb-cgroup unset) must notice and refuse, not attach.
+TEST_F(SocketLbTest, RefusesAContainersCgroupAsTheRoot) {
+  StartBackends();
+  Write("web.yaml", ServiceYaml("web", {"10.96.0.10"}, kHttp) + "---\n" +
+                        SliceYaml("web", {"127.0.0.2"}, kBackendHttp));
+  // In private cgroup and mount namespaces (as a container has), cgroup2 mounted anew.
+  const std::string at = *socklb::FindCgroup2Mount();
+  const std::string mount = "umount -l " + at + " && mount -t cgroup2 none " + at;
+  StartAgent({"--socket-lb=auto", "--socket-lb-cgroup="},
+             {"unshare", "--cgroup", "--mount", "--", "sh", "-c", mount + " && exec \"$0\" \"$@\""});
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.10:80")) << agent_->Output();
+  EXPECT_EQ(MetricValue("sluice_socket_lb_unavailable{reason=\"cgroup\"}"), 1) << agent_->Output();
+  EXPECT_NE(agent_->Output().find("is not the root of the cgroup v2 hierarchy"), std::string::npos)
+      << agent_->Output();
+  EXPECT_EQ(Hello("10.96.0.10:80"), "a");  // the proxy serves
+  EXPECT_EQ(MetricValue("sluice_connections_total"), 1);
 }
 
 // Unavailable: --socket-lb=auto falls back to the proxy and says why; =on refuses to start.
