@@ -126,7 +126,8 @@ static __always_inline int is_v4_mapped(const __u8 *addr)
 static __always_inline void read_user(struct bpf_sock_addr *ctx, int v6, struct sluice_lb_addr *a)
 {
 	if (v6) {
-		__u32 w[4] = {ctx->user_ip6[0], ctx->user_ip6[1], ctx->user_ip6[2], ctx->user_ip6[3]};
+		__u32 w[4] = {ctx->user_ip6[0], ctx->user_ip6[1], ctx->user_ip6[2],
+			      ctx->user_ip6[3]};
 
 		__builtin_memcpy(a->addr, w, 16);
 	} else {
@@ -167,9 +168,8 @@ static __always_inline void count(__u32 id, int refused)
 
 /* The backend ClientIP affinity keeps for this client, if it is still live and in the
  * service. Refreshes the sliding timeout. */
-static __always_inline struct sluice_lb_addr *sticky_backend(const struct sluice_lb_svc *svc,
-							     struct sluice_lb_client *client,
-							     __u64 now)
+static __always_inline struct sluice_lb_addr *
+sticky_backend(const struct sluice_lb_svc *svc, struct sluice_lb_client *client, __u64 now)
 {
 	struct sluice_lb_sticky *s = bpf_map_lookup_elem(&sluice_lb_stick, client);
 	struct sluice_lb_member m = {};

@@ -59,8 +59,8 @@ std::string Port(const proxier::ServicePortInfo& p, const std::vector<std::strin
       "\", \"externalTrafficPolicy\": \"", Policy(p.external_policy),
       "\", \"clusterEndpoints\": ", Addrs(p.cluster_endpoints),
       ", \"externalEndpoints\": ", Addrs(p.external_endpoints),
-      ", \"endpoints\": ", Array(p.endpoints, Endpoint),
-      ", \"listeners\": ", Strings(listeners), ", \"socketLb\": ", Strings(socket_lb), "}");
+      ", \"endpoints\": ", Array(p.endpoints, Endpoint), ", \"listeners\": ", Strings(listeners),
+      ", \"socketLb\": ", Strings(socket_lb), "}");
 }
 
 }  // namespace

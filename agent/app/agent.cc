@@ -8,8 +8,8 @@
 #include <cstring>
 #include <thread>
 
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 #include "agent/admin/debug_services.h"
 #include "agent/base/file.h"
@@ -102,8 +102,7 @@ absl::Status Agent::StartDataPath() {
 absl::Status Agent::StartSocketLb() {
   auto& unavailable = metrics_.AddGauge(
       "sluice_socket_lb_unavailable",
-      "1, labelled with the reason, when local clients are not balanced at the socket",
-      {"reason"});
+      "1, labelled with the reason, when local clients are not balanced at the socket", {"reason"});
   if (opts_.socket_lb == "off") {
     unavailable.WithLabels({"disabled"}).Set(1);
     // Pinned programs of an earlier agent would go on translating with stale maps.
@@ -112,10 +111,10 @@ absl::Status Agent::StartSocketLb() {
     }
     return absl::OkStatus();
   }
-  socklb::ProbeResult probe = socklb::ProbeSocketLb(
-      {.cgroup = opts_.socket_lb_cgroup,
-       .bpf_root = opts_.bpf_root,
-       .host_netns_only = opts_.socket_lb_host_netns_only});
+  socklb::ProbeResult probe =
+      socklb::ProbeSocketLb({.cgroup = opts_.socket_lb_cgroup,
+                             .bpf_root = opts_.bpf_root,
+                             .host_netns_only = opts_.socket_lb_host_netns_only});
   if (probe.lb == nullptr) {
     if (opts_.socket_lb == "on") {
       return base::Annotate(probe.status, absl::StrCat("--socket-lb=on: socket-level balancing "
@@ -160,18 +159,17 @@ absl::Status Agent::StartSocketLb() {
                             "left the service",
                             [lb] { return static_cast<double>(lb->reaped()); });
   }
-  LOG(INFO) << "socket LB: on for " << (opts_.socket_lb_cgroup.empty() ? "the cgroup v2 root"
-                                                                        : opts_.socket_lb_cgroup)
+  LOG(INFO) << "socket LB: on for "
+            << (opts_.socket_lb_cgroup.empty() ? "the cgroup v2 root" : opts_.socket_lb_cgroup)
             << (socket_lb_->adopted() ? ", adopted the pinned programs and maps" : "")
             << (opts_.socket_lb_host_netns_only ? ", host network namespace only" : "")
-            << (socket_lb_->can_reap() ? "" : "; stale connected UDP sockets are not closed "
-                                              "(needs kernel >= 6.5 and CAP_PERFMON)");
+            << (socket_lb_->can_reap() ? ""
+                                       : "; stale connected UDP sockets are not closed "
+                                         "(needs kernel >= 6.5 and CAP_PERFMON)");
   return absl::OkStatus();
 }
 
-std::string Agent::ProxyMode() const {
-  return socket_lb_ ? datapath_ + "+socket-lb" : datapath_;
-}
+std::string Agent::ProxyMode() const { return socket_lb_ ? datapath_ + "+socket-lb" : datapath_; }
 
 absl::Status Agent::Cleanup(const AgentOptions& opts) {
   absl::Status result;

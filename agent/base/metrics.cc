@@ -116,8 +116,7 @@ void Registry::AddCounterFunc(std::string name, std::string help, std::function<
 }
 
 void Registry::AddCounterFamilyFunc(std::string name, std::string help,
-                                    std::vector<std::string> labels,
-                                    std::function<Samples()> fn) {
+                                    std::vector<std::string> labels, std::function<Samples()> fn) {
   absl::MutexLock lock(&mu_);
   Entry& e = NewEntry(std::move(name), std::move(help));
   e.family_labels = std::move(labels);
@@ -184,8 +183,7 @@ std::string Registry::Render() const {
       absl::StrAppend(&out, e->name, " ", FormatValue(e->value_fn()), "\n");
     } else if (e->family_fn) {
       for (const auto& [values, v] : e->family_fn()) {
-        absl::StrAppend(&out, e->name, Labels(e->family_labels, values), " ", FormatValue(v),
-                        "\n");
+        absl::StrAppend(&out, e->name, Labels(e->family_labels, values), " ", FormatValue(v), "\n");
       }
     } else {
       e->histogram->ForEach([&](const std::vector<std::string>& values, const Histogram& h) {

@@ -28,7 +28,7 @@ class SocketBalancing final : public TableConsumer {
   struct Options {
     // The node addresses NodePorts are reached on; read at each full sync.
     std::function<std::vector<net::IpAddress>()> node_ips;
-    bool random = false;  // --socket-lb-algorithm=random
+    bool random = false;    // --socket-lb-algorithm=random
     std::string node_name;  // seeds each service's backend order, as nodes differ
   };
 

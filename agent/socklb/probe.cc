@@ -86,8 +86,8 @@ absl::Status CheckUdp(const net::SocketAddress& front, int backend_fd) {
   }
   auto src = net::SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&from), from_len);
   if (!src || *src != front) {
-    return Fail(absl::StrCat("the UDP reply comes from ", src ? src->ToString() : "?",
-                             ", not ", front.ToString()));
+    return Fail(absl::StrCat("the UDP reply comes from ", src ? src->ToString() : "?", ", not ",
+                             front.ToString()));
   }
   return absl::OkStatus();
 }
@@ -115,8 +115,8 @@ absl::Status SelfTest(SocketLb& lb) {
   if (st.ok()) {
     st = CheckUdp(front, udp.get());
   }
-  st.Update(lb.Apply({{kTestService, std::nullopt},
-                      {absl::StrCat(kTestService, "-refused"), std::nullopt}}));
+  st.Update(lb.Apply(
+      {{kTestService, std::nullopt}, {absl::StrCat(kTestService, "-refused"), std::nullopt}}));
   return st;
 }
 
@@ -139,10 +139,11 @@ ProbeResult ProbeSocketLb(SocketLb::Options options) {
       // Seen in others' agents: a container's cgroup namespace makes its own cgroup look like
       // the root, and programs attached there never see the node's other processes.
       r.reason = "cgroup";
-      r.status = absl::FailedPreconditionError(absl::StrCat(
-          options.cgroup, " is not the root of the cgroup v2 hierarchy (a container's cgroup "
-                          "namespace?): mount the host's cgroup2 root and pass "
-                          "--socket-lb-cgroup"));
+      r.status = absl::FailedPreconditionError(
+          absl::StrCat(options.cgroup,
+                       " is not the root of the cgroup v2 hierarchy (a container's cgroup "
+                       "namespace?): mount the host's cgroup2 root and pass "
+                       "--socket-lb-cgroup"));
       return r;
     }
   }
@@ -150,10 +151,10 @@ ProbeResult ProbeSocketLb(SocketLb::Options options) {
   if (!lb.ok()) {
     r.status = lb.status();
     const std::string msg(lb.status().message());
-    r.reason = absl::IsPermissionDenied(lb.status())                    ? "permission"
-               : absl::IsFailedPrecondition(lb.status())                ? "cgroup"
-               : msg.find("bpffs") != std::string::npos                 ? "bpffs"
-                                                                        : "unsupported";
+    r.reason = absl::IsPermissionDenied(lb.status())     ? "permission"
+               : absl::IsFailedPrecondition(lb.status()) ? "cgroup"
+               : msg.find("bpffs") != std::string::npos  ? "bpffs"
+                                                         : "unsupported";
     return r;
   }
   if (!InCgroupSubtree(options.cgroup)) {

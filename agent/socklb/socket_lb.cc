@@ -152,14 +152,17 @@ absl::StatusOr<std::unique_ptr<SocketLb>> SocketLb::Create(const Options& option
   const bool reap = KernelHasKfunc("bpf_sock_destroy") &&
                     base::RequireCapabilities({{CAP_PERFMON, "CAP_PERFMON"}}).ok();
   auto configure = [&](sock_lb_bpf& s) -> absl::Status {
-    const std::pair<bpf_map*, uint32_t> sizes[] = {
-        {s.maps.sluice_lb_svc, options.max_frontends},  {s.maps.sluice_lb_slot, options.max_slots},
-        {s.maps.sluice_lb_member, options.max_slots},   {s.maps.sluice_lb_stick, options.max_sticky},
-        {s.maps.sluice_lb_rev, options.max_reverse},    {s.maps.sluice_lb_stats, options.max_frontends},
-        {s.maps.sluice_lb_gone, 4096}};
+    const std::pair<bpf_map*, uint32_t> sizes[] = {{s.maps.sluice_lb_svc, options.max_frontends},
+                                                   {s.maps.sluice_lb_slot, options.max_slots},
+                                                   {s.maps.sluice_lb_member, options.max_slots},
+                                                   {s.maps.sluice_lb_stick, options.max_sticky},
+                                                   {s.maps.sluice_lb_rev, options.max_reverse},
+                                                   {s.maps.sluice_lb_stats, options.max_frontends},
+                                                   {s.maps.sluice_lb_gone, 4096}};
     for (auto [map, size] : sizes) {
       if (int err = bpf_map__set_max_entries(map, size); err != 0) {
-        return base::ErrnoStatus(-err, absl::StrCat("bpf_map__set_max_entries ", bpf_map__name(map)));
+        return base::ErrnoStatus(-err,
+                                 absl::StrCat("bpf_map__set_max_entries ", bpf_map__name(map)));
       }
       if (pin) {
         const std::string path = absl::StrCat(options.bpf_root, "/", bpf_map__name(map));
@@ -180,9 +183,9 @@ absl::StatusOr<std::unique_ptr<SocketLb>> SocketLb::Create(const Options& option
     // old links keep their programs and maps until Attach replaces them.
     LOG(WARNING) << "socket LB: cannot reuse the maps pinned under " << options.bpf_root << " ("
                  << skel.status().message() << "); replacing them";
-    for (const char* name : {"sluice_lb_svc", "sluice_lb_slot", "sluice_lb_member",
-                             "sluice_lb_stick", "sluice_lb_rev", "sluice_lb_stats",
-                             "sluice_lb_gone"}) {
+    for (const char* name :
+         {"sluice_lb_svc", "sluice_lb_slot", "sluice_lb_member", "sluice_lb_stick", "sluice_lb_rev",
+          "sluice_lb_stats", "sluice_lb_gone"}) {
       unlink(absl::StrCat(options.bpf_root, "/", name).c_str());
     }
     skel = fastpath::Skeleton<sock_lb_bpf>::Create(configure);
@@ -227,8 +230,9 @@ absl::Status SocketLb::Attach(uint64_t cgroup_id, int cgroup_fd) {
   for (bpf_program* prog : {s.progs.sluice_recvmsg4, s.progs.sluice_recvmsg6, s.progs.sluice_peer4,
                             s.progs.sluice_peer6, s.progs.sluice_connect4, s.progs.sluice_connect6,
                             s.progs.sluice_sendmsg4, s.progs.sluice_sendmsg6}) {
-    const std::string path =
-        options_.bpf_root.empty() ? "" : absl::StrCat(options_.bpf_root, "/link_", bpf_program__name(prog));
+    const std::string path = options_.bpf_root.empty() ? ""
+                                                       : absl::StrCat(options_.bpf_root, "/link_",
+                                                                      bpf_program__name(prog));
     if (!path.empty() && access(path.c_str(), F_OK) == 0) {
       if (bpf_link* old = bpf_link__open(path.c_str()); old != nullptr) {
         bpf_link_info info{};
@@ -246,8 +250,8 @@ absl::Status SocketLb::Attach(uint64_t cgroup_id, int cgroup_fd) {
     }
     bpf_link* link = bpf_program__attach_cgroup(prog, cgroup_fd);
     if (link == nullptr) {
-      return base::ErrnoStatus(errno, absl::StrCat("attach ", bpf_program__name(prog), " to ",
-                                                   options_.cgroup));
+      return base::ErrnoStatus(
+          errno, absl::StrCat("attach ", bpf_program__name(prog), " to ", options_.cgroup));
     }
     links_.push_back(link);
     if (!path.empty()) {
@@ -405,7 +409,8 @@ absl::Status SocketLb::Upsert(const std::string& name, const Service& service) {
   if (!old) {
     // A per-CPU value is one struct per possible CPU. Counters are best effort: a service
     // whose entry could not be made works uncounted.
-    const std::vector<sluice_lb_stats> zero(static_cast<size_t>(std::max(1, libbpf_num_possible_cpus())));
+    const std::vector<sluice_lb_stats> zero(
+        static_cast<size_t>(std::max(1, libbpf_num_possible_cpus())));
     (void)bpf_map_update_elem(stats_fd_, &next.id, zero.data(), BPF_ANY);
   }
   const bool new_set = !old || old->service.backends != service.backends;

@@ -37,7 +37,7 @@ struct Frontend {
 // round-robin; none means every connect()/sendmsg() to a frontend fails with ECONNREFUSED.
 struct Service {
   std::vector<Frontend> frontends;
-  std::vector<net::SocketAddress> backends;  // of the frontends' families only
+  std::vector<net::SocketAddress> backends;        // of the frontends' families only
   absl::Duration affinity = absl::ZeroDuration();  // ClientIP timeout; zero: none
   bool random = false;
   friend bool operator==(const Service&, const Service&) = default;
@@ -53,14 +53,14 @@ using Change = std::pair<std::string, std::optional<Service>>;
 class SocketLb final {
  public:
   struct Options {
-    std::string cgroup;     // cgroup v2 directory whose processes are translated
-    std::string bpf_root;   // pin directory on a bpffs ("" = no pinning: detach at exit)
+    std::string cgroup;            // cgroup v2 directory whose processes are translated
+    std::string bpf_root;          // pin directory on a bpffs ("" = no pinning: detach at exit)
     bool host_netns_only = false;  // translate only sockets of the agent's network namespace
     // Map sizes. Hash maps allocate per entry, so these only bound what programming (and so
     // the API) can make the kernel allocate; the LRU maps are preallocated.
     uint32_t max_frontends = 262144;
-    uint32_t max_slots = 524288;  // backends of all services, twice while a set is swapped
-    uint32_t max_sticky = 65536;  // (client netns, service) affinity entries
+    uint32_t max_slots = 524288;    // backends of all services, twice while a set is swapped
+    uint32_t max_sticky = 65536;    // (client netns, service) affinity entries
     uint32_t max_reverse = 131072;  // translated sockets remembered for recvmsg/getpeername
   };
 

@@ -210,12 +210,10 @@ bool AgentTest::WaitListener(const std::string& listener, bool present, absl::Du
 }
 
 bool AgentTest::WaitSocketLb(const std::string& frontend) {
-  return !socket_lb_ || testutil::WaitFor(
-                            [&] {
-                              return InArray(Get("/debug/services"), "socketLb",
-                                             "\"" + frontend + "\"");
-                            },
-                            absl::Seconds(10));
+  return !socket_lb_ ||
+         testutil::WaitFor(
+             [&] { return InArray(Get("/debug/services"), "socketLb", "\"" + frontend + "\""); },
+             absl::Seconds(10));
 }
 
 bool AgentTest::WaitVip(const std::string& ip) {

@@ -80,8 +80,8 @@ class AgentTest : public ::testing::Test {
   int metrics_port_ = 0;
 };
 
-// Fixtures whose every test runs on the three data paths (splice, sockmap, socket-lb): instantiate with
-// INSTANTIATE_TEST_SUITE_P(Paths, Fixture, ::testing::ValuesIn(kDatapaths), DatapathName).
+// Fixtures whose every test runs on the three data paths (splice, sockmap, socket-lb): instantiate
+// with INSTANTIATE_TEST_SUITE_P(Paths, Fixture, ::testing::ValuesIn(kDatapaths), DatapathName).
 class DatapathTest : public AgentTest, public ::testing::WithParamInterface<std::string> {
  protected:
   void SetUp() override;

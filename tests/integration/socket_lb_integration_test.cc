@@ -85,8 +85,7 @@ class SocketLbTest : public AgentTest {
   void StartBackends() {
     for (const char* name : {"a", "b", "c"}) {
       const std::string ip = absl::StrCat("127.0.0.", 2 + (name[0] - 'a'));
-      backends_.push_back(
-          TcpServer::Start(Addr(ip + ":8080"), TcpServer::Mode::kHello, 0, name));
+      backends_.push_back(TcpServer::Start(Addr(ip + ":8080"), TcpServer::Mode::kHello, 0, name));
       ASSERT_TRUE(backends_.back());
     }
   }
@@ -104,9 +103,10 @@ TEST_F(SocketLbTest, GetpeernameReportsTheServiceAddressV4V6AndMapped) {
   ASSERT_TRUE(WaitListener("tcp/[fd00::10]:80"));
   // An IPv4 socket, an IPv6 one, and a dual-stack IPv6 socket reaching the IPv4 service
   // through its mapped address.
-  for (const auto& [family, to] : std::vector<std::pair<int, std::string>>{
-           {AF_INET, "10.96.0.10:80"}, {AF_INET6, "[fd00::10]:80"},
-           {AF_INET6, "::ffff:10.96.0.10"}}) {
+  for (const auto& [family, to] :
+       std::vector<std::pair<int, std::string>>{{AF_INET, "10.96.0.10:80"},
+                                                {AF_INET6, "[fd00::10]:80"},
+                                                {AF_INET6, "::ffff:10.96.0.10"}}) {
     SCOPED_TRACE(to);
     base::UniqueFd fd(socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0));
     sockaddr_storage ss;
@@ -195,13 +195,15 @@ TEST_F(SocketLbTest, EndpointChurnUnderLoadLosesNothing) {
   auto established = ConnectTcp(Addr("10.96.0.10:80"), &err);  // to the echo backend
   ASSERT_TRUE(established) << strerror(err);
   Write("web.yaml", slice({"127.0.0.2"}));
-  ASSERT_TRUE(testutil::WaitFor([&] { return Hello("10.96.0.10:80") == "a"; },
-                                absl::Seconds(10)));
+  ASSERT_TRUE(testutil::WaitFor([&] { return Hello("10.96.0.10:80") == "a"; }, absl::Seconds(10)));
 
   auto load = std::make_unique<Load>("10.96.0.10:80");
-  const std::vector<std::vector<std::string>> versions = {
-      {"127.0.0.2", "127.0.0.3"}, {"127.0.0.3", "127.0.0.4"}, {"127.0.0.4"},
-      {"127.0.0.2", "127.0.0.4"}, {"127.0.0.3"},              {"127.0.0.2"}};
+  const std::vector<std::vector<std::string>> versions = {{"127.0.0.2", "127.0.0.3"},
+                                                          {"127.0.0.3", "127.0.0.4"},
+                                                          {"127.0.0.4"},
+                                                          {"127.0.0.2", "127.0.0.4"},
+                                                          {"127.0.0.3"},
+                                                          {"127.0.0.2"}};
   for (int round = 0; round < 3; ++round) {
     for (const auto& v : versions) {
       Write("web.yaml", slice(v));
@@ -210,8 +212,7 @@ TEST_F(SocketLbTest, EndpointChurnUnderLoadLosesNothing) {
     }
   }
   // The last version has only a: new connections follow it.
-  ASSERT_TRUE(testutil::WaitFor([&] { return Hello("10.96.0.10:80") == "a"; },
-                                absl::Seconds(10)));
+  ASSERT_TRUE(testutil::WaitFor([&] { return Hello("10.96.0.10:80") == "a"; }, absl::Seconds(10)));
   const int failed = load->failed;
   const int ok = load->ok;
   load.reset();
@@ -250,8 +251,7 @@ TEST_F(SocketLbTest, AgentKillAndRestartKeepsTranslating) {
   // The new agent programs the adopted maps.
   Write("web.yaml", ServiceYaml("web", {"10.96.0.10"}, kHttp) + "---\n" +
                         SliceYaml("web", {"127.0.0.3"}, kBackendHttp));
-  EXPECT_TRUE(testutil::WaitFor([&] { return Hello("10.96.0.10:80") == "b"; },
-                                absl::Seconds(10)));
+  EXPECT_TRUE(testutil::WaitFor([&] { return Hello("10.96.0.10:80") == "b"; }, absl::Seconds(10)));
   const int failed = load->failed;
   load.reset();
   EXPECT_EQ(failed, 0);
@@ -358,8 +358,9 @@ TEST_F(SocketLbTest, RefusesAContainersCgroupAsTheRoot) {
   // In private cgroup and mount namespaces (as a container has), cgroup2 mounted anew.
   const std::string at = *socklb::FindCgroup2Mount();
   const std::string mount = "umount -l " + at + " && mount -t cgroup2 none " + at;
-  StartAgent({"--socket-lb=auto", "--socket-lb-cgroup="},
-             {"unshare", "--cgroup", "--mount", "--", "sh", "-c", mount + " && exec \"$0\" \"$@\""});
+  StartAgent(
+      {"--socket-lb=auto", "--socket-lb-cgroup="},
+      {"unshare", "--cgroup", "--mount", "--", "sh", "-c", mount + " && exec \"$0\" \"$@\""});
   ASSERT_TRUE(WaitListener("tcp/10.96.0.10:80")) << agent_->Output();
   EXPECT_EQ(MetricValue("sluice_socket_lb_unavailable{reason=\"cgroup\"}"), 1) << agent_->Output();
   EXPECT_NE(agent_->Output().find("is not the root of the cgroup v2 hierarchy"), std::string::npos)
@@ -396,8 +397,7 @@ TEST_F(SocketLbTest, AutoFallsBackToTheProxyAndOnRefuses) {
 
   agent_ = std::make_unique<testutil::Subprocess>(std::vector<std::string>{
       SLUICE_AGENT_BINARY, "--source=file:" + dir_, "--healthz-bind-address=",
-      "--metrics-bind-address=", "--socket-lb=on", "--socket-lb-cgroup=" + dir_,
-      "--bpf-root="});
+      "--metrics-bind-address=", "--socket-lb=on", "--socket-lb-cgroup=" + dir_, "--bpf-root="});
   EXPECT_NE(agent_->Wait(absl::Seconds(10)), 0);
   EXPECT_NE(agent_->Output().find("--socket-lb=on: socket-level balancing is unavailable (cgroup)"),
             std::string::npos)

@@ -117,8 +117,8 @@ struct UdpSender {
     std::string buf(70000, '\0');
     sockaddr_storage from;
     socklen_t len = sizeof(from);
-    ssize_t n = recvfrom(fd.get(), buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&from),
-                         &len);
+    ssize_t n =
+        recvfrom(fd.get(), buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&from), &len);
     auto src = net::SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&from), len);
     if (n < 0 || !src) {
       return {};
@@ -241,8 +241,8 @@ TEST_P(UdpProxyTest, FlowMovesWhenItsEndpointIsRemoved) {
       GTEST_SKIP() << "no bpf_sock_destroy on this kernel";
     }
     int err = 0;
-    EXPECT_TRUE(testutil::WaitFor([&] { return client.Ask("2", &err).empty() && err == ECONNABORTED; },
-                                  absl::Seconds(10)))
+    EXPECT_TRUE(testutil::WaitFor(
+        [&] { return client.Ask("2", &err).empty() && err == ECONNABORTED; }, absl::Seconds(10)))
         << strerror(err);
     UdpClient fresh("10.96.0.30:53");
     EXPECT_EQ(fresh.Ask("3"), "b:3");
