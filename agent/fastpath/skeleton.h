@@ -45,6 +45,12 @@ class Skeleton final {
   T* const obj_;
 };
 
+// A bpf_link: bpf_link__destroy closes it (which detaches it unless it is pinned).
+struct LinkDeleter {
+  void operator()(bpf_link* link) const { bpf_link__destroy(link); }
+};
+using LinkPtr = std::unique_ptr<bpf_link, LinkDeleter>;
+
 // bpf_prog_attach of a program to a map (sockmap programs), detached in the destructor. libbpf
 // 1.1 has no link-based sockmap attach (bpf_program__attach_sockmap arrived in 1.5), so this is
 // the RAII stand-in for a bpf_link. Thread: any.

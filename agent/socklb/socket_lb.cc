@@ -178,7 +178,8 @@ absl::StatusOr<std::unique_ptr<SocketLb>> SocketLb::Create(const Options& option
     return absl::OkStatus();
   };
   auto skel = fastpath::Skeleton<sock_lb_bpf>::Create(configure);
-  if (!skel.ok() && pin) {
+  if (!skel.ok() && pin && absl::IsInvalidArgument(skel.status()) &&
+      access(absl::StrCat(options.bpf_root, "/sluice_lb_svc").c_str(), F_OK) == 0) {
     // Typically maps pinned by another version with other sizes or layout: start afresh. The
     // old links keep their programs and maps until Attach replaces them.
     LOG(WARNING) << "socket LB: cannot reuse the maps pinned under " << options.bpf_root << " ("
@@ -197,7 +198,7 @@ absl::StatusOr<std::unique_ptr<SocketLb>> SocketLb::Create(const Options& option
   lb->ScanAdopted();
   RETURN_IF_ERROR(lb->Attach(cgroup_id, cgroup.get()));
   if (reap) {
-    lb->reap_link_ = bpf_program__attach_iter((*lb->skel_)->progs.sluice_udp_reap, nullptr);
+    lb->reap_link_.reset(bpf_program__attach_iter((*lb->skel_)->progs.sluice_udp_reap, nullptr));
     if (lb->reap_link_ == nullptr) {
       LOG(WARNING) << "socket LB: no UDP socket iterator (" << strerror(errno)
                    << "): connected UDP sockets keep a removed backend";
@@ -216,13 +217,7 @@ SocketLb::SocketLb(const Options& options, std::unique_ptr<fastpath::Skeleton<so
       rev_fd_(bpf_map__fd((*skel_)->maps.sluice_lb_rev)),
       gone_fd_(bpf_map__fd((*skel_)->maps.sluice_lb_gone)) {}
 
-SocketLb::~SocketLb() {
-  // A pinned link stays attached after its fd closes; an unpinned one detaches here.
-  for (bpf_link* link : links_) {
-    bpf_link__destroy(link);
-  }
-  bpf_link__destroy(reap_link_);
-}
+SocketLb::~SocketLb() = default;
 
 absl::Status SocketLb::Attach(uint64_t cgroup_id, int cgroup_fd) {
   sock_lb_bpf& s = **skel_;
@@ -234,28 +229,27 @@ absl::Status SocketLb::Attach(uint64_t cgroup_id, int cgroup_fd) {
                                                        : absl::StrCat(options_.bpf_root, "/link_",
                                                                       bpf_program__name(prog));
     if (!path.empty() && access(path.c_str(), F_OK) == 0) {
-      if (bpf_link* old = bpf_link__open(path.c_str()); old != nullptr) {
+      if (fastpath::LinkPtr old(bpf_link__open(path.c_str())); old != nullptr) {
         bpf_link_info info{};
         uint32_t len = sizeof(info);
-        if (bpf_obj_get_info_by_fd(bpf_link__fd(old), &info, &len) == 0 &&
+        if (bpf_obj_get_info_by_fd(bpf_link__fd(old.get()), &info, &len) == 0 &&
             info.type == BPF_LINK_TYPE_CGROUP && info.cgroup.cgroup_id == cgroup_id &&
-            bpf_link__update_program(old, prog) == 0) {
-          links_.push_back(old);  // adopted: the hook never went away
+            bpf_link__update_program(old.get(), prog) == 0) {
+          links_.push_back(std::move(old));  // adopted: the hook never went away
           adopted_ = true;
           continue;
         }
-        bpf_link__destroy(old);
       }
       unlink(path.c_str());  // another cgroup or an unusable link: detach it
     }
-    bpf_link* link = bpf_program__attach_cgroup(prog, cgroup_fd);
+    fastpath::LinkPtr link(bpf_program__attach_cgroup(prog, cgroup_fd));
     if (link == nullptr) {
       return base::ErrnoStatus(
           errno, absl::StrCat("attach ", bpf_program__name(prog), " to ", options_.cgroup));
     }
-    links_.push_back(link);
+    links_.push_back(std::move(link));
     if (!path.empty()) {
-      if (int err = bpf_link__pin(link, path.c_str()); err != 0) {
+      if (int err = bpf_link__pin(links_.back().get(), path.c_str()); err != 0) {
         return base::ErrnoStatus(-err, absl::StrCat("pin ", path));
       }
     }
@@ -472,7 +466,7 @@ absl::Status SocketLb::Remove(const std::string& name) {
 }
 
 absl::Status SocketLb::ReapHere() {
-  base::UniqueFd iter(bpf_iter_create(bpf_link__fd(reap_link_)));
+  base::UniqueFd iter(bpf_iter_create(bpf_link__fd(reap_link_.get())));
   if (!iter) {
     return base::ErrnoStatus(errno, "bpf_iter_create(udp)");
   }

@@ -20,7 +20,6 @@
 #include "agent/net/address.h"
 
 struct sock_lb_bpf;
-struct bpf_link;
 
 namespace sluice::socklb {
 
@@ -128,8 +127,8 @@ class SocketLb final {
 
   const Options options_;
   std::unique_ptr<fastpath::Skeleton<sock_lb_bpf>> skel_;
-  std::vector<bpf_link*> links_;  // owned; destroyed (not detached when pinned) in ~SocketLb
-  bpf_link* reap_link_ = nullptr;
+  std::vector<fastpath::LinkPtr> links_;  // pinned ones stay attached when closed
+  fastpath::LinkPtr reap_link_;
   int svc_fd_, slot_fd_, member_fd_, stats_fd_, rev_fd_, gone_fd_;
   bool adopted_ = false;
   uint32_t next_id_ = 1;

@@ -53,8 +53,10 @@ class SocketLbKernelTest : public ::testing::Test {
     cgroup_.reset();
     netns_.reset();
   }
-  absl::StatusOr<std::unique_ptr<SocketLb>> Create(bool pin) {
-    return SocketLb::Create({.cgroup = cgroup_->path(), .bpf_root = pin ? bpffs_->path() : ""});
+  absl::StatusOr<std::unique_ptr<SocketLb>> Create(bool pin, uint32_t max_frontends = 262144) {
+    return SocketLb::Create({.cgroup = cgroup_->path(),
+                             .bpf_root = pin ? bpffs_->path() : "",
+                             .max_frontends = max_frontends});
   }
   // A service `name` at 127.255.0.N:80 with the backend.
   static Change Svc(int n) {
@@ -118,6 +120,20 @@ TEST_F(SocketLbKernelTest, PinnedStateSurvivesIsAdoptedAndSwept) {
 
   ASSERT_TRUE(SocketLb::Cleanup(bpffs_->path()).ok());
   EXPECT_FALSE(Translated(1));  // unpinned: the links detached
+}
+
+// Maps pinned by an agent with other sizes (or another layout) cannot be reused: the next one
+// starts with fresh maps, and its programs replace the old ones in the pinned links.
+TEST_F(SocketLbKernelTest, IncompatiblePinnedMapsAreReplaced) {
+  auto first = Create(true);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE((*first)->Apply({Svc(1)}).ok());
+  first->reset();
+  auto second = Create(true, 1024);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_FALSE(Translated(1));  // fresh maps, the old programs replaced
+  ASSERT_TRUE((*second)->Apply({Svc(1)}).ok());
+  EXPECT_TRUE(Translated(1));
 }
 
 TEST_F(SocketLbKernelTest, ABackendSetSwapLeavesNoGap) {
