@@ -224,6 +224,7 @@ ListWatcher::Step ListWatcher::Watch() {
   const absl::Time start = absl::Now();
   absl::StatusOr<HttpResponse> result =
       client_->Get(target, timeout + options_.watch_grace, [&](std::string_view bytes) {
+        stream.answered = true;
         return lines.Feed(bytes, [&](std::string_view line) { return OnEventLine(line, stream); });
       });
   const bool healthy = stream.events > 0 || absl::Now() - start >= kHealthyWatch;
@@ -240,6 +241,13 @@ ListWatcher::Step ListWatcher::Watch() {
 
 ListWatcher::Step ListWatcher::WatchEnded(const absl::StatusOr<HttpResponse>& result,
                                           const StreamState& stream, bool healthy) {
+  // A server that answers is back: the next retry need not wait out the backoff built up while
+  // it was unreachable (an outage would otherwise delay the relist by up to its 30 s cap).
+  // Overload answers (429, 5xx) keep backing off.
+  if (stream.answered ||
+      (result.ok() && result->status != 429 && result->status < 500)) {
+    backoff_.Reset();
+  }
   if (result.ok() && result->status == 200) {
     // The server ended the watch (its timeout) or the stream closed cleanly: carry on from the
     // last resourceVersion seen.
@@ -253,9 +261,9 @@ ListWatcher::Step ListWatcher::WatchEnded(const absl::StatusOr<HttpResponse>& re
   const absl::Status& status = result.status();
   if (status.code() == absl::StatusCode::kAborted && stream.error_code == 410) {
     LOG(INFO) << "kube " << resource_.name << ": resourceVersion " << resource_version_
-              << " expired (" << stream.error << "); relisting";
+              << " expired (" << stream.error << "); relisting now";
     Error("expired");
-    return Step{.relist = true, .delay = healthy ? absl::ZeroDuration() : backoff_.Next()};
+    return Step{.relist = true};  // the server answered: nothing to wait for
   }
   if (status.code() == absl::StatusCode::kAborted) {
     LOG(WARNING) << "kube " << resource_.name << ": watch error event " << stream.error_code << ": "
@@ -383,9 +391,10 @@ ListWatcher::Step ListWatcher::HttpFailed(std::string_view what, const HttpRespo
       delay = backoff_.Next();
       break;
     case 410:
+      // Too old a resourceVersion (watch) or continue token (list): start over at once.
       reason = "expired";
       relist = true;
-      delay = what == "watch" ? absl::ZeroDuration() : backoff_.Next();
+      delay = absl::ZeroDuration();
       break;
     case 429:
       reason = "throttled";
@@ -402,8 +411,10 @@ ListWatcher::Step ListWatcher::HttpFailed(std::string_view what, const HttpRespo
   }
   LOG(WARNING) << "kube " << resource_.name << ": " << what << ": HTTP " << response.status
                << (message.empty() ? "" : ": ") << message << "; "
-               << (relist ? "relisting" : "re-watching") << " in "
-               << absl::FormatDuration(absl::Trunc(delay, absl::Milliseconds(1)));
+               << (relist ? "relisting" : "re-watching")
+               << (delay == absl::ZeroDuration()
+                       ? std::string(" now")
+                       : " in " + absl::FormatDuration(absl::Trunc(delay, absl::Milliseconds(1))));
   Error(reason);
   return Step{.relist = relist, .delay = delay};
 }

@@ -96,6 +96,7 @@ class ListWatcher final {
     absl::Duration delay = absl::ZeroDuration();
   };
   struct StreamState {
+    bool answered = false;  // the server sent a 200 and started the stream
     int64_t events = 0;
     int64_t error_code = 0;  // of an in-stream ERROR event
     std::string error;

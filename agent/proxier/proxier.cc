@@ -117,10 +117,10 @@ std::shared_ptr<const ServiceTable> Proxier::BuildTable() const {
   return std::make_shared<const ServiceTable>(ports_);
 }
 
-absl::Status Proxier::Sync() {
+absl::StatusOr<bool> Proxier::Sync() {
   if (!tracker_.Synced()) {
     VLOG(2) << "sync: waiting for every source's initial state";
-    return absl::OkStatus();
+    return false;
   }
   const absl::Time start = clock_.Now();
   Changes changes = tracker_.Take();
@@ -168,7 +168,7 @@ absl::Status Proxier::Sync() {
   last_sync_timestamp_.Set(absl::ToDoubleSeconds(end - absl::UnixEpoch()));
   VLOG(1) << "sync: " << rebuilt << " services rebuilt, " << table->ports().size()
           << " service ports in " << absl::FormatDuration(end - start);
-  return absl::OkStatus();
+  return true;
 }
 
 void Proxier::AddConsumer(TableConsumer* consumer, const std::string& name) {

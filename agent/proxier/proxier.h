@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 
 #include "agent/base/clock.h"
@@ -34,9 +35,9 @@ class Proxier final {
   // sluice_sync_consumer_applied_seconds.
   void AddConsumer(TableConsumer* consumer, const std::string& name);
 
-  // Applies every pending change. Does nothing until every source has synced once, so a
-  // half-loaded view never removes what is serving.
-  absl::Status Sync();
+  // Applies every pending change; returns true. Does nothing and returns false until every
+  // source has synced once, so a half-loaded view never removes what is serving.
+  absl::StatusOr<bool> Sync();
 
   // Sets this node's zone (from the Node's topology label when --zone is not given). Topology
   // hints select endpoints by zone, so every service is rebuilt at the next Sync.

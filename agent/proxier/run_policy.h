@@ -22,6 +22,9 @@ class RunPolicy final {
   absl::Time Due() const;
   // Records a run that starts at `now`.
   void Ran(absl::Time now);
+  // A requested run found nothing it could do yet (sources still loading): it is not a run, so
+  // the next request is not held back by the min interval.
+  void Skipped() { requested_ = false; }
 
  private:
   const absl::Duration min_interval_;

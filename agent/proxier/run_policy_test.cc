@@ -35,6 +35,18 @@ TEST(RunPolicyTest, RequestLongAfterLastRunIsDueNow) {
   EXPECT_LE(p.Due(), kT0 + absl::Seconds(10));  // in the past relative to t0+10s
 }
 
+// The first syncs find the sources still loading: they are not runs, so the one requested when
+// the last source delivers is due at once, not one min interval later.
+TEST(RunPolicyTest, SkippedRunsDoNotHoldBackTheFirstRealOne) {
+  RunPolicy p(absl::Seconds(1), absl::Seconds(30), absl::Seconds(5));
+  p.Request();
+  EXPECT_EQ(p.Due(), absl::InfinitePast());
+  p.Skipped();
+  EXPECT_EQ(p.Due(), absl::InfiniteFuture());  // nothing to do until the next request
+  p.Request();
+  EXPECT_EQ(p.Due(), absl::InfinitePast());
+}
+
 TEST(RunPolicyTest, FailureRetries) {
   RunPolicy p(absl::Seconds(1), absl::Seconds(30), absl::Seconds(5));
   p.Request();

@@ -6,7 +6,7 @@
 namespace sluice::proxier {
 
 SyncRunner::SyncRunner(event::EventLoop& loop, RunPolicy policy,
-                       absl::AnyInvocable<absl::Status()> sync)
+                       absl::AnyInvocable<absl::StatusOr<bool>()> sync)
     : loop_(loop),
       policy_(policy),
       sync_(std::move(sync)),
@@ -34,9 +34,14 @@ void SyncRunner::Fire() {
     Schedule();  // woke early (a re-arm raced the timer)
     return;
   }
-  policy_.Ran(now);
-  if (!sync_().ok()) {
-    policy_.Failed(absl::Now());
+  const absl::StatusOr<bool> ran = sync_();
+  if (ran.ok() && !*ran) {
+    policy_.Skipped();
+  } else {
+    policy_.Ran(now);
+    if (!ran.ok()) {
+      policy_.Failed(absl::Now());
+    }
   }
   Schedule();
 }

@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "absl/functional/any_invocable.h"
-#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 #include "agent/event/event_loop.h"
 #include "agent/proxier/run_policy.h"
@@ -12,11 +12,14 @@
 namespace sluice::proxier {
 
 // Runs `sync` on the control-plane loop as RunPolicy decides: coalescing requests within the
-// min interval, at least every max interval, retrying failures. Request() is thread-safe
-// (sources and the mux call it from their threads); everything else runs on the loop.
+// min interval, at least every max interval, retrying failures. `sync` returns whether it ran:
+// false (nothing to do yet) does not count as a run, so the first real sync is not delayed by
+// one min interval. Request() is thread-safe (sources and the mux call it from their threads);
+// everything else runs on the loop.
 class SyncRunner final {
  public:
-  SyncRunner(event::EventLoop& loop, RunPolicy policy, absl::AnyInvocable<absl::Status()> sync);
+  SyncRunner(event::EventLoop& loop, RunPolicy policy,
+             absl::AnyInvocable<absl::StatusOr<bool>()> sync);
 
   void Request();
 
@@ -26,7 +29,7 @@ class SyncRunner final {
 
   event::EventLoop& loop_;
   RunPolicy policy_;
-  absl::AnyInvocable<absl::Status()> sync_;
+  absl::AnyInvocable<absl::StatusOr<bool>()> sync_;
   std::unique_ptr<event::Timer> timer_;
 };
 

@@ -107,7 +107,10 @@ void EtcdSource::Run() {
       {.initial = kInitialBackoff, .max = kMaxBackoff, .jitter_min = 0.8, .jitter_max = 1.2});
   while (!client_->cancelled()) {
     const char* stage = need_list_ ? "list" : "watch";
-    absl::Status status = need_list_ ? List() : absl::OkStatus();
+    absl::Status status = absl::OkStatus();
+    if (need_list_ && (status = List()).ok()) {
+      backoff.Reset();  // the member answered: a failure from here on starts the backoff anew
+    }
     if (status.ok()) {
       stage = "watch";
       status = Watch(backoff);

@@ -149,6 +149,21 @@ TEST_F(FileSourceIntegrationTest, FollowsEditsAndKeepsLastGoodState) {
   EXPECT_EQ(agent->Wait(absl::Seconds(10)), 0) << agent->Output();
 }
 
+// The first sync runs as soon as every source has delivered, not one --min-sync-period after
+// the runner's first (empty) turn: a cold start waits for nothing.
+TEST_F(FileSourceIntegrationTest, FirstSyncDoesNotWaitForTheMinSyncPeriod) {
+  Write("web.yaml", Service("web", "10.96.0.10", 80) + "---\n" + Slice("web", "10.0.0.1"));
+  const absl::Time start = absl::Now();
+  auto agent = StartAgent({"--min-sync-period=20s", "--sync-period=30s"});
+  ASSERT_TRUE(WaitFor([&] { return ServicesContain("\"10.0.0.1:8080\""); }, absl::Seconds(15)))
+      << agent->Output();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << agent->Output();
+  // Later changes still coalesce within the min period.
+  Write("web.yaml", Service("web", "10.96.0.10", 80) + "---\n" + Slice("web", "10.0.0.2"));
+  absl::SleepFor(absl::Seconds(1));
+  EXPECT_FALSE(ServicesContain("\"10.0.0.2:8080\""));
+}
+
 TEST_F(FileSourceIntegrationTest, RepeatedSourcesMergeWithoutLosingOverlaps) {
   const std::string second = dir_ + "/second";
   fs::create_directory(second);

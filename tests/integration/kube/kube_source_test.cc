@@ -311,6 +311,38 @@ TEST_F(KubeSourceTest, WatchesThatEndAreResumedFromTheLastVersionSeen) {
   EXPECT_EQ(h_.Metric(R"(sluice_source_relists_total{source="kube"})"), 0);
 }
 
+// An outage builds up the retry backoff; the first answer from the server resets it, so the
+// relist its "too old resourceVersion" asks for happens at once, not a backoff later.
+TEST_F(KubeSourceTest, AnAnswerAfterAnOutageRelistsAtOnce) {
+  StartApi();
+  PutService("a", "10.96.0.1");
+  KubeSource::Options o = Defaults(api_->WriteKubeconfig({.ca = ""}));
+  // Jitter 0.5-1: after three failures the next delay is 2-4 s, far above the bound below.
+  o.watch.backoff = {.initial = absl::Milliseconds(500), .max = absl::Seconds(4)};
+  Start(std::move(o));
+  // The watch drops, two retries are reset, and meanwhile the history moves past our
+  // resourceVersion: the first watch the server answers is an ERROR 410 event.
+  api_->Control(R"({"op":"gone_mode","value":"stream"})");
+  api_->Control(R"({"op":"fault","verb":"watch","resource":"services","action":"reset",
+                   "count":2})");
+  api_->Control(R"({"op":"close_watches","mode":"abrupt","resource":"services"})");
+  PutService("b", "10.96.0.2");
+  api_->Control(R"({"op":"compact"})");
+  ASSERT_TRUE(WaitFor([&] { return HasService("ns/b"); }, absl::Seconds(30)));
+  std::vector<ApiRequest> all = api_->Requests(kServices);
+  // The watch right before the relist is the expired one.
+  auto relist = std::find_if(all.rbegin(), all.rend(), [](const ApiRequest& r) {
+    return !r.watch() && r.status == 200;
+  });
+  ASSERT_NE(relist, all.rend());
+  auto expired = std::find_if(relist, all.rend(), [](const ApiRequest& r) { return r.watch(); });
+  ASSERT_NE(expired, all.rend());
+  EXPECT_EQ(expired->status, 200);  // answered (the 410 comes in the stream)
+  EXPECT_LT(relist->time - expired->time, 0.5) << "the relist waited out the outage's backoff";
+  EXPECT_GE(h_.Errors("connection"), 2);
+  EXPECT_GE(h_.Errors("expired"), 1);
+}
+
 TEST_F(KubeSourceTest, ASilentWatchIsAbandonedAfterItsDeadline) {
   StartApi();
   PutService("a", "10.96.0.1");
