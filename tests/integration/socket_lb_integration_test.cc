@@ -10,10 +10,13 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 
 #include "agent/net/socket.h"
 #include "agent/socklb/cgroup.h"
@@ -367,6 +370,52 @@ TEST_F(SocketLbTest, RefusesAContainersCgroupAsTheRoot) {
       << agent_->Output();
   EXPECT_EQ(Hello("10.96.0.10:80"), "a");  // the proxy serves
   EXPECT_EQ(MetricValue("sluice_connections_total"), 1);
+}
+
+// The capabilities deploy/base/daemonset.yaml grants ("add: [...]" under "drop: ["ALL"]"), as
+// setpriv bounding-set terms: "-all,+net_admin,...".
+std::string DaemonSetCapabilities() {
+  std::ifstream in(SLUICE_DEPLOY_DIR "/base/daemonset.yaml");
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t at = line.find("add: [");
+    if (at == std::string::npos) {
+      continue;
+    }
+    std::string list = line.substr(at + 6, line.find(']') - at - 6);
+    list = absl::AsciiStrToLower(absl::StrReplaceAll(list, {{"\"", ""}, {" ", ""}}));
+    return "-all,+" + absl::StrReplaceAll(list, {{",", ",+"}});
+  }
+  return "";
+}
+
+// The DaemonSet's capabilities are all the kernel paths need: with exactly those, the agent
+// runs sockmap and socket LB; with the two the manifest used to grant, it falls back to splice
+// and no socket LB, and says why.
+TEST_F(SocketLbTest, TheDaemonSetsCapabilitiesRunBothKernelPaths) {
+  const std::string caps = DaemonSetCapabilities();
+  ASSERT_EQ(caps, "-all,+net_admin,+net_bind_service,+bpf,+perfmon");
+  StartBackends();
+  Write("web.yaml", ServiceYaml("web", {"10.96.0.10"}, kHttp) + "---\n" +
+                        SliceYaml("web", {"127.0.0.2"}, kBackendHttp));
+  StartAgent({"--socket-lb=auto"}, {"setpriv", "--bounding-set=" + caps, "--"});
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.10:80")) << agent_->Output();
+  EXPECT_EQ(Get("/proxyMode"), "sockmap+socket-lb") << agent_->Output();
+  EXPECT_EQ(Hello("10.96.0.10:80"), "a");
+  EXPECT_EQ(SocketLbTranslations("test/web:http"), 1);
+  agent_->Signal(SIGTERM);
+  ASSERT_EQ(agent_->Wait(absl::Seconds(10)), 0) << agent_->Output();
+
+  StartAgent({"--socket-lb=auto"},
+             {"setpriv", "--bounding-set=-all,+net_admin,+net_bind_service", "--"});
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.10:80")) << agent_->Output();
+  EXPECT_EQ(Get("/proxyMode"), "splice");
+  EXPECT_EQ(MetricValue("sluice_sockmap_unavailable{reason=\"permission\"}"), 1);
+  EXPECT_EQ(MetricValue("sluice_socket_lb_unavailable{reason=\"permission\"}"), 1);
+  const std::string log = agent_->Output();
+  EXPECT_NE(log.find("socket-lb auto: off, unavailable (permission): missing CAP_BPF"),
+            std::string::npos)
+      << log;
 }
 
 // Unavailable: --socket-lb=auto falls back to the proxy and says why; =on refuses to start.

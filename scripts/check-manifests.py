@@ -1,0 +1,167 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""Builds every kustomization under deploy/ the way kustomize does and checks what comes out.
+
+Debian 12's kubectl (1.20) predates the checks that broke `kubectl apply -k deploy/tunnel/`
+(kustomize refuses a resource directory that contains the kustomization loading it), so this
+does the parts we use itself:
+  - resources: files (every YAML document) and directories (their kustomization), recursively,
+    with kustomize's cycle rule: a directory resource may not contain the one that names it;
+  - patches: strategic merge files must name an object the resources have (kind, name);
+    JSON 6902 patches (a YAML list of ops) are applied to their target, and every op's path must
+    exist (`/-` appends to a list);
+  - every document: valid YAML with apiVersion, kind and metadata.name, of a kind we know;
+    no two objects with the same kind, namespace and name.
+Also every other YAML file under deploy/ (static pods, the kube-apiserver's egress selector
+configuration) must parse and be of a known kind. Exit status 1 with one line per problem.
+
+  scripts/check-manifests.py [DEPLOY_DIR]
+"""
+import os
+import sys
+
+import yaml
+
+KNOWN_KINDS = {
+    "ConfigMap", "DaemonSet", "Pod", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+    "Role", "RoleBinding", "Secret", "Service", "Deployment", "EgressSelectorConfiguration",
+    "Kustomization", "KubeProxyConfiguration",
+}
+
+
+LOADED = set()  # files a kustomization loaded; the others are checked on their own
+
+
+class Problems(list):
+    def add(self, where, what):
+        self.append(f"{where}: {what}")
+
+
+def load_docs(path, problems):
+    LOADED.add(os.path.realpath(path))
+    try:
+        with open(path) as f:
+            return [d for d in yaml.safe_load_all(f) if d is not None]
+    except (OSError, yaml.YAMLError) as e:
+        problems.add(path, f"not valid YAML: {e}")
+        return []
+
+
+def check_object(doc, where, problems):
+    if not isinstance(doc, dict):
+        problems.add(where, "a document is not a mapping")
+        return False
+    for field in ("apiVersion", "kind"):
+        if not doc.get(field):
+            problems.add(where, f"a document has no {field}")
+            return False
+    if doc["kind"] not in KNOWN_KINDS:
+        problems.add(where, f"unknown kind {doc['kind']}")
+    if doc["kind"] not in ("Kustomization", "EgressSelectorConfiguration",
+                           "KubeProxyConfiguration") and not (doc.get("metadata") or {}).get("name"):
+        problems.add(where, f"{doc['kind']} without metadata.name")
+        return False
+    return True
+
+
+def key(doc):
+    meta = doc.get("metadata") or {}
+    return (doc["kind"], meta.get("namespace", ""), meta["name"])
+
+
+def json_patch(doc, ops, where, problems):
+    for op in ops:
+        path = op.get("path", "")
+        if op.get("op") not in ("add", "replace", "remove") or not path.startswith("/"):
+            problems.add(where, f"unsupported op {op}")
+            continue
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
+        node = doc
+        for p in parts[:-1]:
+            node = node[int(p)] if isinstance(node, list) and p.isdigit() else (
+                node.get(p) if isinstance(node, dict) else None)
+            if node is None:
+                problems.add(where, f"path {path} does not exist in the target")
+                break
+        else:
+            last = parts[-1]
+            if isinstance(node, list) and op["op"] == "add" and last == "-":
+                node.append(op["value"])
+            elif isinstance(node, list) and last.isdigit() and int(last) < len(node):
+                node[int(last)] = op.get("value")
+            elif isinstance(node, dict) and (op["op"] == "add" or last in node):
+                node[last] = op.get("value")
+            else:
+                problems.add(where, f"path {path} does not exist in the target")
+
+
+def build(directory, problems, stack=()):
+    """The objects of the kustomization in `directory`."""
+    directory = os.path.realpath(directory)
+    kfile = os.path.join(directory, "kustomization.yaml")
+    for parent in stack:
+        if parent.startswith(directory + os.sep):
+            problems.add(kfile, f"cycle: {directory} contains {parent}, which loads it")
+            return []
+    docs = load_docs(kfile, problems)
+    if len(docs) != 1 or not check_object(docs[0], kfile, problems):
+        return []
+    kust = docs[0]
+    objects = {}
+    for res in kust.get("resources") or []:
+        path = os.path.normpath(os.path.join(directory, res))
+        if os.path.isdir(path):
+            found = build(path, problems, stack + (directory,))
+        elif os.path.isfile(path):
+            found = [d for d in load_docs(path, problems) if check_object(d, path, problems)]
+        else:
+            problems.add(kfile, f"resource {res} does not exist")
+            continue
+        for doc in found:
+            if key(doc) in objects:
+                problems.add(kfile, f"{key(doc)} defined twice")
+            objects[key(doc)] = doc
+    for patch in kust.get("patches") or []:
+        path = os.path.join(directory, patch.get("path", ""))
+        body = load_docs(path, problems)
+        if len(body) == 1 and isinstance(body[0], list):
+            target = patch.get("target") or {}
+            hits = [d for k, d in objects.items()
+                    if k[0] == target.get("kind") and k[2] == target.get("name")]
+            if not hits:
+                problems.add(path, f"target {target} is not among the resources")
+            for d in hits:
+                json_patch(d, body[0], path, problems)
+        elif len(body) == 1 and check_object(body[0], path, problems):
+            if key(body[0]) not in objects:
+                problems.add(path, f"patches {key(body[0])}, which the resources do not have")
+        else:
+            problems.add(path, "a patch must be one object or one list of JSON patch ops")
+    return list(objects.values())
+
+
+def main():
+    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "deploy")
+    problems = Problems()
+    built = 0
+    for directory, _, files in sorted(os.walk(root)):
+        if "kustomization.yaml" in files:
+            built += 1
+            if not build(directory, problems):
+                problems.add(directory, "builds no objects")
+    kustomized = set(LOADED)
+    for directory, _, files in os.walk(root):
+        for f in files:
+            path = os.path.realpath(os.path.join(directory, f))
+            if f.endswith((".yaml", ".yml")) and path not in kustomized:
+                for doc in load_docs(path, problems):
+                    check_object(doc, path, problems)
+    for p in problems:
+        print(p)
+    print(f"check-manifests: {built} kustomizations, {len(problems)} problems")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
