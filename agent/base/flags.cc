@@ -44,6 +44,9 @@ void FlagSet::String(std::string_view name, std::string* dst, std::string_view h
 void FlagSet::Int(std::string_view name, int64_t* dst, std::string_view help) {
   Add(name, Kind::kInt, dst, help);
 }
+void FlagSet::Double(std::string_view name, double* dst, std::string_view help) {
+  Add(name, Kind::kDouble, dst, help);
+}
 void FlagSet::Bool(std::string_view name, bool* dst, std::string_view help) {
   Add(name, Kind::kBool, dst, help);
 }
@@ -75,6 +78,12 @@ bool FlagSet::IsSet(std::string_view name) const {
   return flag != nullptr && flag->origin != Origin::kDefault;
 }
 
+bool FlagSet::Changed(std::string_view name) const {
+  std::string canonical;
+  const Flag* flag = Find(name, &canonical);
+  return flag != nullptr && flag->origin != Origin::kDefault && Format(*flag) != flag->default_text;
+}
+
 absl::Status FlagSet::Assign(Flag& flag, std::string_view value) {
   const std::string v(value);
   switch (flag.kind) {
@@ -87,6 +96,14 @@ absl::Status FlagSet::Assign(Flag& flag, std::string_view value) {
         return absl::InvalidArgumentError("not an integer");
       }
       *static_cast<int64_t*>(flag.dst) = n;
+      return absl::OkStatus();
+    }
+    case Kind::kDouble: {
+      double d;
+      if (!absl::SimpleAtod(v, &d)) {
+        return absl::InvalidArgumentError("not a number");
+      }
+      *static_cast<double*>(flag.dst) = d;
       return absl::OkStatus();
     }
     case Kind::kBool: {
@@ -212,6 +229,8 @@ std::string FlagSet::Format(const Flag& flag) {
       return absl::StrCat("\"", *static_cast<std::string*>(flag.dst), "\"");
     case Kind::kInt:
       return absl::StrCat(*static_cast<int64_t*>(flag.dst));
+    case Kind::kDouble:
+      return absl::StrCat(*static_cast<double*>(flag.dst));
     case Kind::kBool:
       return *static_cast<bool*>(flag.dst) ? "true" : "false";
     case Kind::kDuration:
@@ -225,17 +244,25 @@ std::string FlagSet::Format(const Flag& flag) {
 }
 
 std::string FlagSet::Help() const {
-  static constexpr const char* kTypes[] = {"string", "int", "", "duration", "strings", "string"};
+  static constexpr const char* kTypes[] = {"string",  "int",    "",     "duration",
+                                           "strings", "string", "float"};
+  static constexpr const char* kZero[] = {"\"\"", "0", "false", "0", "[]", "[]", "0"};
   std::string out = absl::StrCat("Usage: ", program_, " [flags]\n\nFlags:\n");
   for (const auto& [name, flag] : flags_) {
-    const char* type = kTypes[static_cast<int>(flag.kind)];
+    const int kind = static_cast<int>(flag.kind);
+    const char* type = kTypes[kind];
     absl::StrAppend(&out, "  --", name, *type ? " " : "", type, "\n      ", flag.help);
     if (flag.kind == Kind::kRepeated) {
       absl::StrAppend(&out, " (repeatable)");
     } else if (flag.kind == Kind::kList) {
       absl::StrAppend(&out, " (comma-separated, repeatable)");
     }
-    absl::StrAppend(&out, " (default ", flag.default_text, ")\n");
+    // Printing "(default 0)" after a help text that already says "(default: random)" showed
+    // two defaults; pflag leaves zero defaults out for the same reason.
+    if (flag.default_text != kZero[kind] && flag.help.find("(default") == std::string::npos) {
+      absl::StrAppend(&out, " (default ", flag.default_text, ")");
+    }
+    absl::StrAppend(&out, "\n");
   }
   return out;
 }

@@ -26,6 +26,7 @@ class FlagSet final {
 
   void String(std::string_view name, std::string* dst, std::string_view help);
   void Int(std::string_view name, int64_t* dst, std::string_view help);
+  void Double(std::string_view name, double* dst, std::string_view help);
   void Bool(std::string_view name, bool* dst, std::string_view help);
   void Duration(std::string_view name, absl::Duration* dst, std::string_view help);
   // Comma-separated; repeating the flag appends (pflag StringSlice semantics).
@@ -40,12 +41,16 @@ class FlagSet final {
   absl::Status Set(std::string_view name, std::string_view value, Origin origin);
   bool IsSet(std::string_view name) const;
   bool Has(std::string_view name) const;
+  // Set (command line or config file) to something other than its default, so a flag that is
+  // accepted only for compatibility can be reported when it asks for something.
+  bool Changed(std::string_view name) const;
 
-  // Every flag with its type, default and help, sorted by name.
+  // Every flag with its type, default and help, sorted by name. Like pflag, a zero default
+  // ("", 0, false, [], 0s) is not printed, nor one the help text already states.
   std::string Help() const;
 
  private:
-  enum class Kind { kString, kInt, kBool, kDuration, kList, kRepeated };
+  enum class Kind { kString, kInt, kBool, kDuration, kList, kRepeated, kDouble };
   struct Flag {
     Kind kind;
     void* dst;

@@ -87,5 +87,32 @@ TEST_F(FlagSetTest, HelpListsDefaults) {
   EXPECT_NE(help.find("(default \"0.0.0.0:10256\")"), std::string::npos) << help;
 }
 
+TEST_F(FlagSetTest, HelpPrintsEachDefaultOnce) {
+  std::string id;
+  double qps = 0;
+  flags_.String("agent-id", &id, "Unique ID (default: random).");
+  flags_.Double("qps", &qps, "Queries per second.");
+  std::string help = flags_.Help();
+  // Zero defaults are left out (pflag does the same), and so is one the help already states.
+  EXPECT_EQ(help.find("(default false)"), std::string::npos) << help;
+  EXPECT_EQ(help.find("(default [])"), std::string::npos) << help;
+  EXPECT_EQ(help.find("(default 0)"), std::string::npos) << help;
+  EXPECT_EQ(help.find("(default \"\")"), std::string::npos) << help;
+  EXPECT_NE(help.find("Unique ID (default: random).\n"), std::string::npos) << help;
+  EXPECT_NE(help.find("--qps float"), std::string::npos) << help;
+}
+
+TEST_F(FlagSetTest, DoubleAndChanged) {
+  double qps = 0;
+  flags_.Double("kubeconfig-qps", &qps, "qps");
+  ASSERT_TRUE(Parse({"--kubeconfig-qps=2.5", "--keep-vips=false", "--workers=4"}).ok());
+  EXPECT_EQ(qps, 2.5);
+  EXPECT_TRUE(flags_.Changed("kubeconfig-qps"));
+  EXPECT_FALSE(flags_.Changed("keep-vips"));  // given, but equal to the default
+  EXPECT_TRUE(flags_.IsSet("keep-vips"));
+  EXPECT_FALSE(flags_.Changed("sync-period"));
+  EXPECT_FALSE(Parse({"--kubeconfig-qps=fast"}).ok());
+}
+
 }  // namespace
 }  // namespace sluice::base

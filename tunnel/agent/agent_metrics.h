@@ -5,14 +5,15 @@
 
 namespace sluice::agent {
 
-// The agent's Prometheus metrics with upstream proxy-agent's names. Thread-safe.
+// The agent's Prometheus metrics: upstream proxy-agent's, plus sluice's own under
+// sluice_tunnel_agent_. Thread-safe.
 struct AgentMetrics {
   explicit AgentMetrics(base::Registry& r);
 
   base::Gauge& open_server_connections;
   base::Gauge& known_server_count;
   base::Gauge& open_endpoint_connections;
-  base::Family<base::Counter>& dial_failures;  // {reason}
+  base::Family<base::Counter>& dial_failures;  // {reason}: timeout | unknown
   base::Histogram& dial_duration;
   base::Family<base::Counter>& bad_packets;  // {reason}, sluice extension
   base::Counter& overflow_closes;            // sluice extension

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// sluice-proxy-agent: a drop-in for upstream proxy-agent (same flags and defaults) built from
-// the tunnel agent library. Flags -> wiring, nothing else.
+// sluice-proxy-agent: a drop-in for upstream proxy-agent (the same flags and defaults as v0.31,
+// klog's included) built from the tunnel agent library. Flags -> wiring, nothing else.
 #include <signal.h>
 
 #include <cstdio>
@@ -9,13 +9,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
-#include "agent/base/flags.h"
 #include "agent/base/file.h"
+#include "agent/base/flags.h"
 #include "agent/base/log.h"
 #include "agent/base/status.h"
 #include "tunnel/agent/tunnel_agent.h"
 #include "tunnel/wire/packet.h"
 #include "tunnel/wire/status_server.h"
+#include "tunnel/wire/upstream_flags.h"
 
 namespace sluice::agent {
 namespace {
@@ -43,7 +44,11 @@ struct ProxyAgentFlags {
   std::string lease_label = "k8s-app=konnectivity-server";
   std::string server_count_source = "default";
   std::string kubeconfig;
-  int64_t v = 0;
+  std::string kube_api_content_type = "application/vnd.kubernetes.protobuf";
+  bool enable_profiling = false;
+  bool enable_contention_profiling = false;
+  bool warn_on_channel_limit = false;
+  wire::KlogFlags klog;
   std::vector<std::string> allowed_destinations;
   int64_t max_connection_buffer = 16 << 20;
 };
@@ -61,7 +66,8 @@ void Register(base::FlagSet& f, ProxyAgentFlags& o) {
            "Bearer token file sent to the server.");
   f.Duration("sync-interval", &o.sync_interval, "First retry interval when connecting.");
   f.Duration("sync-interval-cap", &o.sync_interval_cap, "Maximum retry interval.");
-  f.Bool("sync-forever", &o.sync_forever, "Accepted; sluice always keeps syncing.");
+  f.Bool("sync-forever", &o.sync_forever,
+         "Keep syncing to follow server count changes (sluice always does).");
   f.Duration("probe-interval", &o.probe_interval, "How often the server set is re-checked.");
   f.Duration("keepalive-time", &o.keepalive_time, "gRPC keepalive (at least 30s is used).");
   f.Int("health-server-port", &o.health_server_port, "Port for /healthz, /readyz, /metrics.");
@@ -73,13 +79,33 @@ void Register(base::FlagSet& f, ProxyAgentFlags& o) {
   f.Bool("count-server-leases", &o.count_server_leases, "Accepted; not implemented.");
   f.String("lease-namespace", &o.lease_namespace, "Accepted; not implemented.");
   f.String("lease-label", &o.lease_label, "Accepted; not implemented.");
-  f.String("server-count-source", &o.server_count_source, "Accepted; sluice uses 'default'.");
-  f.String("kubeconfig", &o.kubeconfig, "Accepted; not used.");
-  f.Int("v", &o.v, "Log verbosity.");
+  f.String("server-count-source", &o.server_count_source,
+           "'default' or 'max'; without lease counting both mean the count servers announce.");
+  f.String("kubeconfig", &o.kubeconfig, "Accepted; only lease counting would use it.");
+  f.String("kube-api-content-type", &o.kube_api_content_type,
+           "Accepted; only lease counting would use it.");
+  f.Bool("enable-profiling", &o.enable_profiling, "Accepted; no effect.");
+  f.Bool("enable-contention-profiling", &o.enable_contention_profiling, "Accepted; no effect.");
+  f.Bool("warn-on-channel-limit", &o.warn_on_channel_limit,
+         "Accepted; sluice has no channels to warn about.");
+  wire::RegisterKlogFlags(f, o.klog);
   f.List("allowed-destinations", &o.allowed_destinations,
          "(sluice) CIDR[:PORT[-PORT]] the agent may dial; empty (default) allows all.");
   f.Int("max-connection-buffer", &o.max_connection_buffer,
         "(sluice) Bytes queued toward one backend before that connection is closed.");
+}
+
+// Logs once for each upstream flag that was set but means nothing to sluice.
+void WarnIgnored(const base::FlagSet& flags) {
+  static constexpr wire::IgnoredFlag kIgnored[] = {
+      {"alpn-proto", "gRPC negotiates h2 only"},
+      {"count-server-leases", "lease counting is not implemented; servers announce the count"},
+      {"lease-namespace", "lease counting is not implemented"},
+      {"lease-label", "lease counting is not implemented"},
+      {"kubeconfig", "only lease counting would use the API server"},
+      {"kube-api-content-type", "only lease counting would use the API server"},
+  };
+  wire::WarnIgnoredFlags(flags, kIgnored);
 }
 
 std::string RandomId() {
@@ -152,11 +178,23 @@ int Run(int argc, char** argv) {
     std::fputs(flags.Help().c_str(), stdout);
     return 0;
   }
-  if (absl::Status st = flags.Parse(argc, argv); !st.ok()) {
+  absl::Status st = flags.Parse(argc, argv);
+  if (st.ok() && o.server_count_source != "" && o.server_count_source != "default" &&
+      o.server_count_source != "max") {
+    st = absl::InvalidArgumentError(
+        "--server-count-source must be one of '', 'default', 'max', got " + o.server_count_source);
+  }
+  absl::StatusOr<std::unique_ptr<wire::LogOutput>> log =  // lives until the process ends
+      std::unique_ptr<wire::LogOutput>();
+  if (st.ok()) {
+    log = wire::LogOutput::Start(o.klog, "sluice-proxy-agent");
+    st = log.status();
+  }
+  if (!st.ok()) {
     LOG(ERROR) << st;
     return 2;
   }
-  base::SetVerbosity(static_cast<int>(o.v));
+  WarnIgnored(flags);
   sigset_t sigs;
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGTERM);

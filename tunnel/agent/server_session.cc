@@ -82,8 +82,9 @@ void ServerSession::OnDialDone(BackendConn& conn, const std::string& error) {
   dialing_.erase(conn.random());
   metrics_.dial_duration.Observe(absl::ToDoubleSeconds(absl::Now() - conn.started()));
   if (!error.empty()) {
+    // Upstream's two reasons: a net.Error timeout, and everything else.
     metrics_.dial_failures
-        .WithLabels({error.find("timeout") != std::string::npos ? "timeout" : "error"})
+        .WithLabels({error.find("timeout") != std::string::npos ? "timeout" : "unknown"})
         .Inc();
     VLOG(1) << "dial failed: " << error;
     (void)outbox_->Send(wire::MakeDialResponse(conn.random(), 0, error));

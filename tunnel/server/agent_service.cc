@@ -27,7 +27,7 @@ class AgentStream final : public Reactor, public AgentLink {
   AgentStream(grpc::CallbackServerContext* ctx, const AgentServiceOptions& options, Router& router,
               ServerMetrics& metrics)
       : ctx_(ctx), options_(options), router_(router), metrics_(metrics), outbox_(this) {
-    metrics_.grpc_connections.WithLabels({"/AgentService/Connect"}).Add(1);
+    metrics_.grpc_connections.WithLabels({"Connect"}).Add(1);
     absl::Status st = Authenticate();
     if (st.ok() && options_.reviewer != nullptr) {
       int n = 0;
@@ -43,7 +43,7 @@ class AgentStream final : public Reactor, public AgentLink {
 
   // AgentLink
   bool SendToAgent(wire::Packet p, absl::AnyInvocable<void()> on_written) override {
-    metrics_.packets.WithLabels({"to_agent", wire::TypeName(p.type())}).Inc();
+    metrics_.packets.WithLabels({"to_agent", wire::TypeLabel(p.type())}).Inc();
     return outbox_.Send(std::move(p), std::move(on_written));
   }
   const std::string& agent_id() const override { return agent_id_; }
@@ -71,7 +71,7 @@ class AgentStream final : public Reactor, public AgentLink {
       router_.RemoveAgent(this);
       LOG(INFO) << "agent " << agent_id_ << " disconnected";
     }
-    metrics_.grpc_connections.WithLabels({"/AgentService/Connect"}).Add(-1);
+    metrics_.grpc_connections.WithLabels({"Connect"}).Add(-1);
     delete this;
   }
 
@@ -157,7 +157,7 @@ void AgentStream::OnReadDone(bool ok) {
     FinishOnce(grpc::Status::OK);
     return;
   }
-  metrics_.packets.WithLabels({"from_agent", wire::TypeName(in_.type())}).Inc();
+  metrics_.packets.WithLabels({"from_agent", wire::TypeLabel(in_.type())}).Inc();
   if (absl::Status st = wire::Validate(in_); !st.ok()) {
     VLOG(1) << "agent " << agent_id_ << ": dropped " << st.message();
     metrics_.bad_packets.WithLabels({"invalid"}).Inc();

@@ -92,8 +92,8 @@ absl::StatusOr<std::unique_ptr<HttpConnectFrontend>> StartHttpFrontend(
   HttpConnectOptions ho;
   base::UniqueFd fd;
   if (o.uds_name.empty()) {
-    ASSIGN_OR_RETURN(tls,
-                     wire::TlsContext::CreateServer(o.server_cert, o.server_key, o.server_ca_cert));
+    ASSIGN_OR_RETURN(tls, wire::TlsContext::CreateServer(o.server_cert, o.server_key,
+                                                         o.server_ca_cert, o.cipher_list));
     ho.tls = tls.get();
     ASSIGN_OR_RETURN(fd, ListenTcp(o.server_bind_address, static_cast<int>(o.server_port)));
   } else {
@@ -104,9 +104,10 @@ absl::StatusOr<std::unique_ptr<HttpConnectFrontend>> StartHttpFrontend(
   return HttpConnectFrontend::Create(loop, std::move(fd), router, metrics, ho);
 }
 
-// Parses and checks flags; false (after logging) on a misconfiguration.
+// Parses and checks flags and starts log output as klog's flags ask; false (after logging) on
+// a misconfiguration.
 bool Configure(int argc, char** argv, ServerOptions& o, std::vector<Strategy>& strategies,
-               std::optional<TokenFile>& tokens) {
+               std::optional<TokenFile>& tokens, std::unique_ptr<wire::LogOutput>& log) {
   base::FlagSet flags("sluice-tunnel-server");
   RegisterServerFlags(flags, o);
   if (argc > 1 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
@@ -131,11 +132,20 @@ bool Configure(int argc, char** argv, ServerOptions& o, std::vector<Strategy>& s
       tokens = std::move(*tf);
     }
   }
+  if (st.ok()) {
+    auto started = wire::LogOutput::Start(o.klog, "sluice-tunnel-server");
+    st = started.status();
+    log = started.ok() ? std::move(*started) : nullptr;
+  }
   if (!st.ok()) {
     LOG(ERROR) << st;
     return false;
   }
-  base::SetVerbosity(static_cast<int>(o.v));
+  WarnIgnoredServerFlags(flags, o);
+  if (!o.cipher_list.empty()) {
+    // gRPC reads its TLS 1.2 cipher list from here once, when the first TLS listener is made.
+    setenv("GRPC_SSL_CIPHER_SUITES", o.cipher_list.c_str(), 1);
+  }
   if (o.cluster_ca_cert.empty() && !tokens && o.agent_namespace.empty()) {
     LOG(WARNING) << "agents are not authenticated: set --cluster-ca-cert, --agent-namespace "
                     "(service-account tokens) or --agent-token-file";
@@ -186,9 +196,13 @@ absl::StatusOr<std::unique_ptr<TokenReviewer>> StartTokenReviewer(const ServerOp
   LOG(INFO) << "agents authenticate as service account " << o.agent_namespace << "/"
             << o.agent_service_account << " (audience " << o.authentication_audience
             << "), checked with TokenReview at " << config.server << " (" << config.origin << ")";
-  return TokenReviewer::Create(config, {.agent_namespace = o.agent_namespace,
-                                        .service_account = o.agent_service_account,
-                                        .audience = o.authentication_audience});
+  // client-go's defaults when the flags are 0, as upstream's client gets them.
+  return TokenReviewer::Create(
+      config, {.agent_namespace = o.agent_namespace,
+               .service_account = o.agent_service_account,
+               .audience = o.authentication_audience,
+               .qps = o.kubeconfig_qps > 0 ? o.kubeconfig_qps : 5.0,
+               .burst = o.kubeconfig_burst > 0 ? static_cast<int>(o.kubeconfig_burst) : 10});
 }
 
 // Everything after configuration; returns the exit code.
@@ -274,7 +288,8 @@ int Run(int argc, char** argv) {
   ServerOptions o;
   std::vector<Strategy> strategies;
   std::optional<TokenFile> tokens;
-  if (!Configure(argc, argv, o, strategies, tokens)) {
+  std::unique_ptr<wire::LogOutput> log;  // lives until the process ends
+  if (!Configure(argc, argv, o, strategies, tokens, log)) {
     return 2;
   }
   // Signals go to sigwait only; every thread started after this inherits the mask.

@@ -23,7 +23,7 @@ class ProxyStream final : public Reactor, public Frontend {
  public:
   ProxyStream(Router& router, ServerMetrics& metrics, wire::IoLoop& loop, size_t max_queued)
       : router_(router), metrics_(metrics), loop_(loop), max_queued_(max_queued), outbox_(this) {
-    metrics_.grpc_connections.WithLabels({"/ProxyService/Proxy"}).Add(1);
+    metrics_.grpc_connections.WithLabels({"Proxy"}).Add(1);
     {
       absl::MutexLock lock(&credit_->mu);
       credit_->owner = this;
@@ -37,7 +37,7 @@ class ProxyStream final : public Reactor, public Frontend {
     if (queued > max_queued_) {
       return false;
     }
-    metrics_.packets.WithLabels({"to_frontend", wire::TypeName(p.type())}).Inc();
+    metrics_.packets.WithLabels({"to_client", wire::TypeLabel(p.type())}).Inc();
     (void)outbox_.Send(std::move(p));  // a closed stream drops it: the client left
     if (gate != nullptr && queued > max_queued_ / 4) {
       HoldAgent(gate);
@@ -77,7 +77,7 @@ class ProxyStream final : public Reactor, public Frontend {
   void OnCancel() override { FinishOnce(grpc::Status::CANCELLED); }
   void OnDone() override {
     router_.RemoveFrontend(this);
-    metrics_.grpc_connections.WithLabels({"/ProxyService/Proxy"}).Add(-1);
+    metrics_.grpc_connections.WithLabels({"Proxy"}).Add(-1);
     delete this;
   }
 
@@ -169,7 +169,7 @@ void ProxyStream::OnReadDone(bool ok) {
     FinishOnce(grpc::Status::OK);
     return;
   }
-  metrics_.packets.WithLabels({"from_frontend", wire::TypeName(in_.type())}).Inc();
+  metrics_.packets.WithLabels({"from_client", wire::TypeLabel(in_.type())}).Inc();
   if (absl::Status st = wire::Validate(in_); !st.ok()) {
     VLOG(1) << "frontend: dropped " << st.message();
     metrics_.bad_packets.WithLabels({"invalid"}).Inc();

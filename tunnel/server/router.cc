@@ -70,7 +70,7 @@ void Router::RemoveAgent(AgentLink* agent) {
     const int64_t random = p->first.second;
     p = pending_.erase(p);
     tunnels_.erase(f);
-    metrics_.dial_failures.WithLabels({"agent_disconnected"}).Inc();
+    metrics_.dial_failures.WithLabels({"backend_close"}).Inc();  // upstream's nearest reason
     (void)f->Deliver(wire::MakeDialResponse(random, 0, "agent disconnected before dial response"),
                      nullptr);
   }
@@ -147,7 +147,7 @@ std::string Router::Dial(Frontend* frontend, const wire::Packet& dial) {
     return "a dial was already made on this stream";
   }
   if (stopped_dialing_) {
-    metrics_.dial_failures.WithLabels({"shutting_down"}).Inc();
+    metrics_.dial_failures.WithLabels({"no_agent"}).Inc();  // none is offered while draining
     return kShuttingDown;
   }
   AgentLink* agent = Pick(dial.dialrequest().address());
@@ -175,6 +175,7 @@ void Router::OnDialResponse(AgentLink* agent, const wire::Packet& packet) {
   const auto& rsp = packet.dialresponse();
   auto it = pending_.find({agent, rsp.random()});
   if (it == pending_.end()) {
+    metrics_.dial_failures.WithLabels({"unrecognized_response"}).Inc();
     // The frontend left (or cancelled) first; do not leak the agent's connection.
     if (rsp.error().empty() && rsp.connectid() > 0) {
       (void)agent->SendToAgent(wire::MakeCloseRequest(rsp.connectid()), nullptr);
@@ -257,6 +258,7 @@ void Router::CancelDial(Frontend* frontend, int64_t random) {
   if (it == tunnels_.end() || it->second.connect_id != 0 || it->second.random != random) {
     return;
   }
+  metrics_.dial_failures.WithLabels({"frontend_close"}).Inc();
   Forget(frontend);
 }
 

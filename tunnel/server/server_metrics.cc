@@ -3,35 +3,48 @@
 
 namespace sluice::server {
 namespace {
-constexpr char kP[] = "konnectivity_network_proxy_server_";
-std::string N(const char* s) { return std::string(kP) + s; }
+// Names, HELP texts, labels and buckets are upstream proxy-server's (v0.31,
+// pkg/server/metrics), so dashboards and alerts written for it keep working; the list is
+// checked against tests/integration/tunnel/upstream_metrics_v0.31.txt.
+std::string N(const char* s) { return std::string("konnectivity_network_proxy_server_") + s; }
+// sluice's own metrics stay out of upstream's namespace.
+std::string S(const char* s) { return std::string("sluice_tunnel_server_") + s; }
 }  // namespace
 
 ServerMetrics::ServerMetrics(base::Registry& r)
-    : ready_backends(
-          r.AddGauge(N("ready_backend_connections"), "Number of connected agents (backends).")
-              .Get()),
-      established(
-          r.AddGauge(N("established_connections"), "Current established tunnel connections.")
-              .Get()),
+    : ready_backends(r.AddGauge(N("ready_backend_connections"),
+                                "Number of konnectivity agent connected to the proxy server")
+                         .Get()),
+      established(r.AddGauge(N("established_connections"),
+                             "Current number of established end-to-end connections (post-dial).")
+                      .Get()),
       pending_dials(
-          r.AddGauge(N("pending_backend_dials"), "Current pending dials to backends.").Get()),
-      dial_failures(r.AddCounter(N("dial_failure_count"), "Number of dial failures.", {"reason"})),
-      grpc_connections(
-          r.AddGauge(N("grpc_connections"), "Open gRPC streams by method.", {"service_method"})),
+          r.AddGauge(N("pending_backend_dials"), "Current number of pending backend dial requests")
+              .Get()),
+      dial_failures(r.AddCounter(N("dial_failure_count"),
+                                 "Number of dial failures observed. Multiple failures can occur "
+                                 "for a single dial request.",
+                                 {"reason"})),
+      grpc_connections(r.AddGauge(N("grpc_connections"),
+                                  "Number of current grpc connections, partitioned by service "
+                                  "method.",
+                                  {"service_method"})),
       http_connections(
-          r.AddGauge(N("http_connections"), "Open HTTP CONNECT frontend connections.").Get()),
+          r.AddGauge(N("http_connections"), "Number of current HTTP CONNECT connections").Get()),
       dial_duration(r.AddHistogram(N("dial_duration_seconds"),
-                                   "Latency of dial requests from frontends to agents.",
-                                   {0.005, 0.025, 0.1, 0.5, 2.5, 12.5})
+                                   "Latency of dial to the remote endpoint in seconds",
+                                   {0.000001, 0.00001, 0.0001, 0.005, 0.025, 0.1, 0.5, 2.5, 12.5})
                         .Get()),
-      packets(r.AddCounter(N("stream_packets_total"), "Packets received and sent by stream.",
+      packets(r.AddCounter(N("stream_packets_total"),
+                           "Count of packets processed, by segment and packet type (example: "
+                           "from_client, DIAL_REQ)",
                            {"segment", "packet_type"})),
-      bad_packets(r.AddCounter(N("bad_packets_total"),
-                               "Packets dropped as malformed or unexpected (sluice).", {"reason"})),
-      overflow_closes(r.AddCounter(N("overflow_closes_total"),
-                                   "Connections closed because a frontend's bounded queue "
-                                   "overflowed (sluice).")
+      bad_packets(r.AddCounter(S("bad_packets_total"),
+                               "Packets dropped as malformed or unexpected, by reason.",
+                               {"reason"})),
+      overflow_closes(r.AddCounter(S("overflow_closes_total"),
+                                   "Tunnelled connections closed because their client did not "
+                                   "read its bounded queue.")
                           .Get()) {}
 
 }  // namespace sluice::server

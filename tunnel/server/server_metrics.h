@@ -7,16 +7,16 @@
 
 namespace sluice::server {
 
-// The server's Prometheus metrics, named as upstream proxy-server names them so existing
-// dashboards keep working. Thread-safe.
+// The server's Prometheus metrics: upstream proxy-server's (so existing dashboards keep
+// working), plus sluice's own under sluice_tunnel_server_. Thread-safe.
 struct ServerMetrics {
   explicit ServerMetrics(base::Registry& r);
 
   base::Gauge& ready_backends;
   base::Gauge& established;
   base::Gauge& pending_dials;
-  base::Family<base::Counter>& dial_failures;   // {reason}
-  base::Family<base::Gauge>& grpc_connections;  // {service_method}
+  base::Family<base::Counter>& dial_failures;   // {reason}, upstream's reasons
+  base::Family<base::Gauge>& grpc_connections;  // {service_method}: Proxy | Connect
   base::Gauge& http_connections;
   base::Histogram& dial_duration;
   base::Family<base::Counter>& packets;      // {segment, packet_type}

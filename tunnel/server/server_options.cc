@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tunnel/server/server_options.h"
 
+#include <cstdlib>
 #include <random>
 
 #include "absl/strings/str_format.h"
+
+#include "agent/base/log.h"
+#include "tunnel/wire/cipher_suites.h"
 
 namespace sluice::server {
 
@@ -33,9 +37,20 @@ void RegisterServerFlags(base::FlagSet& f, ServerOptions& o) {
            "Authenticate agents by service-account token: the audience tokens must have.");
   f.String("kubeconfig", &o.kubeconfig,
            "kubeconfig for TokenReview (default: the pod's service account).");
+  f.Double("kubeconfig-qps", &o.kubeconfig_qps,
+           "TokenReview requests per second to the API server (0: client-go's default, 5).");
+  f.Int("kubeconfig-burst", &o.kubeconfig_burst,
+        "TokenReview requests allowed in a burst (0: client-go's default, 10).");
+  f.String("kube-api-content-type", &o.kube_api_content_type,
+           "Accepted; TokenReview requests are sent as application/json, which the API server "
+           "always accepts.");
+  f.List("cipher-suites", &o.cipher_suites,
+         "TLS 1.2 cipher suites (Go names, e.g. TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256) of every "
+         "TLS listener; no effect on TLS 1.3; empty means the default list.");
   f.String("proxy-strategies", &o.proxy_strategies,
            "Agent selection, in order: default, destHost, defaultRoute.");
-  f.String("server-id", &o.server_id, "Unique ID of this server (default: random).");
+  f.String("server-id", &o.server_id,
+           "Unique ID of this server (default: $PROXY_SERVER_ID, else random).");
   f.Int("server-count", &o.server_count, "Number of proxy servers agents should connect to.");
   f.Int("health-port", &o.health_port, "Port for /healthz and /readyz.");
   f.String("health-bind-address", &o.health_bind_address, "Health bind address.");
@@ -47,7 +62,16 @@ void RegisterServerFlags(base::FlagSet& f, ServerOptions& o) {
   f.Int("xfr-channel-size", &o.xfr_channel_size,
         "Accepted for compatibility; sluice bounds queues in bytes instead.");
   f.Bool("enable-profiling", &o.enable_profiling, "Accepted for compatibility; no effect.");
-  f.Int("v", &o.v, "Log verbosity.");
+  f.Bool("enable-contention-profiling", &o.enable_contention_profiling,
+         "Accepted for compatibility; no effect.");
+  f.Bool("enable-lease-controller", &o.enable_lease_controller,
+         "Accepted for compatibility; sluice publishes no leases (agents learn the server "
+         "count from --server-count).");
+  f.String("lease-namespace", &o.lease_namespace, "Accepted for compatibility; no effect.");
+  f.String("lease-label", &o.lease_label, "Accepted for compatibility; no effect.");
+  f.Bool("warn-on-channel-limit", &o.warn_on_channel_limit,
+         "Deprecated upstream; accepted, no effect.");
+  wire::RegisterKlogFlags(f, o.klog);
   f.String("agent-token-file", &o.agent_token_file,
            "(sluice) Static agent bearer tokens, one per line, optionally 'token,agent-id'.");
   f.Int("max-connection-buffer", &o.max_connection_buffer,
@@ -89,11 +113,36 @@ absl::Status ValidateServerOptions(ServerOptions& o) {
   if (o.server_count < 1) {
     return absl::InvalidArgumentError("--server-count must be at least 1");
   }
+  if (o.kubeconfig_qps < 0 || o.kubeconfig_burst < 0) {
+    return absl::InvalidArgumentError("--kubeconfig-qps and --kubeconfig-burst must be >= 0");
+  }
+  absl::StatusOr<std::string> ciphers = wire::OpenSslCipherList(o.cipher_suites);
+  if (!ciphers.ok()) {
+    return ciphers.status();
+  }
+  o.cipher_list = *ciphers;
+  if (const char* env = std::getenv("PROXY_SERVER_ID"); o.server_id.empty() && env != nullptr) {
+    o.server_id = env;
+  }
   if (o.server_id.empty()) {
     std::random_device rd;
     o.server_id = absl::StrFormat("%08x-%04x-%04x", rd(), rd() & 0xffff, rd() & 0xffff);
   }
   return absl::OkStatus();
+}
+
+void WarnIgnoredServerFlags(const base::FlagSet& flags, const ServerOptions& o) {
+  static constexpr wire::IgnoredFlag kIgnored[] = {
+      {"enable-lease-controller",
+       "sluice publishes no leases; agents count servers by --server-count"},
+      {"lease-namespace", "sluice publishes no leases"},
+      {"lease-label", "sluice publishes no leases"},
+  };
+  wire::WarnIgnoredFlags(flags, kIgnored);
+  if (flags.Changed("kube-api-content-type") && o.kube_api_content_type != "application/json") {
+    LOG(WARNING) << "--kube-api-content-type=" << o.kube_api_content_type
+                 << ": TokenReview requests are sent as application/json";
+  }
 }
 
 }  // namespace sluice::server

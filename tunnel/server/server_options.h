@@ -3,20 +3,22 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 
 #include "agent/base/flags.h"
+#include "tunnel/wire/upstream_flags.h"
 
 namespace sluice::server {
 
-// sluice-tunnel-server's configuration. Flag names and defaults are upstream proxy-server's,
-// so existing manifests work; sluice-only flags are marked in their help.
+// sluice-tunnel-server's configuration. Flag names and defaults are upstream proxy-server's
+// (v0.31, plus klog's), so existing manifests work; sluice-only flags are marked in their help.
 struct ServerOptions {
   std::string mode = "grpc";  // grpc | http-connect
   std::string uds_name;
-  bool delete_existing_uds_file = false;
+  bool delete_existing_uds_file = true;
   int64_t server_port = 8090;
   std::string server_bind_address;
   std::string server_cert, server_key, server_ca_cert;
@@ -24,6 +26,11 @@ struct ServerOptions {
   std::string agent_bind_address;
   std::string cluster_cert, cluster_key, cluster_ca_cert;
   std::string agent_namespace, agent_service_account, authentication_audience, kubeconfig;
+  double kubeconfig_qps = 0;  // 0: client-go's default
+  int64_t kubeconfig_burst = 0;
+  std::string kube_api_content_type = "application/vnd.kubernetes.protobuf";
+  std::vector<std::string> cipher_suites;  // Go names
+  std::string cipher_list;                 // the same as an OpenSSL list, set by Validate
   std::string proxy_strategies = "default";
   std::string server_id;
   int64_t server_count = 1;
@@ -35,7 +42,12 @@ struct ServerOptions {
   absl::Duration frontend_keepalive_time = absl::Hours(1);
   int64_t xfr_channel_size = 10;
   bool enable_profiling = false;
-  int64_t v = 0;
+  bool enable_contention_profiling = false;
+  bool enable_lease_controller = false;
+  std::string lease_namespace = "kube-system";
+  std::string lease_label = "k8s-app=konnectivity-server";
+  bool warn_on_channel_limit = true;  // deprecated upstream
+  wire::KlogFlags klog;
   // sluice extensions
   std::string agent_token_file;
   int64_t max_connection_buffer = 16 << 20;
@@ -44,7 +56,10 @@ struct ServerOptions {
 };
 
 void RegisterServerFlags(base::FlagSet& flags, ServerOptions& o);
-// Cross-flag checks; fills a random server-id when none is given.
+// Cross-flag checks; fills the server-id from $PROXY_SERVER_ID (as upstream) or at random when
+// none is given, and the OpenSSL form of --cipher-suites.
 absl::Status ValidateServerOptions(ServerOptions& o);
+// Logs once for each upstream flag that was set but means nothing to sluice.
+void WarnIgnoredServerFlags(const base::FlagSet& flags, const ServerOptions& o);
 
 }  // namespace sluice::server

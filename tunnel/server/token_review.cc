@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tunnel/server/token_review.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -27,8 +28,8 @@ absl::StatusOr<std::unique_ptr<TokenReviewer>> TokenReviewer::Create(
     const kube::ClientConfig& config, TokenReviewOptions options) {
   ASSIGN_OR_RETURN(std::unique_ptr<kube::BearerToken> credentials,
                    kube::BearerToken::Create(config.token, config.token_file));
-  auto reviewer = std::unique_ptr<TokenReviewer>(
-      new TokenReviewer(std::move(options), std::move(credentials)));
+  auto reviewer =
+      std::unique_ptr<TokenReviewer>(new TokenReviewer(std::move(options), std::move(credentials)));
   ASSIGN_OR_RETURN(reviewer->client_, kube::HttpClient::Create(config, *reviewer->credentials_));
   reviewer->thread_ = std::thread([r = reviewer.get()] { r->Run(); });
   return reviewer;
@@ -36,7 +37,19 @@ absl::StatusOr<std::unique_ptr<TokenReviewer>> TokenReviewer::Create(
 
 TokenReviewer::TokenReviewer(TokenReviewOptions options,
                              std::unique_ptr<kube::BearerToken> credentials)
-    : options_(std::move(options)), credentials_(std::move(credentials)) {}
+    : options_(std::move(options)),
+      credentials_(std::move(credentials)),
+      rate_(options_.qps, options_.burst, absl::Now()) {}
+
+RequestRate::RequestRate(double qps, int burst, absl::Time now)
+    : qps_(qps), burst_(std::max(burst, 1)), tokens_(burst_), last_(now) {}
+
+absl::Duration RequestRate::Take(absl::Time now) {
+  tokens_ = std::min(burst_, tokens_ + absl::ToDoubleSeconds(now - last_) * qps_);
+  last_ = now;
+  tokens_ -= 1;  // may go negative: the debt is the wait
+  return tokens_ >= 0 ? absl::ZeroDuration() : absl::Seconds(-tokens_ / qps_);
+}
 
 TokenReviewer::~TokenReviewer() {
   Stop();
@@ -87,15 +100,23 @@ void TokenReviewer::Run() {
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
-          +[](TokenReviewer* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->mu_) {
-            return r->stopped_ || !r->queue_.empty();
-          },
+          +[](TokenReviewer* r)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->mu_) { return r->stopped_ || !r->queue_.empty(); },
           this));
       if (stopped_) {
         return;  // Stop() failed what was queued
       }
       next = std::move(queue_.front());
       queue_.pop_front();
+    }
+    // Wait out the rate limit; Stop() ends the wait (and fails this review below).
+    if (const absl::Duration wait = rate_.Take(absl::Now()); wait > absl::ZeroDuration()) {
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&stopped_), wait);
+      if (stopped_) {
+        std::move(next.done)(absl::UnavailableError("shutting down"));
+        return;
+      }
     }
     std::move(next.done)(Ask(next.token));
   }
@@ -141,8 +162,7 @@ std::string TokenReviewer::RequestBody(std::string_view token, std::string_view 
 absl::Status TokenReviewer::Verdict(std::string_view response, const TokenReviewOptions& options) {
   simdjson::dom::parser parser;
   simdjson::dom::element status;
-  if (parser.parse(response.data(), response.size())["status"].get(status) !=
-      simdjson::SUCCESS) {
+  if (parser.parse(response.data(), response.size())["status"].get(status) != simdjson::SUCCESS) {
     return absl::UnavailableError("TokenReview: response without a status");
   }
   bool authenticated = false;

@@ -26,6 +26,23 @@ struct TokenReviewOptions {
   std::string audience;
   absl::Duration timeout = absl::Seconds(10);  // per review, API round trip included
   size_t max_pending = 1024;                   // queued reviews; more are refused at once
+  double qps = 5;                              // requests to the API server per second, and
+  int burst = 10;                              // how many may go at once (--kubeconfig-qps/burst)
+};
+
+// A token bucket as client-go's rate limiter: `burst` requests at once, then `qps` a second.
+// Thread: its user's.
+class RequestRate final {
+ public:
+  RequestRate(double qps, int burst, absl::Time now);
+  // Takes one request's token; how long to wait before sending it.
+  absl::Duration Take(absl::Time now);
+
+ private:
+  const double qps_;
+  const double burst_;
+  double tokens_;
+  absl::Time last_;
 };
 
 // Agent authentication by service-account token (upstream proxy-server's --agent-namespace,
@@ -68,6 +85,7 @@ class TokenReviewer final {
   const TokenReviewOptions options_;
   std::unique_ptr<kube::BearerToken> credentials_;  // the server's own, to the API server
   std::unique_ptr<kube::HttpClient> client_;        // the reviewer thread's only
+  RequestRate rate_;                                // the reviewer thread's only
   absl::Mutex mu_;
   std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;

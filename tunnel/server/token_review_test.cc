@@ -94,5 +94,21 @@ TEST(TokenReviewTest, NoTokenUnreachableServerAndStop) {
   EXPECT_EQ(ReviewNow(**reviewer, "Bearer t").code(), absl::StatusCode::kUnavailable);
 }
 
+TEST(RequestRateTest, BurstThenQps) {
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  RequestRate rate(/*qps=*/2, /*burst=*/3, t0);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(rate.Take(t0), absl::ZeroDuration());
+  }
+  EXPECT_EQ(rate.Take(t0), absl::Milliseconds(500));  // the 4th waits one token's time
+  EXPECT_EQ(rate.Take(t0 + absl::Milliseconds(500)), absl::Milliseconds(500));
+  // A long quiet period refills only up to the burst.
+  const absl::Time later = t0 + absl::Seconds(60);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(rate.Take(later), absl::ZeroDuration());
+  }
+  EXPECT_GT(rate.Take(later), absl::ZeroDuration());
+}
+
 }  // namespace
 }  // namespace sluice::server

@@ -79,6 +79,11 @@ std::string TypeName(int type) {
   return absl::StrCat("UNKNOWN(", type, ")");
 }
 
+std::string TypeLabel(int type) {
+  return PacketType_IsValid(type) ? PacketType_Name(static_cast<PacketType>(type))
+                                  : absl::StrCat(type);
+}
+
 absl::Status Validate(const Packet& p) {
   auto bad = [&](std::string_view what) {
     return absl::InvalidArgumentError(

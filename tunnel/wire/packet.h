@@ -46,6 +46,9 @@ Packet MakeDrain();
 
 // "DIAL_REQ", ..., or "UNKNOWN(<n>)".
 std::string TypeName(int type);
+// The packet_type label of upstream's stream_packets_total: the enum name, or for a type the
+// proto does not know its number (Go's enum String()).
+std::string TypeLabel(int type);
 
 // Checks that the payload matches the type and IDs are sane. Receivers dispatch on `type`;
 // a packet failing this is logged, counted and dropped.

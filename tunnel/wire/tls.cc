@@ -21,9 +21,9 @@ std::string OpenSslError() {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<TlsContext>> TlsContext::CreateServer(const std::string& cert,
-                                                                     const std::string& key,
-                                                                     const std::string& client_ca) {
+absl::StatusOr<std::unique_ptr<TlsContext>> TlsContext::CreateServer(
+    const std::string& cert, const std::string& key, const std::string& client_ca,
+    const std::string& cipher_list) {
   SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
   if (ctx == nullptr) {
     return absl::InternalError("SSL_CTX_new: " + OpenSslError());
@@ -31,6 +31,10 @@ absl::StatusOr<std::unique_ptr<TlsContext>> TlsContext::CreateServer(const std::
   auto owned = std::unique_ptr<TlsContext>(new TlsContext(ctx));
   SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
   SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  if (!cipher_list.empty() && SSL_CTX_set_cipher_list(ctx, cipher_list.c_str()) != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cipher list ", cipher_list, ": ", OpenSslError()));
+  }
   if (SSL_CTX_use_certificate_chain_file(ctx, cert.c_str()) != 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("load certificate ", cert, ": ", OpenSslError()));

@@ -16,9 +16,9 @@ namespace sluice::wire {
 // Immutable after Create; thread-safe.
 class TlsContext final {
  public:
-  static absl::StatusOr<std::unique_ptr<TlsContext>> CreateServer(const std::string& cert,
-                                                                  const std::string& key,
-                                                                  const std::string& client_ca);
+  static absl::StatusOr<std::unique_ptr<TlsContext>> CreateServer(
+      const std::string& cert, const std::string& key, const std::string& client_ca,
+      const std::string& cipher_list = "");
   ~TlsContext();
   TlsContext(const TlsContext&) = delete;
   TlsContext& operator=(const TlsContext&) = delete;

@@ -218,7 +218,7 @@ class GrpcTunnelTest(h.TestCase):
             # The stalled stream held the agent stream at most ReadGate::kStallGrace, then
             # was closed on its own.
             h.wait_until(lambda: s.metric(
-                "konnectivity_network_proxy_server_overflow_closes_total") >= 1, timeout=10)
+                "sluice_tunnel_server_overflow_closes_total") >= 1, timeout=10)
         self.assertTrue(body.endswith(h.expected_bytes(10 << 20)))
         print("10 MiB beside a stalled reader: %.2fs" % elapsed)
         self.assertLess(elapsed, 10)
