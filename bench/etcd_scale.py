@@ -12,14 +12,34 @@ etcd's JSON gateway, then measures:
                just before its put, so the agent's own kubeproxy_network_programming_duration
                histogram sum grows by exactly that change's latency;
   RSS          VmRSS / VmHWM of the agent after the cold start and after the changes.
-Targets: cold start < 2 s, p99 < 50 ms, RSS < 150 MiB.
+Targets: cold start < 2 s, p99 < 50 ms, RSS < 150 MiB. The script waits on /healthz and
+reads /metrics once a sync has ended: with socket LB on, a /metrics scrape reads a BPF entry
+per service port and would slow the sync it measures.
+
+With --socket-lb (issue 10) the agent also balances at the socket (--socket-lb=on) for a child
+cgroup of the cgroup v2 hierarchy that the script creates and removes, nothing pinned
+(--bpf-root=), and the script reports:
+  cold start   sluice-agent start -> the last service port's frontend is in sluice_lb_svc
+               (the script looks it up with bpf(2) every 2 ms; the first sync writes service
+               ports in name order), and when that sync's socket-LB step ended (its start plus
+               sluice_sync_consumer_applied_seconds{consumer="socket-lb"}, which also counts
+               the sweep of stale entries after the last write);
+  change       per change, sync start -> socket-LB maps programmed (that histogram's sum
+               grows by exactly one observation per sync), and etcd put -> in the maps;
+  maps         the kernel memory of the sluice_lb_* maps (bpftool's bytes_memlock);
+  check        a few connect()s from that cgroup to ClusterIPs are translated (the backends
+               are unroutable, so a translated connect fails with ENETUNREACH at once).
+Targets: socket-LB cold start < 1 s, change in the maps p99 < 5 ms after the sync starts.
+Without --socket-lb the agent runs with --socket-lb=off.
 
   sudo bench/etcd_scale.py [--agent build/agent/sluice-agent] [--services 10000]
                            [--endpoints-per-service 10] [--changes 200] [--workers 1]
+                           [--socket-lb]
 """
 import argparse
 import base64
 import datetime
+import errno
 import http.client
 import json
 import os
@@ -27,18 +47,17 @@ import random
 import re
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchkit import (BpfMap, ChildCgroup, Health, Metrics, bpf_maps,  # noqa: E402
+                      enter_private_netns, exit_on_signals, format_maps, free_port, percentile)
+
 PREFIX = "/sluice/registry"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def b64(text):
@@ -131,29 +150,6 @@ def slice_(i, addresses, trigger=None):
         "ports": [{"name": "http", "protocol": "TCP", "port": 8080}]}, separators=(",", ":"))
 
 
-class Metrics:
-    def __init__(self, port):
-        self.port = port
-        self.conn = None
-
-    def scrape(self):
-        try:
-            if self.conn is None:
-                self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
-            self.conn.request("GET", "/metrics")
-            response = self.conn.getresponse()
-            text = response.read().decode()
-        except OSError:
-            self.conn = None
-            return None
-        values = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                values[name] = float(value)
-        return values
-
-
 def rss_kib(pid):
     out = {}
     with open(f"/proc/{pid}/status") as f:
@@ -164,16 +160,47 @@ def rss_kib(pid):
     return out
 
 
-def percentile(values, p):
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+def lb_key(ip, port):
+    """A TCP frontend as the key of the sluice_lb_svc map (bpf/include/sluice/bpf_abi.h)."""
+    return bytes(10) + b"\xff\xff" + socket.inet_aton(ip) + struct.pack("!H", port) + bytes([6, 0])
+
+
+LB_APPLIED = 'sluice_sync_consumer_applied_seconds_{}{{consumer="socket-lb"}}'
+PROXY_APPLIED = 'sluice_sync_consumer_applied_seconds_{}{{consumer="proxy"}}'
+
+
+def check_translation(cgroup, metrics, n):
+    """connect()s from `cgroup` to three ClusterIPs: translated, each goes to an unroutable
+    endpoint (ENETUNREACH at once); untranslated, it would reach the agent's proxy."""
+    def translated(m):
+        return sum(v for k, v in m.items() if k.startswith("sluice_socket_lb_translations_total"))
+    before = translated(metrics.scrape())
+    code = ("import socket, sys\n"
+            "for ip in sys.argv[1:]:\n"
+            "    s = socket.socket(); s.settimeout(2)\n"
+            "    print(s.connect_ex((ip, 80)))\n")
+    ips = [cluster_ip(i) for i in (0, n // 2, n - 1)]
+    out = subprocess.run([sys.executable, "-c", code] + ips, capture_output=True, text=True,
+                         check=True, preexec_fn=cgroup.join_fn()).stdout.split()
+    grew = translated(metrics.scrape()) - before
+    ok = grew == len(ips) and all(int(e) == errno.ENETUNREACH for e in out)
+    print(f"translation check from {cgroup.path}: connect() to {', '.join(ips)}: "
+          f"{', '.join(os.strerror(int(e)) if int(e) else 'connected' for e in out)}; "
+          f"translations +{grew:.0f}: {'ok' if ok else 'NOT TRANSLATED'}")
+    return ok
 
 
 def run(args):
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     workdir = tempfile.mkdtemp(prefix="sluice-etcd-bench-", dir="/dev/shm")
-    etcd = agent = None
+    etcd = agent = cgroup = None
     try:
+        if args.socket_lb:
+            cgroup = ChildCgroup("sluice-etcd-scale")
+            lb_args = ["--socket-lb=on", f"--socket-lb-cgroup={cgroup.path}", "--bpf-root="]
+        else:
+            # The default (auto) would attach to the cgroup v2 root and pin in /sys/fs/bpf.
+            lb_args = ["--socket-lb=off", "--bpf-root="]
         etcd = Etcd(workdir)
         t = time.time()
         n, per = args.services, args.endpoints_per_service
@@ -188,27 +215,47 @@ def run(args):
               f"into etcd in {time.time() - t:.1f} s")
 
         metrics_port = free_port()
+        health_port = free_port()
+        while health_port == metrics_port:
+            health_port = free_port()
         log = open(os.path.join(workdir, "agent.log"), "w")
         start = time.time()
         agent = subprocess.Popen(
-            args.wrap.split() + [args.agent, f"--source=etcd:{etcd.url}", "--healthz-bind-address=",
+            args.wrap.split() + [args.agent, f"--source=etcd:{etcd.url}",
+             f"--healthz-bind-address=127.0.0.1:{health_port}",
              f"--metrics-bind-address=127.0.0.1:{metrics_port}", "--min-sync-period=0s",
-             f"--workers={args.workers}", "--hostname-override=node1"] + args.agent_arg,
+             f"--workers={args.workers}", "--hostname-override=node1"] + lb_args + args.agent_arg,
             stdout=log, stderr=subprocess.STDOUT)
         metrics = Metrics(metrics_port)
-        synced = None
-        while time.time() - start < 60:
+        # Waiting polls /healthz; /metrics is read once the sync is over, so that reading it
+        # does not slow what it measures (see benchkit.Health).
+        health = Health(health_port)
+        # Socket LB writes service ports in name order: "svc-9999" (of 10,000) is the last one
+        # in the kernel when the first sync's maps are complete (watched from outside: the
+        # agent's histogram also counts the sweep of stale entries that follows).
+        last_key = lb_key(cluster_ip(max(range(n), key=lambda i: f"svc-{i}")), 80)
+        svc_map = None
+        lb_seen = None
+        next_scan = 0
+        while not health.last_updated():
             if agent.poll() is not None:
                 raise RuntimeError("sluice-agent exited; see agent.log")
-            m = metrics.scrape()
-            if m and m.get("kubeproxy_sync_proxy_rules_last_timestamp_seconds", 0) > 0:
-                synced = m["kubeproxy_sync_proxy_rules_last_timestamp_seconds"]
-                # Nothing changes in etcd meanwhile: the source's last delivery is its first read.
-                read = m[f'sluice_source_last_sync_timestamp_seconds{{source="etcd:{etcd.url}"}}']
-                break
-            time.sleep(0.005)
-        if synced is None:
-            raise RuntimeError("no complete sync within 60 s; see agent.log")
+            if time.time() - start > 60:
+                raise RuntimeError("no complete sync within 60 s; see agent.log")
+            if args.socket_lb and lb_seen is None:
+                if svc_map is None and time.time() >= next_scan:
+                    ids = [x["id"] for x in bpf_maps(agent.pid, "sluice_lb_svc")]
+                    svc_map = BpfMap(ids[0]) if ids else None
+                    next_scan = time.time() + 0.02
+                if svc_map is not None and svc_map.lookup(last_key, 24) is not None:
+                    lb_seen = time.time()
+            time.sleep(0.002 if args.socket_lb else 0.005)
+        if svc_map is not None:
+            svc_map.close()
+        m = metrics.scrape()
+        synced = m["kubeproxy_sync_proxy_rules_last_timestamp_seconds"]
+        # Nothing changes in etcd meanwhile: the source's last delivery is its first read.
+        read = m[f'sluice_source_last_sync_timestamp_seconds{{source="etcd:{etcd.url}"}}']
         cold = synced - start
         vips = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", "lo"],
                               capture_output=True, text=True).stdout.count(" 10.96.")
@@ -218,11 +265,32 @@ def run(args):
         print(f"cold start: {cold * 1000:.0f} ms to the first complete sync "
               f"({vips} VIPs, {listeners} listeners); the etcd source had read everything "
               f"after {(read - start) * 1000:.0f} ms, the rest is the first sync")
+        lb_cold = None
+        if args.socket_lb:
+            if m["kubeproxy_sync_proxy_rules_duration_seconds_count"] != 1 or \
+                    m[LB_APPLIED.format("count")] != 1:
+                raise RuntimeError("more than one sync before the first scrape")
+            if lb_seen is None:
+                raise RuntimeError("the last service's frontend never appeared in sluice_lb_svc")
+            sync_start = synced - m["kubeproxy_sync_proxy_rules_duration_seconds_sum"]
+            lb_cold = lb_seen - start
+            print(f"socket LB cold start: {lb_cold * 1000:.0f} ms to every frontend in the kernel "
+                  f"map (the first sync started at {(sync_start - start) * 1000:.0f} ms; its "
+                  f"socket-LB step, sweep included, ended "
+                  f"{m[LB_APPLIED.format('sum')] * 1000:.0f} ms after, the proxy's "
+                  f"{m[PROXY_APPLIED.format('sum')] * 1000:.0f} ms after)")
+            print(f"socket LB maps after the cold start: {format_maps(bpf_maps(agent.pid))}")
+            if not check_translation(cgroup, metrics, n):
+                raise RuntimeError("socket LB did not translate connects to ClusterIPs")
 
         latencies = []
         syncs = []  # of each latency, the sync that programmed it (proxier + data path)
+        lb_applied = []  # sync start -> socket-LB maps programmed, per change
+        proxy_applied = []
+        skipped = 0  # changes whose sync overlapped another one (a periodic resync)
         rng = random.Random(1)
         before = metrics.scrape()
+        last_sync = health.last_updated()
         for c in range(args.changes):
             i = rng.randrange(n)
             endpoints[i][rng.randrange(per)] = endpoint_ip(i, per + c % (64 - per))
@@ -233,17 +301,31 @@ def run(args):
             key_sum = "kubeproxy_network_programming_duration_seconds_sum"
             deadline = time.time() + 10
             while True:
-                m = metrics.scrape()
-                if m and m[key_count] > before[key_count]:
-                    break
                 if time.time() > deadline:
                     raise RuntimeError(f"change {c} not programmed within 10 s")
-                time.sleep(0.001)
+                now = health.last_updated()
+                if now is None or now == last_sync:
+                    time.sleep(0.001)
+                    continue
+                last_sync = now
+                m = metrics.scrape()  # a periodic resync may have ended instead: then wait on
+                if m and m[key_count] > before[key_count]:
+                    break
             if m[key_count] - before[key_count] != 1:
                 raise RuntimeError("changes coalesced; the measurement needs one per sync")
             latencies.append(m[key_sum] - before[key_sum])
             key_sync = "kubeproxy_sync_proxy_rules_duration_seconds_sum"
             syncs.append(m[key_sync] - before[key_sync])
+            if args.socket_lb:
+                counts = [m[k.format("count")] - before[k.format("count")]
+                          for k in (LB_APPLIED, PROXY_APPLIED)]
+                if counts == [1, 1]:
+                    lb_applied.append(m[LB_APPLIED.format("sum")]
+                                      - before[LB_APPLIED.format("sum")])
+                    proxy_applied.append(m[PROXY_APPLIED.format("sum")]
+                                         - before[PROXY_APPLIED.format("sum")])
+                else:
+                    skipped += 1
             before = m
             time.sleep(rng.uniform(0.01, 0.03))
         after_changes = rss_kib(agent.pid)
@@ -266,11 +348,40 @@ def run(args):
                     print("agent:", line.split("] ", 1)[1].strip())
         ok = cold < 2 and percentile(ms, 99) < 50 and after_changes["VmHWM"] < 150 * 1024
         print("targets (< 2 s, p99 < 50 ms, < 150 MiB):", "met" if ok else "NOT met")
+        if args.socket_lb:
+            lb_ms = [x * 1000 for x in lb_applied]
+            px_ms = [x * 1000 for x in proxy_applied]
+            print(f"socket LB, sync start -> change in the maps over {len(lb_ms)} changes "
+                  f"({skipped} skipped: their sync overlapped another): "
+                  f"p50 {percentile(lb_ms, 50):.2f} ms, p90 {percentile(lb_ms, 90):.2f} ms, "
+                  f"p99 {percentile(lb_ms, 99):.2f} ms, max {max(lb_ms):.2f} ms "
+                  f"(proxy applied: p50 {percentile(px_ms, 50):.2f} ms, "
+                  f"p99 {percentile(px_ms, 99):.2f} ms)")
+            # The programming latency ends with the sync; the maps were written before that.
+            put_ms = [lat - (sync - lb) for lat, sync, lb in zip(ms, sync_ms, lb_ms)] \
+                if skipped == 0 else []
+            if put_ms:
+                print(f"socket LB, etcd put -> change in the maps: p50 {percentile(put_ms, 50):.1f}"
+                      f" ms, p99 {percentile(put_ms, 99):.1f} ms")
+            print(f"socket LB maps after the changes: {format_maps(bpf_maps(agent.pid))}")
+            scrape_ms = []
+            for _ in range(5):
+                t0 = time.perf_counter()
+                metrics.scrape()
+                scrape_ms.append((time.perf_counter() - t0) * 1000)
+            print(f"one /metrics scrape takes {percentile(scrape_ms, 50):.0f} ms "
+                  f"(median of 5; the socket-LB counters read every service's BPF entry)")
+            lb_ok = lb_cold < 1 and percentile(lb_ms, 99) < 5
+            print("socket LB targets (cold start < 1 s, change in the maps p99 < 5 ms after the "
+                  "sync starts):", "met" if lb_ok else "NOT met")
+            ok = ok and lb_ok
         return 0 if ok else 1
     finally:
         if agent is not None and agent.poll() is None:
             agent.terminate()
             agent.wait(timeout=30)
+        if cgroup is not None:
+            cgroup.remove([agent])
         if etcd is not None:
             etcd.stop()
         if args.keep:
@@ -294,14 +405,13 @@ def main():
                         help="extra sluice-agent flag (repeatable), e.g. --agent-arg=--v=1")
     parser.add_argument("--wrap", default="",
                         help="command to run the agent under, e.g. 'perf record -g -o F --' "
-                             "(RSS is then the wrapper's)")
+                             "(RSS and the BPF maps are then the wrapper's: not with --socket-lb)")
+    parser.add_argument("--socket-lb", action="store_true",
+                        help="socket-level balancing on, for a child cgroup the script creates")
     args = parser.parse_args()
     args.agent = os.path.abspath(args.agent)
-    if os.environ.get("SLUICE_BENCH_NETNS") != "1":
-        if os.geteuid() != 0:
-            sys.exit("run as root: the agent adds VIPs (in a private network namespace)")
-        env = dict(os.environ, SLUICE_BENCH_NETNS="1")
-        os.execvpe("unshare", ["unshare", "-n", sys.executable] + sys.argv, env)
+    enter_private_netns()
+    exit_on_signals()
     sys.exit(run(args))
 
 
