@@ -79,6 +79,9 @@ struct {
 	__type(value, __u8);
 } sluice_lb_gone SEC(".maps");
 
+#define SLUICE_AF_INET 2
+#define SLUICE_AF_INET6 10
+
 /* Non-zero: translate only sockets of this network namespace (--socket-lb-host-netns-only). */
 const volatile __u64 host_netns = 0;
 
@@ -343,6 +346,31 @@ int sluice_peer6(struct bpf_sock_addr *ctx)
 	return 1;
 }
 
+/* A closing socket's reverse entry goes with it, so the LRU holds live sockets only (an evicted
+ * entry would make getpeername() of a long-lived socket report its backend). An unconnected UDP
+ * socket may have entries for several backends: those age out of the LRU. */
+SEC("cgroup/sock_release")
+int sluice_release(struct bpf_sock *sk)
+{
+	struct sluice_lb_rev rev = {};
+
+	if (sk->family == SLUICE_AF_INET) {
+		set_v4(rev.backend.addr, sk->dst_ip4);
+	} else if (sk->family == SLUICE_AF_INET6) {
+		__u32 w[4] = {sk->dst_ip6[0], sk->dst_ip6[1], sk->dst_ip6[2], sk->dst_ip6[3]};
+
+		__builtin_memcpy(rev.backend.addr, w, 16);
+	} else {
+		return 1;
+	}
+	rev.backend.port = sk->dst_port;
+	if (rev.backend.port == 0)
+		return 1; /* never connected */
+	rev.cookie = bpf_get_socket_cookie(sk);
+	bpf_map_delete_elem(&sluice_lb_rev, &rev);
+	return 1;
+}
+
 /* The kernel types the socket iterator needs, as CO-RE relocations against the running
  * kernel's BTF (no vmlinux.h: the build host's BTF is not the target's). */
 struct sock_common {
@@ -365,8 +393,6 @@ struct bpf_iter__udp {
 
 extern int bpf_sock_destroy(struct sock_common *sk) __ksym;
 
-#define SLUICE_AF_INET 2
-#define SLUICE_AF_INET6 10
 #define SLUICE_UDP_CONNECTED 1 /* TCP_ESTABLISHED: a connect()ed UDP socket */
 
 /* Closes connected UDP sockets this program translated to a (frontend, backend) in sluice_lb_gone:

@@ -115,34 +115,50 @@ absl::Status SocketBalancing::Apply(const std::shared_ptr<const ServiceTable>& t
   if (full) {
     node_ips_ = options_.node_ips ? options_.node_ips() : std::vector<net::IpAddress>{};
   }
-  static const std::map<std::string, socklb::Service> kNone;
   std::vector<socklb::Change> changes;
   std::vector<socklb::SocketLb::Gone> gone;
-  std::map<ServicePortName, std::map<std::string, socklb::Service>> next;
-  const auto& ports = table->ports();
-  const auto* prev = applied_ ? &applied_->ports() : nullptr;
-  for (const auto& [name, info] : ports) {
+  auto redo = [&](const ServicePortName& name, const ServicePortInfo* info) {
+    static const std::map<std::string, socklb::Service> kNone;
     auto had = programmed_.find(name);
-    // The Proxier rebuilds only changed ports: the same pointer means the same port.
-    bool unchanged = false;
-    if (!full && had != programmed_.end()) {
-      auto before = prev->find(name);  // not full: there was an applied table
-      unchanged = before != prev->end() && before->second == info;
-    }
-    if (unchanged) {
-      next.emplace(name, std::move(had->second));
-      continue;
-    }
-    auto want = Build(*info);
+    auto want = info != nullptr ? Build(*info) : kNone;
     Diff(had == programmed_.end() ? kNone : had->second, want, &changes, &gone);
-    next.emplace(name, std::move(want));
-  }
-  for (const auto& [name, had] : programmed_) {
-    if (!ports.contains(name)) {
-      Diff(had, kNone, &changes, &gone);
+    if (info == nullptr) {
+      programmed_.erase(name);
+    } else {
+      programmed_[name] = std::move(want);
+    }
+  };
+  const auto& next = table->ports();
+  if (full) {
+    for (const auto& [name, info] : next) {
+      redo(name, info.get());
+    }
+    for (auto it = programmed_.begin(); it != programmed_.end();) {
+      const ServicePortName name = (it++)->first;  // a copy: redo erases the entry
+      if (!next.contains(name)) {
+        redo(name, nullptr);
+      }
+    }
+  } else {
+    // Both tables are sorted by name, and the Proxier rebuilds only changed ports: walk them
+    // together, and an unchanged port costs one pointer comparison, not a key lookup.
+    const auto& prev = applied_->ports();
+    auto a = prev.begin();
+    auto b = next.begin();
+    while (a != prev.end() || b != next.end()) {
+      if (a != prev.end() && b != next.end() && a->second == b->second) {
+        ++a, ++b;
+      } else if (b == next.end() || (a != prev.end() && a->first < b->first)) {
+        redo((a++)->first, nullptr);  // removed
+      } else if (a == prev.end() || b->first < a->first) {
+        redo(b->first, b->second.get());  // added
+        ++b;
+      } else {
+        redo(b->first, b->second.get());  // changed
+        ++a, ++b;
+      }
     }
   }
-  programmed_ = std::move(next);
   // As DataPath: the first sync's node addresses may include an earlier run's VIPs, which the
   // VIP manager adopts or removes in that sync; the second one reads them again.
   full_next_ = applied_ == nullptr;

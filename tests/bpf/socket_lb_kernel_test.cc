@@ -10,10 +10,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include <bpf/bpf.h>
 
 #include "agent/net/socket.h"
 #include "agent/socklb/probe.h"
 #include "agent/socklb/socket_lb.h"
+#include "bpf/include/sluice/bpf_abi.h"
 #include "tests/testutil/cgroup.h"
 #include "tests/testutil/netns.h"
 #include "tests/testutil/process.h"
@@ -137,6 +139,35 @@ TEST_F(SocketLbKernelTest, IncompatiblePinnedMapsAreReplaced) {
   EXPECT_FALSE(Translated(1));  // fresh maps, the old programs replaced
   ASSERT_TRUE((*second)->Apply({Svc(1)}).ok());
   EXPECT_TRUE(Translated(1));
+}
+
+// A translated socket's reverse entry (for getpeername/recvmsg) goes when the socket closes:
+// the LRU map holds live sockets only, so a long-lived one's entry is not evicted by churn.
+TEST_F(SocketLbKernelTest, ReverseEntriesGoWithTheirSockets) {
+  auto lb = Create(true);
+  ASSERT_TRUE(lb.ok()) << lb.status();
+  ASSERT_TRUE((*lb)->Apply({Svc(1)}).ok());
+  base::UniqueFd rev(bpf_obj_get((bpffs_->path() + "/sluice_lb_rev").c_str()));
+  ASSERT_TRUE(rev) << strerror(errno);
+  auto entries = [&] {
+    int n = 0;
+    sluice_lb_rev key{}, next{};
+    for (const void* prev = nullptr; bpf_map_get_next_key(rev.get(), prev, &next) == 0;
+         prev = &key) {
+      key = next;
+      ++n;
+    }
+    return n;
+  };
+  int err = 0;
+  auto held = testutil::ConnectTcp(Addr("127.255.0.1:80"), &err);
+  ASSERT_TRUE(held) << strerror(err);
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_TRUE(Translated(1));
+  }
+  EXPECT_EQ(entries(), 1);  // the held socket's
+  held.Reset();
+  EXPECT_EQ(entries(), 0);
 }
 
 TEST_F(SocketLbKernelTest, ABackendSetSwapLeavesNoGap) {

@@ -279,7 +279,7 @@ TEST_F(SocketLbTest, OffAndCleanupRemoveThePins) {
     }
     return n;
   };
-  EXPECT_EQ(pins(), 8);
+  EXPECT_EQ(pins(), 9);  // one link per hook
   EXPECT_EQ(Hello("10.96.0.10:80"), "a");  // still translated with no agent running
 
   StartAgent({"--socket-lb=off", "--bpf-root=" + bpffs_->path()});
@@ -300,7 +300,7 @@ TEST_F(SocketLbTest, OffAndCleanupRemoveThePins) {
   ASSERT_TRUE(WaitListener("tcp/10.96.0.10:80"));
   agent_->Signal(SIGKILL);
   agent_->Wait(absl::Seconds(10));
-  EXPECT_EQ(pins(), 8);
+  EXPECT_EQ(pins(), 9);  // one link per hook
   std::string out;
   EXPECT_EQ(testutil::RunCommand({SLUICE_AGENT_BINARY, "--cleanup", "--bpf-root=" + bpffs_->path(),
                                   "--vip-interface=lo"},
