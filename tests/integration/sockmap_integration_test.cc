@@ -9,10 +9,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 
 #include "agent/base/unique_fd.h"
+#include "agent/net/socket.h"
 #include "tests/integration/agent_fixture.h"
 #include "tests/testutil/tcp_server.h"
 
@@ -183,8 +185,14 @@ TEST_P(SlowBackendTest, FastClientKeepsKernelMemoryBounded) {
   std::atomic<bool> slow{true};
   uint64_t received_hash = 0;
   std::atomic<int> backend_fd{-1};
+  // How the backend's read loop ended, and who it accepted: a failure below says which side
+  // closed (seen rarely under load: the client reset within 0.1-0.4 s on every path).
+  std::atomic<int> backend_end{1}, backend_errno{0}, backend_peer_port{0};
   testutil::ScriptedBackend backend(Addr("127.0.0.2:9000"), [&](int fd) {
     backend_fd = fd;
+    if (auto peer = net::PeerAddress(fd); peer.ok()) {
+      backend_peer_port = peer->port();
+    }
     std::string buf(64 << 10, '\0');
     uint64_t hash = testutil::kFnvBasis;
     ssize_t n;
@@ -195,6 +203,8 @@ TEST_P(SlowBackendTest, FastClientKeepsKernelMemoryBounded) {
         absl::SleepFor(absl::Milliseconds(5));
       }
     }
+    backend_errno = errno;
+    backend_end = static_cast<int>(n);
     received_hash = hash;
   });
   Write("svc.yaml", ServiceManifest());
@@ -220,7 +230,18 @@ TEST_P(SlowBackendTest, FastClientKeepsKernelMemoryBounded) {
       sent_hash = testutil::Fnv64(sent_hash, buf.data(), static_cast<size_t>(n));
       sent += static_cast<uint64_t>(n);
     } else {
-      ASSERT_EQ(errno, EAGAIN) << strerror(errno);
+      const int err = errno;
+      auto local = net::LocalAddress(fd.get());
+      ASSERT_EQ(err, EAGAIN) << strerror(err) << " after " << sent << " bytes; the backend ("
+                             << "accepted a connection from port " << backend_peer_port
+                             << ", the client's is " << (local.ok() ? local->port() : 0)
+                             << ") received " << received << " and its recv() "
+                             << (backend_end == 1
+                                     ? std::string("was still reading")
+                                     : absl::StrCat("returned ", backend_end.load(), " (",
+                                                    strerror(backend_errno), ")"))
+                             << "\n"
+                             << agent_->Output();
       ++blocked;
       pollfd p{fd.get(), POLLOUT, 0};
       poll(&p, 1, 10);
