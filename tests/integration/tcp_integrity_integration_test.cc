@@ -172,7 +172,7 @@ TEST_P(TcpIntegrityTest, BackendSpeaksFirst) {
   uint64_t remote_hash = testutil::kFnvBasis;
   uint64_t local_hash = testutil::kFnvBasis;
   ssize_t n;
-  while ((n = recv(fd.get(), got.data(), got.size(), 0)) > 0) {
+  while ((n = testutil::Recv(fd.get(), got.data(), got.size())) > 0) {
     FillStream(7, total, want.data(), static_cast<size_t>(n));
     remote_hash = Fnv64(remote_hash, got.data(), static_cast<size_t>(n));
     local_hash = Fnv64(local_hash, want.data(), static_cast<size_t>(n));

@@ -210,12 +210,20 @@ void ScriptedBackend::Join() {
   }
 }
 
+ssize_t Recv(int fd, void* buf, size_t len, int flags) {
+  ssize_t n;
+  do {
+    n = recv(fd, buf, len, flags);
+  } while (n < 0 && errno == EINTR);
+  return n;
+}
+
 uint64_t ReadAllHashed(int fd, uint64_t* hash, int* err) {
   std::string buf(1 << 20, '\0');
   uint64_t total = 0;
   *hash = kFnvBasis;
   ssize_t n;
-  while ((n = recv(fd, buf.data(), buf.size(), 0)) > 0) {
+  while ((n = Recv(fd, buf.data(), buf.size())) > 0) {
     *hash = Fnv64(*hash, buf.data(), static_cast<size_t>(n));
     total += static_cast<uint64_t>(n);
   }
@@ -281,7 +289,7 @@ std::string Hello(const std::string& to, int* err) {
   std::string out;
   char buf[256];
   ssize_t n;
-  while ((n = recv(fd.get(), buf, sizeof(buf), 0)) > 0) {
+  while ((n = Recv(fd.get(), buf, sizeof(buf))) > 0) {
     out.append(buf, static_cast<size_t>(n));
   }
   return n == 0 ? out : "";

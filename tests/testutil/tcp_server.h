@@ -64,6 +64,10 @@ class ScriptedBackend final {
   std::thread thread_;
 };
 
+// recv(2) that retries when a signal interrupts it (EINTR): a blocking test reader must not
+// take an interruption for the end of the stream (seen under ASan).
+ssize_t Recv(int fd, void* buf, size_t len, int flags = 0);
+
 // Reads to EOF; returns the byte count and sets *hash to their Fnv64 (*err: errno or 0).
 uint64_t ReadAllHashed(int fd, uint64_t* hash, int* err = nullptr);
 // Sends `bytes` of FillStream(seed) on a blocking socket; returns their Fnv64 (0 on error).
