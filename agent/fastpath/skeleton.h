@@ -3,6 +3,7 @@
 
 #include <cerrno>
 #include <memory>
+#include <string_view>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
@@ -44,6 +45,14 @@ class Skeleton final {
   explicit Skeleton(T* obj) : obj_(obj) {}
   T* const obj_;
 };
+
+// The status of a failed bpf(2) map call from errno, "<what>: <cause>": E2BIG (a full hash
+// map or sockhash) is ResourceExhausted, so callers can tell "no room" from other failures.
+inline absl::Status MapError(std::string_view what) {
+  const int err = errno;
+  absl::Status st = base::ErrnoStatus(err, what);
+  return err == E2BIG ? absl::ResourceExhaustedError(st.message()) : st;
+}
 
 // A bpf_link: bpf_link__destroy closes it (which detaches it unless it is pinned).
 struct LinkDeleter {

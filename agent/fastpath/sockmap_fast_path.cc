@@ -20,12 +20,7 @@ static_assert(sizeof(sluice_event) == 16, "bpf_abi.h: struct sluice_event");
 namespace {
 
 absl::Status MapError(const char* op, const char* map, uint64_t cookie) {
-  const int err = errno;
-  absl::Status st = base::ErrnoStatus(err, absl::StrCat(op, " ", map, "[", cookie, "]"));
-  if (err == E2BIG) {  // a full hash map or sockhash
-    return absl::ResourceExhaustedError(st.message());
-  }
-  return st;
+  return fastpath::MapError(absl::StrCat(op, " ", map, "[", cookie, "]"));
 }
 
 }  // namespace

@@ -71,12 +71,6 @@ sluice_lb_key ToKey(const Frontend& f) {
   return key;
 }
 
-absl::Status MapError(const char* op, const char* map) {
-  const int err = errno;
-  absl::Status st = base::ErrnoStatus(err, absl::StrCat(op, " ", map));
-  return err == E2BIG ? absl::ResourceExhaustedError(st.message()) : st;
-}
-
 // Every key of a map, read before any is deleted (deleting while walking restarts the walk).
 template <typename K>
 std::vector<K> Keys(int map_fd) {
@@ -335,7 +329,7 @@ absl::Status SocketLb::WriteSet(uint32_t set, const std::vector<net::SocketAddre
     const sluice_lb_slot slot{.set = set, .index = i};
     const sluice_lb_addr be = ToAddr(backends[i]);
     if (bpf_map_update_elem(slot_fd_, &slot, &be, BPF_ANY) != 0) {
-      absl::Status st = MapError("update", "sluice_lb_slot");
+      absl::Status st = fastpath::MapError("update sluice_lb_slot");
       FreeSet(set, i);
       return st;
     }
@@ -365,7 +359,7 @@ absl::Status SocketLb::SetMembers(uint32_t id, const Service* old_svc, const Ser
     if (!had.contains(b)) {
       const sluice_lb_member m{.id = id, .backend = ToAddr(b)};
       if (bpf_map_update_elem(member_fd_, &m, &one, BPF_ANY) != 0) {
-        return MapError("update", "sluice_lb_member");
+        return fastpath::MapError("update sluice_lb_member");
       }
     }
   }
@@ -429,7 +423,7 @@ absl::Status SocketLb::Upsert(const std::string& name, const Service& service) {
   for (const Frontend& f : service.frontends) {
     const sluice_lb_key key = ToKey(f);
     if (bpf_map_update_elem(svc_fd_, &key, &value, BPF_ANY) != 0) {
-      result.Update(MapError("update", "sluice_lb_svc"));
+      result.Update(fastpath::MapError("update sluice_lb_svc"));
     }
   }
   if (old) {
