@@ -43,21 +43,16 @@ class SocketBalancing final : public TableConsumer {
   std::map<std::string, socklb::SocketLb::Counts> Counters() const;
 
  private:
-  // The socket-LB services of one port, by their names.
-  std::map<std::string, socklb::Service> Build(const ServicePortInfo& info) const;
-  // Appends what changes `name`'s services from `had` to `want` (both may be empty).
-  void Diff(const std::map<std::string, socklb::Service>& had,
-            const std::map<std::string, socklb::Service>& want, std::vector<socklb::Change>* out,
-            std::vector<socklb::SocketLb::Gone>* gone) const;
+  // Appends the changes that program `port` as `info` (null: removed): one per socket-LB name
+  // it may have, the names it does not use removed.
+  void Build(const ServicePortName& port, const ServicePortInfo* info,
+             std::vector<socklb::Change>& out) const;
 
   socklb::SocketLb& lb_;
   const Options options_;
   std::shared_ptr<const ServiceTable> applied_;
   bool full_next_ = true;
-  bool swept_ = false;
   std::vector<net::IpAddress> node_ips_;
-  // What is programmed, by service port.
-  std::map<ServicePortName, std::map<std::string, socklb::Service>> programmed_;
 };
 
 }  // namespace sluice::proxier

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "agent/socklb/socket_lb.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <linux/magic.h>
@@ -274,10 +273,7 @@ void SocketLb::ScanAdopted() {
   next_set_ = max_set + 1;
 }
 
-absl::Status SocketLb::Sweep() {
-  if (!adopted_) {
-    return absl::OkStatus();  // every entry is ours
-  }
+void SocketLb::Sweep() {
   std::set<std::vector<uint8_t>> live_keys;
   std::set<uint32_t> live_ids;
   std::set<uint32_t> live_sets;
@@ -321,7 +317,6 @@ absl::Status SocketLb::Sweep() {
   if (removed > 0) {
     LOG(INFO) << "socket LB: removed " << removed << " map entries an earlier agent left";
   }
-  return absl::OkStatus();
 }
 
 absl::Status SocketLb::WriteSet(uint32_t set, const std::vector<net::SocketAddress>& backends) {
@@ -381,13 +376,56 @@ absl::Status SocketLb::Apply(const std::vector<Change>& changes) {
   }
   retired_.clear();
   absl::Status result;
+  std::vector<Gone> gone;
   for (const auto& [name, service] : changes) {
-    result.Update(service ? Upsert(name, *service) : Remove(name));
+    result.Update(service ? Upsert(name, *service, gone) : Remove(name, gone));
+  }
+  if (absl::Status st = Reap(gone); !st.ok()) {
+    // Best effort: the services are programmed; an unreachable namespace keeps its sockets.
+    LOG(WARNING) << "socket LB: closing UDP sockets of removed backends: " << st;
   }
   return result;
 }
 
-absl::Status SocketLb::Upsert(const std::string& name, const Service& service) {
+absl::Status SocketLb::ApplyAll(const std::map<std::string, Service>& all) {
+  std::vector<Change> changes;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [name, p] : programmed_) {
+      if (!all.contains(name)) {
+        changes.emplace_back(name, std::nullopt);
+      }
+    }
+  }
+  for (const auto& [name, service] : all) {
+    changes.emplace_back(name, service);
+  }
+  absl::Status result = Apply(changes);
+  if (result.ok() && adopted_ && !swept_) {
+    swept_ = true;
+    Sweep();
+  }
+  return result;
+}
+
+void SocketLb::AppendGone(const Service& had, const Service* now, std::vector<Gone>& gone) {
+  // Connected UDP sockets aimed at a backend that left never connect again by themselves;
+  // TCP connections are left to finish, as on the proxy path.
+  for (const Frontend& f : had.frontends) {
+    if (!f.udp) {
+      continue;
+    }
+    for (const auto& b : had.backends) {
+      if (now == nullptr ||
+          std::find(now->backends.begin(), now->backends.end(), b) == now->backends.end()) {
+        gone.push_back({f.address, b});
+      }
+    }
+  }
+}
+
+absl::Status SocketLb::Upsert(const std::string& name, const Service& service,
+                              std::vector<Gone>& gone) {
   std::optional<Programmed> old;
   {
     absl::MutexLock lock(&mu_);
@@ -437,13 +475,14 @@ absl::Status SocketLb::Upsert(const std::string& name, const Service& service) {
     if (new_set) {
       retired_.push_back({old->set, static_cast<uint32_t>(old->service.backends.size())});
     }
+    AppendGone(old->service, &service, gone);
   }
   absl::MutexLock lock(&mu_);
   programmed_[name] = std::move(next);
   return result;
 }
 
-absl::Status SocketLb::Remove(const std::string& name) {
+absl::Status SocketLb::Remove(const std::string& name, std::vector<Gone>& gone) {
   Programmed old;
   {
     absl::MutexLock lock(&mu_);
@@ -459,6 +498,7 @@ absl::Status SocketLb::Remove(const std::string& name) {
     (void)bpf_map_delete_elem(svc_fd_, &key);
   }
   retired_.push_back({old.set, static_cast<uint32_t>(old.service.backends.size())});
+  AppendGone(old.service, nullptr, gone);
   RETURN_IF_ERROR(SetMembers(old.id, &old.service, nullptr));
   (void)bpf_map_delete_elem(stats_fd_, &old.id);
   return absl::OkStatus();
@@ -476,9 +516,9 @@ absl::Status SocketLb::ReapHere() {
   return n == 0 ? absl::OkStatus() : base::ErrnoStatus(errno, "read(udp iterator)");
 }
 
-absl::StatusOr<int> SocketLb::Reap(const std::vector<Gone>& gone) {
+absl::Status SocketLb::Reap(const std::vector<Gone>& gone) {
   if (reap_link_ == nullptr || gone.empty()) {
-    return 0;
+    return absl::OkStatus();
   }
   const uint8_t one = 1;
   std::vector<sluice_lb_gone> keys;
@@ -492,45 +532,35 @@ absl::StatusOr<int> SocketLb::Reap(const std::vector<Gone>& gone) {
   // The iterator walks the sockets of the network namespace it is created in: ours first, then
   // every other one a process on the node is in (pods), from a thread that enters it.
   absl::Status result = ReapHere();
-  int walked = 1;
-  struct stat self;
   std::set<ino_t> seen;
-  if (stat("/proc/self/ns/net", &self) == 0) {
-    seen.insert(self.st_ino);
+  struct stat st;
+  if (stat("/proc/self/ns/net", &st) == 0) {
+    seen.insert(st.st_ino);
   }
-  if (DIR* proc = opendir("/proc"); proc != nullptr) {
-    while (dirent* e = readdir(proc)) {
-      if (e->d_name[0] < '1' || e->d_name[0] > '9') {
-        continue;
-      }
-      const std::string path = absl::StrCat("/proc/", e->d_name, "/ns/net");
-      struct stat st;
-      if (stat(path.c_str(), &st) != 0 || !seen.insert(st.st_ino).second) {
-        continue;
-      }
-      base::UniqueFd ns(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-      if (!ns) {
-        continue;  // the process has gone
-      }
-      std::thread t([&] {
-        if (setns(ns.get(), CLONE_NEWNET) != 0) {
-          result.Update(base::ErrnoStatus(errno, absl::StrCat("setns ", path)));
-          return;
-        }
-        result.Update(ReapHere());
-      });
-      t.join();
-      ++walked;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+    const std::string pid = entry.path().filename();
+    if (pid.empty() || pid[0] < '1' || pid[0] > '9') {
+      continue;
     }
-    closedir(proc);
+    const std::string path = absl::StrCat("/proc/", pid, "/ns/net");
+    base::UniqueFd ns(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!ns || fstat(ns.get(), &st) != 0 || !seen.insert(st.st_ino).second) {
+      continue;  // the process has gone, or its namespace was walked already
+    }
+    std::thread t([&] {
+      if (setns(ns.get(), CLONE_NEWNET) != 0) {
+        result.Update(base::ErrnoStatus(errno, absl::StrCat("setns ", path)));
+        return;
+      }
+      result.Update(ReapHere());
+    });
+    t.join();
   }
   for (const auto& k : keys) {
     (void)bpf_map_delete_elem(gone_fd_, &k);
   }
-  if (!result.ok()) {
-    return result;
-  }
-  return walked;
+  return result;
 }
 
 uint64_t SocketLb::reaped() const {

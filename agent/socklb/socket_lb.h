@@ -68,25 +68,18 @@ class SocketLb final {
   static absl::StatusOr<std::unique_ptr<SocketLb>> Create(const Options& options);
   ~SocketLb();
 
-  // Programs `changes`. Each service is switched in one map write per frontend, after its new
-  // backend set is complete; the sets replaced by the previous Apply are freed here.
+  // Programs `changes` (removing a name that is not programmed does nothing; programming a
+  // service as it is, too). Each service is switched in one map write per frontend, after its
+  // new backend set is complete; the sets replaced by the previous Apply are freed here.
+  // Connected UDP sockets translated to a backend that left a service are then closed.
   absl::Status Apply(const std::vector<Change>& changes);
-
-  // After the first full Apply: removes what an earlier agent left in adopted maps and this
-  // one did not program.
-  absl::Status Sweep();
+  // `all` is every service: the others are removed, and the first time, what an earlier agent
+  // left in adopted maps too.
+  absl::Status ApplyAll(const std::map<std::string, Service>& all);
 
   // Whether the kernel can close stale connected UDP sockets (bpf_sock_destroy, >= 6.5).
   bool can_reap() const { return reap_link_ != nullptr; }
-  // A backend that left the service reached at `front`.
-  struct Gone {
-    net::SocketAddress front;
-    net::SocketAddress backend;
-  };
-  // Closes connected UDP sockets translated to one of `gone`, in every network namespace of
-  // the node's processes. Returns how many namespaces were walked.
-  absl::StatusOr<int> Reap(const std::vector<Gone>& gone);
-  // Connected UDP sockets Reap has closed. Thread-safe.
+  // Connected UDP sockets closed so far. Thread-safe.
   uint64_t reaped() const;
 
   struct Counts {
@@ -113,16 +106,31 @@ class SocketLb final {
     uint32_t set = 0;
     uint32_t count = 0;
   };
+  // A backend that left the service reached at `front`.
+  struct Gone {
+    net::SocketAddress front;
+    net::SocketAddress backend;
+  };
 
   SocketLb(const Options& options, std::unique_ptr<fastpath::Skeleton<sock_lb_bpf>> skel);
   absl::Status Attach(uint64_t cgroup_id, int cgroup_fd);
-  absl::Status Upsert(const std::string& name, const Service& service) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status Remove(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
+  // Appends the UDP frontends of `had` paired with its backends that `now` (null: removed)
+  // lacks.
+  static void AppendGone(const Service& had, const Service* now, std::vector<Gone>& gone);
+  // Both append to `gone` the UDP (frontend, backend) pairs the change ends.
+  absl::Status Upsert(const std::string& name, const Service& service, std::vector<Gone>& gone)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Remove(const std::string& name, std::vector<Gone>& gone) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status WriteSet(uint32_t set, const std::vector<net::SocketAddress>& backends);
   void FreeSet(uint32_t set, uint32_t count);
   absl::Status SetMembers(uint32_t id, const Service* old_svc, const Service* new_svc);
   // Continues id and set numbering above what adopted maps hold.
   void ScanAdopted();
+  // Removes what an earlier agent left in adopted maps and this one did not program.
+  void Sweep();
+  // Closes connected UDP sockets translated to one of `gone`, in every network namespace of
+  // the node's processes.
+  absl::Status Reap(const std::vector<Gone>& gone);
   absl::Status ReapHere();
 
   const Options options_;
@@ -131,6 +139,7 @@ class SocketLb final {
   fastpath::LinkPtr reap_link_;
   int svc_fd_, slot_fd_, member_fd_, stats_fd_, rev_fd_, gone_fd_;
   bool adopted_ = false;
+  bool swept_ = false;
   uint32_t next_id_ = 1;
   uint32_t next_set_ = 1;
   std::vector<Retired> retired_;
