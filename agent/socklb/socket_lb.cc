@@ -208,8 +208,8 @@ SocketLb::SocketLb(const Options& options, std::unique_ptr<fastpath::Skeleton<so
       slot_fd_(bpf_map__fd((*skel_)->maps.sluice_lb_slot)),
       member_fd_(bpf_map__fd((*skel_)->maps.sluice_lb_member)),
       stats_fd_(bpf_map__fd((*skel_)->maps.sluice_lb_stats)),
-      rev_fd_(bpf_map__fd((*skel_)->maps.sluice_lb_rev)),
-      gone_fd_(bpf_map__fd((*skel_)->maps.sluice_lb_gone)) {}
+      gone_fd_(bpf_map__fd((*skel_)->maps.sluice_lb_gone)),
+      cpus_(static_cast<size_t>(std::max(libbpf_num_possible_cpus(), 1))) {}
 
 SocketLb::~SocketLb() = default;
 
@@ -274,7 +274,6 @@ void SocketLb::ScanAdopted() {
 }
 
 void SocketLb::Sweep() {
-  std::set<std::vector<uint8_t>> live_keys;
   std::set<uint32_t> live_ids;
   std::set<uint32_t> live_sets;
   {
@@ -282,20 +281,16 @@ void SocketLb::Sweep() {
     for (const auto& [name, p] : programmed_) {
       live_ids.insert(p.id);
       live_sets.insert(p.set);
-      for (const Frontend& f : p.service.frontends) {
-        const sluice_lb_key k = ToKey(f);
-        live_keys.emplace(reinterpret_cast<const uint8_t*>(&k),
-                          reinterpret_cast<const uint8_t*>(&k) + sizeof(k));
-      }
     }
   }
   for (const Retired& r : retired_) {
     live_sets.insert(r.set);
   }
   int removed = 0;
+  // Every frontend this agent programs carries one of its ids (Upsert rewrote adopted ones).
   for (const auto& key : Keys<sluice_lb_key>(svc_fd_)) {
-    const auto* b = reinterpret_cast<const uint8_t*>(&key);
-    if (!live_keys.contains(std::vector<uint8_t>(b, b + sizeof(key)))) {
+    sluice_lb_svc v{};
+    if (bpf_map_lookup_elem(svc_fd_, &key, &v) == 0 && !live_ids.contains(v.id)) {
       removed += bpf_map_delete_elem(svc_fd_, &key) == 0;
     }
   }
@@ -440,8 +435,7 @@ absl::Status SocketLb::Upsert(const std::string& name, const Service& service,
   if (!old) {
     // A per-CPU value is one struct per possible CPU. Counters are best effort: a service
     // whose entry could not be made works uncounted.
-    const std::vector<sluice_lb_stats> zero(
-        static_cast<size_t>(std::max(1, libbpf_num_possible_cpus())));
+    const std::vector<sluice_lb_stats> zero(cpus_);
     (void)bpf_map_update_elem(stats_fd_, &next.id, zero.data(), BPF_ANY);
   }
   const bool new_set = !old || old->service.backends != service.backends;
@@ -578,10 +572,9 @@ std::map<std::string, SocketLb::Counts> SocketLb::Counters() const {
       by_id[p.id] = &out.emplace(name, Counts{}).first->second;
     }
   }
-  const size_t cpus = static_cast<size_t>(std::max(libbpf_num_possible_cpus(), 1));
   constexpr uint32_t kBatch = 1024;
   std::vector<uint32_t> keys(kBatch);
-  std::vector<sluice_lb_stats> values(kBatch * cpus);
+  std::vector<sluice_lb_stats> values(kBatch * cpus_);
   uint32_t cursor = 0;
   for (bool first = true, more = true; more; first = false) {
     uint32_t count = kBatch;
@@ -597,9 +590,9 @@ std::map<std::string, SocketLb::Counts> SocketLb::Counters() const {
         continue;  // an id being added or removed right now
       }
       Counts& c = *it->second;
-      for (size_t cpu = 0; cpu < cpus; ++cpu) {
-        c.translated += values[i * cpus + cpu].translated;
-        c.refused += values[i * cpus + cpu].refused;
+      for (size_t cpu = 0; cpu < cpus_; ++cpu) {
+        c.translated += values[i * cpus_ + cpu].translated;
+        c.refused += values[i * cpus_ + cpu].refused;
       }
     }
   }

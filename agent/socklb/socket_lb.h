@@ -137,7 +137,8 @@ class SocketLb final {
   std::unique_ptr<fastpath::Skeleton<sock_lb_bpf>> skel_;
   std::vector<fastpath::LinkPtr> links_;  // pinned ones stay attached when closed
   fastpath::LinkPtr reap_link_;
-  int svc_fd_, slot_fd_, member_fd_, stats_fd_, rev_fd_, gone_fd_;
+  int svc_fd_, slot_fd_, member_fd_, stats_fd_, gone_fd_;
+  const size_t cpus_;  // a per-CPU value holds one struct per possible CPU
   bool adopted_ = false;
   bool swept_ = false;
   uint32_t next_id_ = 1;
