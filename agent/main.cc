@@ -3,10 +3,13 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <memory>
 
 #include "agent/app/agent.h"
 #include "agent/app/options.h"
 #include "agent/base/flags.h"
+#include "agent/base/klog.h"
 #include "agent/base/log.h"
 
 int main(int argc, char** argv) {
@@ -18,11 +21,13 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &mask, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  // Installed as kube-proxy too (an existing kube-proxy DaemonSet runs it unchanged).
+  const std::string program = std::filesystem::path(argv[0]).filename();
   sluice::app::AgentOptions opts;
-  sluice::base::FlagSet flags("sluice-agent");
+  sluice::base::FlagSet flags(program == "kube-proxy" ? program : "sluice-agent");
   sluice::app::RegisterFlags(flags, opts);
   if (absl::Status st = sluice::app::ParseAgentOptions(argc, argv, flags, opts); !st.ok()) {
-    std::fprintf(stderr, "sluice-agent: %s\n", std::string(st.message()).c_str());
+    std::fprintf(stderr, "%s: %s\n", flags.program().c_str(), std::string(st.message()).c_str());
     return 2;
   }
   if (opts.help) {
@@ -33,12 +38,37 @@ int main(int argc, char** argv) {
     std::printf("sluice-agent %s\n", SLUICE_VERSION);
     return 0;
   }
-  sluice::base::SetVerbosity(static_cast<int>(opts.v));
+  auto log = sluice::base::LogOutput::Start(opts.klog, flags.program());  // lives until exit
+  if (!log.ok()) {
+    std::fprintf(stderr, "%s: %s\n", flags.program().c_str(),
+                 std::string(log.status().message()).c_str());
+    return 2;
+  }
+  sluice::base::WarnIgnoredFlags(flags, "kube-proxy", {});  // klog's unsupported flags
+  sluice::app::ReportNotApplied(opts.kube_proxy);
+  if (!opts.kube_proxy.write_config_to.empty()) {
+    absl::Status st =
+        sluice::app::WriteKubeProxyConfiguration(opts, opts.kube_proxy.write_config_to);
+    if (!st.ok()) {
+      LOG(ERROR) << st;
+      return 1;
+    }
+    LOG(INFO) << "wrote the configuration to " << opts.kube_proxy.write_config_to;
+    return 0;
+  }
+  if (absl::Status st = sluice::app::ApplyOomScoreAdj(opts.kube_proxy.oom_score_adj); !st.ok()) {
+    // As kube-proxy: not fatal (lowering it needs CAP_SYS_RESOURCE).
+    LOG(WARNING) << "--oom-score-adj: " << st;
+  }
   if (opts.cleanup) {
     if (absl::Status st = sluice::app::Agent::Cleanup(opts); !st.ok()) {
       LOG(ERROR) << "cleanup: " << st;
       return 1;
     }
+    return 0;
+  }
+  if (opts.kube_proxy.init_only) {
+    LOG(INFO) << "--init-only: sluice needs no separate privileged initialisation; exiting";
     return 0;
   }
   auto agent = sluice::app::Agent::Create(opts);

@@ -176,7 +176,8 @@ absl::Status Agent::Cleanup(const AgentOptions& opts) {
   if (!opts.bpf_root.empty()) {
     result.Update(socklb::SocketLb::Cleanup(opts.bpf_root));
   }
-  auto vips = vip::NetlinkVipManager::Create(opts.vip_interface, opts.service_cidrs);
+  // No local ranges: Create then removes every service-CIDR route an earlier run installed.
+  auto vips = vip::NetlinkVipManager::Create(opts.vip_interface, {});
   if (!vips.ok()) {
     result.Update(vips.status());
     return result;

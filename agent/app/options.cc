@@ -28,8 +28,8 @@ void RegisterFlags(base::FlagSet& flags, AgentOptions& o) {
                  "Config source: file:PATH (a manifest file or directory), kube, or "
                  "etcd:URL[,URL...]; all sources are merged");
   flags.String("config", &o.config_file,
-               "YAML file with these settings (keys are flag names); flags given on the command "
-               "line win");
+               "YAML file with these settings (keys are flag names; flags given on the command "
+               "line win), or kube-proxy's KubeProxyConfiguration (v1alpha1) file");
   flags.String("etcd-prefix", &o.etcd_prefix,
                "Key prefix of etcd sources: Services under PREFIX/services/NAMESPACE/NAME, "
                "EndpointSlices under PREFIX/endpointslices/NAMESPACE/NAME");
@@ -118,7 +118,8 @@ void RegisterFlags(base::FlagSet& flags, AgentOptions& o) {
   flags.Duration("tunnel-drain-period", &o.tunnel_drain_period,
                  "On SIGTERM with the tunnel on: tell the servers we are draining and keep "
                  "serving this long before stopping (a second signal stops at once)");
-  flags.Int("v", &o.v, "Log verbosity");
+  base::RegisterKlogFlags(flags, o.klog);
+  RegisterKubeProxyFlags(flags, o.kube_proxy);
   flags.Bool("help", &o.help, "Show this help and exit");
   flags.Bool("version", &o.version, "Print the version and exit");
 }
@@ -180,13 +181,8 @@ std::string ScalarText(const YAML::Node& node) { return node.as<std::string>(); 
 
 }  // namespace
 
-absl::Status LoadConfigFile(const std::string& path, base::FlagSet& flags) {
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("--config ", path, ": ", e.what()));
-  }
+absl::Status LoadConfigFile(const std::string& path, const YAML::Node& root,
+                            base::FlagSet& flags) {
   if (root.IsNull()) {
     return absl::OkStatus();
   }
@@ -266,7 +262,7 @@ absl::StatusOr<std::vector<net::Cidr>> ParseCidrs(const std::vector<std::string>
 }  // namespace
 
 absl::Status Validate(AgentOptions& o) {
-  if (o.sources.empty() && !o.cleanup) {
+  if (o.sources.empty() && !o.cleanup && o.kube_proxy.write_config_to.empty()) {
     return absl::InvalidArgumentError(
         "no --source given; e.g. --source=file:examples/services.yaml");
   }
@@ -330,7 +326,11 @@ absl::Status Validate(AgentOptions& o) {
   if (o.tunnel_cert.empty() != o.tunnel_key.empty()) {
     return absl::InvalidArgumentError("--tunnel-cert and --tunnel-key go together");
   }
-  o.node_name = o.hostname_override;
+  // As kube-proxy: trimmed and lower-cased (Node names are DNS subdomains).
+  o.node_name = absl::AsciiStrToLower(absl::StripAsciiWhitespace(o.hostname_override));
+  if (o.node_name.empty() && !o.hostname_override.empty()) {
+    return absl::InvalidArgumentError("empty --hostname-override is invalid");
+  }
   if (o.node_name.empty()) {
     char host[256] = {};
     if (gethostname(host, sizeof(host) - 1) != 0) {
@@ -346,9 +346,47 @@ absl::Status ParseAgentOptions(int argc, char** argv, base::FlagSet& flags, Agen
   if (o.help || o.version) {
     return absl::OkStatus();
   }
-  if (!o.config_file.empty()) {
-    RETURN_IF_ERROR(LoadConfigFile(o.config_file, flags));
+  const bool config_file = !o.config_file.empty();
+  bool kube_proxy_file = false;
+  if (config_file) {
+    const std::string path = o.config_file;
+    YAML::Node root;
+    try {
+      root = YAML::LoadFile(path);
+    } catch (const YAML::Exception& e) {
+      return absl::InvalidArgumentError(absl::StrCat("--config ", path, ": ", e.what()));
+    }
+    kube_proxy_file = IsKubeProxyConfiguration(root);
+    if (kube_proxy_file) {
+      // kube-proxy: the file replaces the configuration object its flags were parsed into.
+      // Start again from the defaults, load the file, then apply the flags that still count.
+      o = AgentOptions{};
+      flags = base::FlagSet(flags.program());
+      RegisterFlags(flags, o);
+      RETURN_IF_ERROR(LoadKubeProxyConfiguration(path, root, flags, o.kube_proxy));
+      std::vector<std::string> overridden;
+      RETURN_IF_ERROR(flags.Parse(argc, argv, [&](const std::string& name) {
+        if (!OverriddenByKubeProxyConfiguration(name)) {
+          return false;
+        }
+        overridden.push_back(name);
+        return true;
+      }));
+      for (const std::string& name : overridden) {
+        o.kube_proxy.not_applied.push_back(absl::StrCat(
+            "--", name, " is ignored: the --config KubeProxyConfiguration file sets it (as in "
+            "kube-proxy)"));
+      }
+    } else {
+      RETURN_IF_ERROR(LoadConfigFile(path, root, flags));
+    }
   }
+  const std::string program = std::filesystem::path(argv[0]).filename();
+  if (o.sources.empty() && (kube_proxy_file || program == "kube-proxy" ||
+                            !o.kubeconfig.empty() || !o.master.empty())) {
+    o.sources.push_back("kube");
+  }
+  RETURN_IF_ERROR(ResolveKubeProxyFlags(o, flags, config_file));
   return Validate(o);
 }
 

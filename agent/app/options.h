@@ -7,7 +7,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
+#include "agent/app/kube_proxy_config.h"
 #include "agent/base/flags.h"
+#include "agent/base/klog.h"
 #include "agent/net/address.h"
 
 namespace sluice::app {
@@ -69,7 +71,8 @@ struct AgentOptions {
   std::string tunnel_identifiers;  // default: host=<node name>
   std::vector<std::string> tunnel_allowed_destinations;
   absl::Duration tunnel_drain_period = absl::Seconds(10);
-  int64_t v = 0;
+  base::KlogFlags klog;  // -v and klog's other flags
+  KubeProxyFlags kube_proxy;
   bool help = false;
   bool version = false;
 
@@ -83,16 +86,20 @@ struct AgentOptions {
 // Registers every option on `flags` (defaults from `opts`).
 void RegisterFlags(base::FlagSet& flags, AgentOptions& opts);
 
-// Loads --config: a YAML mapping of flag names (any spelling: sync-period, sync_period,
-// syncPeriod) to values or lists. Command-line flags win. Unknown keys are errors naming the
-// key and file.
-absl::Status LoadConfigFile(const std::string& path, base::FlagSet& flags);
+// Loads a flat --config file: a YAML mapping of flag names (any spelling: sync-period,
+// sync_period, syncPeriod) to values or lists. Command-line flags win. Unknown keys are errors
+// naming the key and file.
+absl::Status LoadConfigFile(const std::string& path, const YAML::Node& root,
+                            base::FlagSet& flags);
 
 // Checks values that flag types cannot (addresses, sources, periods) and fills derived fields.
 absl::Status Validate(AgentOptions& opts);
 
 // Parses argv (then --config if given) and validates. Help and version requests return OK with
-// opts.help / opts.version set.
+// opts.help / opts.version set. --config takes sluice's flat file or a KubeProxyConfiguration;
+// with the latter, as in kube-proxy, the file replaces the kube-proxy flags bound to its fields
+// (each one given is reported) and --source defaults to kube. So does running as "kube-proxy"
+// or with --kubeconfig or --master.
 absl::Status ParseAgentOptions(int argc, char** argv, base::FlagSet& flags, AgentOptions& opts);
 
 absl::StatusOr<SourceSpec> ParseSourceSpec(const std::string& text);

@@ -178,7 +178,8 @@ absl::Status FlagSet::Set(std::string_view name, std::string_view value, Origin 
   return absl::OkStatus();
 }
 
-absl::Status FlagSet::Parse(int argc, char** argv) {
+absl::Status FlagSet::Parse(int argc, char** argv,
+                            const std::function<bool(const std::string&)>& skip) {
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
     if (arg == "--") {
@@ -215,6 +216,9 @@ absl::Status FlagSet::Parse(int argc, char** argv) {
       } else {
         return absl::InvalidArgumentError(absl::StrCat("flag --", canonical, " needs a value"));
       }
+    }
+    if (skip && skip(canonical)) {
+      continue;
     }
     if (absl::Status st = Set(canonical, value, Origin::kCommandLine); !st.ok()) {
       return st;

@@ -35,7 +35,9 @@ class FlagSet final {
   void Repeated(std::string_view name, std::vector<std::string>* dst, std::string_view help);
 
   // Parses argv[1..]. Errors name the flag and the bad value. Positional arguments are errors.
-  absl::Status Parse(int argc, char** argv);
+  // A flag for which `skip` (given its dashed name) returns true is consumed but not set.
+  absl::Status Parse(int argc, char** argv,
+                     const std::function<bool(const std::string&)>& skip = nullptr);
   // Sets one flag by name (any spelling, camelCase too). A value from kConfigFile never
   // overrides one given on the command line.
   absl::Status Set(std::string_view name, std::string_view value, Origin origin);
@@ -48,6 +50,7 @@ class FlagSet final {
   // Every flag with its type, default and help, sorted by name. Like pflag, a zero default
   // ("", 0, false, [], 0s) is not printed, nor one the help text already states.
   std::string Help() const;
+  const std::string& program() const { return program_; }
 
  private:
   enum class Kind { kString, kInt, kBool, kDuration, kList, kRepeated, kDouble };

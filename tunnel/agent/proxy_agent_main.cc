@@ -48,7 +48,7 @@ struct ProxyAgentFlags {
   bool enable_profiling = false;
   bool enable_contention_profiling = false;
   bool warn_on_channel_limit = false;
-  wire::KlogFlags klog;
+  base::KlogFlags klog;
   std::vector<std::string> allowed_destinations;
   int64_t max_connection_buffer = 16 << 20;
 };
@@ -88,7 +88,7 @@ void Register(base::FlagSet& f, ProxyAgentFlags& o) {
   f.Bool("enable-contention-profiling", &o.enable_contention_profiling, "Accepted; no effect.");
   f.Bool("warn-on-channel-limit", &o.warn_on_channel_limit,
          "Accepted; sluice has no channels to warn about.");
-  wire::RegisterKlogFlags(f, o.klog);
+  base::RegisterKlogFlags(f, o.klog);
   f.List("allowed-destinations", &o.allowed_destinations,
          "(sluice) CIDR[:PORT[-PORT]] the agent may dial; empty (default) allows all.");
   f.Int("max-connection-buffer", &o.max_connection_buffer,
@@ -97,7 +97,7 @@ void Register(base::FlagSet& f, ProxyAgentFlags& o) {
 
 // Logs once for each upstream flag that was set but means nothing to sluice.
 void WarnIgnored(const base::FlagSet& flags) {
-  static constexpr wire::IgnoredFlag kIgnored[] = {
+  static constexpr base::IgnoredFlag kIgnored[] = {
       {"alpn-proto", "gRPC negotiates h2 only"},
       {"count-server-leases", "lease counting is not implemented; servers announce the count"},
       {"lease-namespace", "lease counting is not implemented"},
@@ -184,10 +184,10 @@ int Run(int argc, char** argv) {
     st = absl::InvalidArgumentError(
         "--server-count-source must be one of '', 'default', 'max', got " + o.server_count_source);
   }
-  absl::StatusOr<std::unique_ptr<wire::LogOutput>> log =  // lives until the process ends
-      std::unique_ptr<wire::LogOutput>();
+  absl::StatusOr<std::unique_ptr<base::LogOutput>> log =  // lives until the process ends
+      std::unique_ptr<base::LogOutput>();
   if (st.ok()) {
-    log = wire::LogOutput::Start(o.klog, "sluice-proxy-agent");
+    log = base::LogOutput::Start(o.klog, "sluice-proxy-agent");
     st = log.status();
   }
   if (!st.ok()) {

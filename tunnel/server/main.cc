@@ -107,7 +107,7 @@ absl::StatusOr<std::unique_ptr<HttpConnectFrontend>> StartHttpFrontend(
 // Parses and checks flags and starts log output as klog's flags ask; false (after logging) on
 // a misconfiguration.
 bool Configure(int argc, char** argv, ServerOptions& o, std::vector<Strategy>& strategies,
-               std::optional<TokenFile>& tokens, std::unique_ptr<wire::LogOutput>& log) {
+               std::optional<TokenFile>& tokens, std::unique_ptr<base::LogOutput>& log) {
   base::FlagSet flags("sluice-tunnel-server");
   RegisterServerFlags(flags, o);
   if (argc > 1 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
@@ -133,7 +133,7 @@ bool Configure(int argc, char** argv, ServerOptions& o, std::vector<Strategy>& s
     }
   }
   if (st.ok()) {
-    auto started = wire::LogOutput::Start(o.klog, "sluice-tunnel-server");
+    auto started = base::LogOutput::Start(o.klog, "sluice-tunnel-server");
     st = started.status();
     log = started.ok() ? std::move(*started) : nullptr;
   }
@@ -288,7 +288,7 @@ int Run(int argc, char** argv) {
   ServerOptions o;
   std::vector<Strategy> strategies;
   std::optional<TokenFile> tokens;
-  std::unique_ptr<wire::LogOutput> log;  // lives until the process ends
+  std::unique_ptr<base::LogOutput> log;  // lives until the process ends
   if (!Configure(argc, argv, o, strategies, tokens, log)) {
     return 2;
   }

@@ -71,7 +71,7 @@ void RegisterServerFlags(base::FlagSet& f, ServerOptions& o) {
   f.String("lease-label", &o.lease_label, "Accepted for compatibility; no effect.");
   f.Bool("warn-on-channel-limit", &o.warn_on_channel_limit,
          "Deprecated upstream; accepted, no effect.");
-  wire::RegisterKlogFlags(f, o.klog);
+  base::RegisterKlogFlags(f, o.klog);
   f.String("agent-token-file", &o.agent_token_file,
            "(sluice) Static agent bearer tokens, one per line, optionally 'token,agent-id'.");
   f.Int("max-connection-buffer", &o.max_connection_buffer,
@@ -132,7 +132,7 @@ absl::Status ValidateServerOptions(ServerOptions& o) {
 }
 
 void WarnIgnoredServerFlags(const base::FlagSet& flags, const ServerOptions& o) {
-  static constexpr wire::IgnoredFlag kIgnored[] = {
+  static constexpr base::IgnoredFlag kIgnored[] = {
       {"enable-lease-controller",
        "sluice publishes no leases; agents count servers by --server-count"},
       {"lease-namespace", "sluice publishes no leases"},

@@ -47,7 +47,7 @@ struct ServerOptions {
   std::string lease_namespace = "kube-system";
   std::string lease_label = "k8s-app=konnectivity-server";
   bool warn_on_channel_limit = true;  // deprecated upstream
-  wire::KlogFlags klog;
+  base::KlogFlags klog;
   // sluice extensions
   std::string agent_token_file;
   int64_t max_connection_buffer = 16 << 20;

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "tunnel/wire/upstream_flags.h"
+#include "agent/base/klog.h"
 
 #include <unistd.h>
 
@@ -10,9 +10,8 @@
 #include "gtest/gtest.h"
 
 #include "agent/base/log.h"
-#include "tunnel/wire/cipher_suites.h"
 
-namespace sluice::wire {
+namespace sluice::base {
 namespace {
 
 std::string Slurp(const std::string& path) {
@@ -54,7 +53,7 @@ TEST_F(LogOutputTest, LogFileGetsEveryLineAndHeadersCanBeSkipped) {
     VLOG(2) << "verbose line";
     VLOG(3) << "too verbose";
   }
-  base::SetVerbosity(0);
+  SetVerbosity(0);
   EXPECT_EQ(Slurp(dir_ + "/prog.log"), "first line\nverbose line\n");
 }
 
@@ -88,10 +87,10 @@ TEST_F(LogOutputTest, BadThresholdAndMissingDirAreErrors) {
 TEST(WarnIgnoredFlagsTest, OnlyChangedFlagsAreReported) {
   bool profiling = false;
   std::string label = "k8s-app=konnectivity-server";
-  base::FlagSet f("prog");
-  f.Bool("enable-profiling", &profiling, "x");
+  FlagSet f("prog");
+  f.Bool("profiling", &profiling, "x");
   f.String("lease-label", &label, "x");
-  std::vector<std::string> args = {"prog", "--enable-profiling", "--lease-label=" + label};
+  std::vector<std::string> args = {"prog", "--profiling", "--lease-label=" + label};
   std::vector<char*> argv;
   for (auto& a : args) {
     argv.push_back(a.data());
@@ -99,23 +98,14 @@ TEST(WarnIgnoredFlagsTest, OnlyChangedFlagsAreReported) {
   ASSERT_TRUE(f.Parse(static_cast<int>(argv.size()), argv.data()).ok());
   testing::internal::CaptureStderr();
   const IgnoredFlag own[] = {{"lease-label", "no leases"}};
-  WarnIgnoredFlags(f, own);  // --enable-profiling is on the list both binaries share
+  const IgnoredFlag shared[] = {{"profiling", "no pprof"}};
+  WarnIgnoredFlags(f, "upstream", own, shared);
   const std::string err = testing::internal::GetCapturedStderr();
-  const std::string warning = "--enable-profiling is accepted for compatibility";
+  const std::string warning = "--profiling is accepted for compatibility with upstream";
   ASSERT_NE(err.find(warning), std::string::npos) << err;
   EXPECT_EQ(err.find(warning, err.find(warning) + 1), std::string::npos) << err;  // once
   EXPECT_EQ(err.find("lease-label"), std::string::npos) << err;  // set to its default
 }
 
-TEST(CipherSuitesTest, GoNamesBecomeAnOpenSslList) {
-  auto list = OpenSslCipherList({"TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", "TLS_AES_128_GCM_SHA256",
-                                 "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256"});
-  ASSERT_TRUE(list.ok()) << list.status();
-  EXPECT_EQ(*list, "ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-CHACHA20-POLY1305");
-  EXPECT_EQ(*OpenSslCipherList({}), "");
-  auto bad = OpenSslCipherList({"TLS_RSA_WITH_RC4_128_SHA"});
-  EXPECT_NE(bad.status().message().find("considered as insecure"), std::string::npos);
-}
-
 }  // namespace
-}  // namespace sluice::wire
+}  // namespace sluice::base
