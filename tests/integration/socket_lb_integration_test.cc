@@ -270,7 +270,7 @@ TEST_F(SocketLbTest, AgentKillAndRestartKeepsTranslating) {
 }
 
 // --socket-lb=off on restart removes what the earlier agent pinned: the proxy serves again.
-// --cleanup removes the pins and the VIPs.
+// --cleanup removes the pins, the VIPs and the service-CIDR routes.
 TEST_F(SocketLbTest, OffAndCleanupRemoveThePins) {
   StartBackends();
   Write("web.yaml", ServiceYaml("web", {"10.96.0.10"}, kHttp) + "---\n" +
@@ -302,22 +302,33 @@ TEST_F(SocketLbTest, OffAndCleanupRemoveThePins) {
   agent_->Signal(SIGTERM);
   ASSERT_EQ(agent_->Wait(absl::Seconds(10)), 0);
 
-  // A socket-LB agent again, killed: then --cleanup.
-  StartAgent();
+  // A socket-LB agent again, with a service CIDR routed (the VIP outside it stays an
+  // address), killed: then --cleanup, as a kube-proxy DaemonSet's cleanup runs it.
+  StartAgent({"--service-cluster-ip-range=10.97.0.0/16"});
   ASSERT_TRUE(WaitListener("tcp/10.96.0.10:80"));
   agent_->Signal(SIGKILL);
   agent_->Wait(absl::Seconds(10));
   EXPECT_EQ(pins(), 9);  // one link per hook
+  auto local_routes = [] {
+    std::string routes;
+    testutil::RunCommand({"ip", "-o", "route", "show", "table", "local"}, &routes);
+    return routes;
+  };
+  ASSERT_NE(local_routes().find("10.97.0.0/16"), std::string::npos) << local_routes();
   std::string out;
-  EXPECT_EQ(testutil::RunCommand({SLUICE_AGENT_BINARY, "--cleanup", "--bpf-root=" + bpffs_->path(),
-                                  "--vip-interface=lo"},
-                                 &out),
+  const std::string kube_proxy =
+      (std::filesystem::path(SLUICE_AGENT_BINARY).parent_path() / "kube-proxy").string();
+  EXPECT_EQ(testutil::RunCommand(
+                {kube_proxy, "--cleanup", "--bpf-root=" + bpffs_->path(), "--vip-interface=lo",
+                 "--service-cluster-ip-range=10.97.0.0/16"},
+                &out),
             0)
       << out;
   EXPECT_EQ(pins(), 0);
   std::string addrs;
   testutil::RunCommand({"ip", "-o", "addr", "show", "dev", "lo"}, &addrs);
   EXPECT_EQ(addrs.find("10.96.0.10"), std::string::npos) << addrs;
+  EXPECT_EQ(local_routes().find("10.97.0.0/16"), std::string::npos) << local_routes();
   int err = 0;
   EXPECT_TRUE(testutil::WaitFor([&] { return Hello("10.96.0.10:80", &err).empty(); },
                                 absl::Seconds(10)));  // neither translated nor proxied

@@ -3,9 +3,13 @@
 // namespace (tests/integration/agent_fixture.h): a Service created through the API is proxied
 // through its VIP, follows endpoint, zone and deletion changes, and /healthz waits for the
 // first sync.
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "httplib.h"
 
 #include "tests/integration/agent_fixture.h"
 #include "tests/integration/kube/fake_apiserver.h"
@@ -15,6 +19,7 @@ namespace sluice::testing {
 namespace {
 
 using testutil::Hello;
+using testutil::Subprocess;
 using testutil::TcpServer;
 using testutil::WaitFor;
 
@@ -103,6 +108,56 @@ TEST_F(KubeAgentTest, ProxiesAnApiServiceThroughItsVipAndFollowsChanges) {
   EXPECT_EQ(agent_->Output().find("fresh-token-9c2e"), std::string::npos);
   EXPECT_EQ(agent_->Output().find("stale-token-7f3a"), std::string::npos);
   EXPECT_EQ(agent_->Output().find("Bearer"), std::string::npos);
+}
+
+// A kube-proxy DaemonSet's container unchanged: the binary called as kube-proxy, kubeadm's
+// default config.conf (1.26 and 1.30, from the ConfigMap) and kubeadm's arguments. Only the
+// paths a test must change are changed: the kubeconfig (the test API server), the health and
+// metrics addresses (free ports instead of the node's), and socket-level balancing off (never
+// the machine's root cgroup in a test).
+TEST_F(KubeAgentTest, RunsAsKubeProxyWithKubeadmsConfigMap) {
+  auto a = TcpServer::Start(Addr("127.0.0.2:8080"), TcpServer::Mode::kHello, 0, "a");
+  ASSERT_TRUE(a);
+  api_->Put("services", ServiceJson("test", "web", "10.96.0.10", 80));
+  api_->Put("endpointslices", SliceJson("test", "web", "web-1", {"127.0.0.2"}, 8080));
+  const std::string kube_proxy =
+      (std::filesystem::path(SLUICE_AGENT_BINARY).parent_path() / "kube-proxy").string();
+  const std::string kubeconfig = api_->WriteKubeconfig({.ca = "file"});
+  for (const char* version : {"1.26", "1.30"}) {
+    SCOPED_TRACE(version);
+    std::ifstream in(absl::StrCat(SLUICE_APP_TESTDATA, "/kubeadm-", version, "-config.conf"));
+    std::stringstream text;
+    text << in.rdbuf();
+    const int healthz_port = testutil::FreePort();
+    const std::string config = absl::StrReplaceAll(
+        text.str(), {{"kubeconfig: /var/lib/kube-proxy/kubeconfig.conf", "kubeconfig: " + kubeconfig},
+                     {"healthzBindAddress: \"\"",
+                      absl::StrCat("healthzBindAddress: 127.0.0.1:", healthz_port)},
+                     {"metricsBindAddress: \"\"",
+                      absl::StrCat("metricsBindAddress: 127.0.0.1:", metrics_port_)}});
+    ASSERT_NE(config, text.str());
+    const std::string path = dir_ + "/config.conf";
+    std::ofstream(path) << config;
+    agent_ = std::make_unique<Subprocess>(std::vector<std::string>{
+        kube_proxy, "--config=" + path, "--hostname-override=Node1", "--socket-lb=off",
+        "--bpf-root="});
+    ASSERT_TRUE(WaitListener("tcp/10.96.0.10:80", true, absl::Seconds(20))) << agent_->Output();
+    ASSERT_TRUE(WaitFor([&] { return Hello("10.96.0.10:80") == "a"; }, absl::Seconds(10)));
+    httplib::Client healthz("127.0.0.1", healthz_port);
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          auto res = healthz.Get("/healthz");
+          return res && res->status == 200;
+        },
+        absl::Seconds(10)));
+    EXPECT_GE(MetricValue("kubeproxy_sync_proxy_rules_last_timestamp_seconds"), 1e9);
+    // Reported once: the one field of kubeadm's file sluice does not use.
+    const std::string out = agent_->Output();
+    EXPECT_NE(out.find("--cluster-cidr (clusterCIDR) is accepted"), std::string::npos) << out;
+    EXPECT_EQ(out.find("--cluster-cidr", out.find("--cluster-cidr") + 1), std::string::npos);
+    agent_->Signal(SIGTERM);
+    ASSERT_EQ(agent_->Wait(absl::Seconds(10)), 0) << agent_->Output();
+  }
 }
 
 TEST_F(KubeAgentTest, AnExpiredWatchRelistsAndRemovesWhatWasDeletedMeanwhile) {
