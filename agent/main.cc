@@ -57,8 +57,12 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (absl::Status st = sluice::app::ApplyOomScoreAdj(opts.kube_proxy.oom_score_adj); !st.ok()) {
-    // As kube-proxy: not fatal (lowering it needs CAP_SYS_RESOURCE).
-    LOG(WARNING) << "--oom-score-adj: " << st;
+    // As kube-proxy: not fatal (lowering it needs CAP_SYS_RESOURCE); loud only when asked for.
+    if (flags.IsSet("oom-score-adj")) {
+      LOG(WARNING) << "--oom-score-adj: " << st;
+    } else {
+      VLOG(1) << "default --oom-score-adj: " << st;
+    }
   }
   if (opts.cleanup) {
     if (absl::Status st = sluice::app::Agent::Cleanup(opts); !st.ok()) {

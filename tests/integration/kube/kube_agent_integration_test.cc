@@ -110,12 +110,12 @@ TEST_F(KubeAgentTest, ProxiesAnApiServiceThroughItsVipAndFollowsChanges) {
   EXPECT_EQ(agent_->Output().find("Bearer"), std::string::npos);
 }
 
-// A kube-proxy DaemonSet's container unchanged: the binary called as kube-proxy, kubeadm's
-// default config.conf (1.26 and 1.30, from the ConfigMap) and kubeadm's arguments. Only the
-// paths a test must change are changed: the kubeconfig (the test API server), the health and
-// metrics addresses (free ports instead of the node's), and socket-level balancing off (never
-// the machine's root cgroup in a test).
-TEST_F(KubeAgentTest, RunsAsKubeProxyWithKubeadmsConfigMap) {
+// A kube-proxy DaemonSet's container unchanged: the binary called as kube-proxy with kubeadm's
+// default config.conf (1.26 and 1.30, from the ConfigMap) and kubeadm's arguments, or with the
+// flags-only argument list of kops and kube-up. Only what a test must change is changed: the
+// kubeconfig (the test API server), the health and metrics addresses (free ports instead of
+// the node's), and socket-level balancing off (never the machine's root cgroup in a test).
+TEST_F(KubeAgentTest, RunsAsKubeProxyWithKubeadmsConfigMapOrKubeProxysFlags) {
   auto a = TcpServer::Start(Addr("127.0.0.2:8080"), TcpServer::Mode::kHello, 0, "a");
   ASSERT_TRUE(a);
   api_->Put("services", ServiceJson("test", "web", "10.96.0.10", 80));
@@ -123,24 +123,11 @@ TEST_F(KubeAgentTest, RunsAsKubeProxyWithKubeadmsConfigMap) {
   const std::string kube_proxy =
       (std::filesystem::path(SLUICE_AGENT_BINARY).parent_path() / "kube-proxy").string();
   const std::string kubeconfig = api_->WriteKubeconfig({.ca = "file"});
-  for (const char* version : {"1.26", "1.30"}) {
-    SCOPED_TRACE(version);
-    std::ifstream in(absl::StrCat(SLUICE_APP_TESTDATA, "/kubeadm-", version, "-config.conf"));
-    std::stringstream text;
-    text << in.rdbuf();
-    const int healthz_port = testutil::FreePort();
-    const std::string config = absl::StrReplaceAll(
-        text.str(), {{"kubeconfig: /var/lib/kube-proxy/kubeconfig.conf", "kubeconfig: " + kubeconfig},
-                     {"healthzBindAddress: \"\"",
-                      absl::StrCat("healthzBindAddress: 127.0.0.1:", healthz_port)},
-                     {"metricsBindAddress: \"\"",
-                      absl::StrCat("metricsBindAddress: 127.0.0.1:", metrics_port_)}});
-    ASSERT_NE(config, text.str());
-    const std::string path = dir_ + "/config.conf";
-    std::ofstream(path) << config;
-    agent_ = std::make_unique<Subprocess>(std::vector<std::string>{
-        kube_proxy, "--config=" + path, "--hostname-override=Node1", "--socket-lb=off",
-        "--bpf-root="});
+  // Runs kube-proxy with `args`; checks the service, /healthz on `healthz_port`, /metrics.
+  auto run = [&](std::vector<std::string> args, int healthz_port) {
+    args.insert(args.begin(), kube_proxy);
+    args.insert(args.end(), {"--socket-lb=off", "--bpf-root="});
+    agent_ = std::make_unique<Subprocess>(args);
     ASSERT_TRUE(WaitListener("tcp/10.96.0.10:80", true, absl::Seconds(20))) << agent_->Output();
     ASSERT_TRUE(WaitFor([&] { return Hello("10.96.0.10:80") == "a"; }, absl::Seconds(10)));
     httplib::Client healthz("127.0.0.1", healthz_port);
@@ -151,13 +138,50 @@ TEST_F(KubeAgentTest, RunsAsKubeProxyWithKubeadmsConfigMap) {
         },
         absl::Seconds(10)));
     EXPECT_GE(MetricValue("kubeproxy_sync_proxy_rules_last_timestamp_seconds"), 1e9);
+  };
+  auto stop = [&] {
+    agent_->Signal(SIGTERM);
+    ASSERT_EQ(agent_->Wait(absl::Seconds(10)), 0) << agent_->Output();
+  };
+  for (const char* version : {"1.26", "1.30"}) {
+    SCOPED_TRACE(version);
+    std::ifstream in(absl::StrCat(SLUICE_APP_TESTDATA, "/kubeadm-", version, "-config.conf"));
+    std::stringstream text;
+    text << in.rdbuf();
+    const int healthz_port = testutil::FreePort();
+    const std::string config = absl::StrReplaceAll(
+        text.str(),
+        {{"kubeconfig: /var/lib/kube-proxy/kubeconfig.conf", "kubeconfig: " + kubeconfig},
+         {"healthzBindAddress: \"\"", absl::StrCat("healthzBindAddress: 127.0.0.1:", healthz_port)},
+         {"metricsBindAddress: \"\"",
+          absl::StrCat("metricsBindAddress: 127.0.0.1:", metrics_port_)}});
+    ASSERT_NE(config, text.str());
+    const std::string path = dir_ + "/config.conf";
+    std::ofstream(path) << config;
+    run({"--config=" + path, "--hostname-override=Node1"}, healthz_port);
     // Reported once: the one field of kubeadm's file sluice does not use.
     const std::string out = agent_->Output();
     EXPECT_NE(out.find("--cluster-cidr (clusterCIDR) is accepted"), std::string::npos) << out;
     EXPECT_EQ(out.find("--cluster-cidr", out.find("--cluster-cidr") + 1), std::string::npos);
-    agent_->Signal(SIGTERM);
-    ASSERT_EQ(agent_->Wait(absl::Seconds(10)), 0) << agent_->Output();
+    stop();
   }
+  const int healthz_port = testutil::FreePort();
+  run({"--kubeconfig=" + kubeconfig, "--cluster-cidr=10.244.0.0/16",
+       "--conntrack-max-per-core=131072", "--hostname-override=node1", "--oom-score-adj=998",
+       "--v=2", "--iptables-sync-period=1m", "--iptables-min-sync-period=0s",
+       "--ipvs-sync-period=1m", "--ipvs-min-sync-period=10s", "--detect-local-mode=NodeCIDR",
+       "--feature-gates=AllAlpha=false", "--proxy-mode=iptables",
+       absl::StrCat("--healthz-bind-address=127.0.0.1:", healthz_port),
+       absl::StrCat("--metrics-bind-address=127.0.0.1:", metrics_port_)},
+      healthz_port);
+  std::ifstream oom(absl::StrCat("/proc/", agent_->pid(), "/oom_score_adj"));
+  int oom_score_adj = 0;
+  oom >> oom_score_adj;
+  EXPECT_EQ(oom_score_adj, 998);  // kops passes -998; lowering needs CAP_SYS_RESOURCE
+  EXPECT_NE(agent_->Output().find("--proxy-mode / mode \"iptables\" selects no data path"),
+            std::string::npos)
+      << agent_->Output();
+  stop();
 }
 
 TEST_F(KubeAgentTest, AnExpiredWatchRelistsAndRemovesWhatWasDeletedMeanwhile) {
