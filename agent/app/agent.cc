@@ -87,6 +87,8 @@ absl::Status Agent::StartDataPath() {
   dp.worker.drain_timeout = opts_.drain_timeout;
   dp.worker.session.idle_timeout = opts_.tcp_idle_timeout;
   dp.worker.udp.idle_timeout = opts_.udp_idle_timeout;
+  dp.worker.max_connections = static_cast<size_t>(opts_.max_connections_per_worker);
+  dp.worker.udp.max_flows = static_cast<size_t>(opts_.udp_max_flows_per_worker);
   RETURN_IF_ERROR(ChooseDataPath(dp.workers));
   dp.worker.sockmap = sockmap_.get();
   ASSIGN_OR_RETURN(data_path_, proxier::DataPath::Create(dp, *vips_, *data_path_metrics_));

@@ -81,6 +81,12 @@ void RegisterFlags(base::FlagSet& flags, AgentOptions& o) {
       "Reset connections of a removed service port after this long (0: let them finish)");
   flags.Duration("udp-idle-timeout", &o.udp_idle_timeout,
                  "Close a UDP flow (client address -> endpoint) after this long without datagrams");
+  flags.Int("max-connections-per-worker", &o.max_connections_per_worker,
+            "Open proxied TCP connections a worker holds; beyond it new ones are reset at "
+            "accept (sluice_connections_limited_total)");
+  flags.Int("udp-max-flows-per-worker", &o.udp_max_flows_per_worker,
+            "UDP flows a worker holds; datagrams of new clients beyond it are dropped "
+            "(sluice_udp_dropped_total{reason=\"flow_limit\"})");
   flags.String("datapath", &o.datapath,
                "TCP data path: auto (sockmap if the kernel and capabilities allow it, else "
                "splice), splice, or sockmap (refuse to start without it)");
@@ -285,6 +291,10 @@ absl::Status Validate(AgentOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--min-sync-period (", absl::FormatDuration(o.min_sync_period),
         ") must not exceed --sync-period (", absl::FormatDuration(o.sync_period), ")"));
+  }
+  if (o.max_connections_per_worker < 1 || o.udp_max_flows_per_worker < 1) {
+    return absl::InvalidArgumentError(
+        "--max-connections-per-worker and --udp-max-flows-per-worker must be positive");
   }
   if (o.workers < 0 || o.workers > 1024) {
     return absl::InvalidArgumentError("--workers must be between 0 and 1024");

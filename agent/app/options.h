@@ -51,6 +51,8 @@ struct AgentOptions {
   absl::Duration tcp_idle_timeout = absl::Hours(1);
   absl::Duration drain_timeout = absl::ZeroDuration();
   absl::Duration udp_idle_timeout = absl::Seconds(30);
+  int64_t max_connections_per_worker = 32768;
+  int64_t udp_max_flows_per_worker = 16384;
   // "auto": the sockmap fast path if the startup probe passes, else splice; "splice"; or
   // "sockmap": fail at start unless the probe passes.
   std::string datapath = "auto";

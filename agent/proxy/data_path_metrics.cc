@@ -17,6 +17,11 @@ DataPathMetrics::DataPathMetrics(base::Registry& r)
       connections_shed(r.AddCounter("sluice_connections_shed_total",
                                     "TCP connections reset at accept for lack of file descriptors")
                            .Get()),
+      connections_limited(
+          r.AddCounter("sluice_connections_limited_total",
+                       "TCP connections reset at accept because their worker already held "
+                       "--max-connections-per-worker")
+              .Get()),
       dial_failures(r.AddCounter("sluice_dial_failures_total",
                                  "Failed backend dial attempts, by reason", {"reason"})),
       bytes(r.AddCounter("sluice_bytes_total", "Bytes proxied, counted when a connection closes",

@@ -15,6 +15,7 @@ struct DataPathMetrics {
   base::Family<base::Counter>& closed;         // {path, reason}: path sockmap|splice|copy
   base::Counter& connections_failed;           // no endpoint answered within the dial budget
   base::Counter& connections_shed;             // refused at accept: out of file descriptors
+  base::Counter& connections_limited;          // refused at accept: the worker's limit
   base::Family<base::Counter>& dial_failures;  // {reason}, per failed attempt
   base::Family<base::Counter>& bytes;          // {direction}, counted when a connection closes
   base::Counter& bytes_to_backend;

@@ -315,6 +315,11 @@ void Worker::OnAcceptable(const ListenKey& key, int listen_fd) {
       return;
     }
     metrics_.connections_total.Inc();
+    if (connections_.size() >= options_.max_connections) {
+      metrics_.connections_limited.Inc();
+      Reset(client);
+      continue;
+    }
     auto route = routes_->find(key);
     auto client_addr = net::SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&peer), len);
     if (route == routes_->end() || !client_addr) {

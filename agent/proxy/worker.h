@@ -48,6 +48,8 @@ class Worker final {
     absl::Duration dial_budget = absl::Seconds(5);
     // Connections of a removed listener run to completion (0), or are reset after this long.
     absl::Duration drain_timeout = absl::ZeroDuration();
+    // Open connections (dialling included) beyond which new ones are reset at accept.
+    size_t max_connections = 32768;
     TcpSession::Options session;
     PipePool::Options pipes;
     UdpOptions udp;

@@ -262,6 +262,34 @@ TEST_P(TcpIntegrityTest, FiveThousandConcurrentConnections) {
                                 absl::Seconds(10)));
 }
 
+// --max-connections-per-worker: beyond it new connections are reset at accept, the open ones
+// keep flowing, and a freed slot is taken again.
+TEST_P(TcpIntegrityTest, WorkerConnectionLimitResetsNewConnectionsKeepsOld) {
+  if (socket_lb()) {
+    GTEST_SKIP() << "socket LB holds no connection in the agent: there is nothing to limit";
+  }
+  StartWith(TcpServer::Mode::kEcho, 0, {"--workers=1", "--max-connections-per-worker=3"});
+  auto echo = [](int fd, char c) {
+    return send(fd, &c, 1, MSG_NOSIGNAL) == 1 && recv(fd, &c, 1, 0) == 1;
+  };
+  std::vector<base::UniqueFd> open;
+  for (int i = 0; i < 3; ++i) {
+    open.push_back(Connect());
+    ASSERT_TRUE(echo(open.back().get(), 'a'));
+  }
+  auto over = Connect();
+  EXPECT_FALSE(echo(over.get(), 'b'));  // reset at accept: no byte comes back
+  EXPECT_EQ(MetricValue("sluice_connections_limited_total"), 1);
+  for (auto& fd : open) {
+    EXPECT_TRUE(echo(fd.get(), 'c'));
+  }
+  open.pop_back();  // the agent sees the close and frees the slot
+  ASSERT_TRUE(testutil::WaitFor([&] { return MetricValue("sluice_connections_active") == 2; },
+                                absl::Seconds(10)));
+  auto again = Connect();
+  EXPECT_TRUE(echo(again.get(), 'd'));
+}
+
 TEST_P(TcpIntegrityTest, OutOfFileDescriptorsShedsNewConnectionsKeepsOld) {
   if (socket_lb()) {
     GTEST_SKIP() << "socket LB holds no descriptor per connection: there is nothing to shed";

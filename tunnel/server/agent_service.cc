@@ -99,8 +99,13 @@ class AgentStream final : public Reactor, public AgentLink {
     ctx_->AddInitialMetadata("serverid", options_.server_id);
     ctx_->AddInitialMetadata("servercount", std::to_string(options_.server_count));
     StartSendInitialMetadata();
+    if (!router_.AddAgent(this)) {
+      LOG(WARNING) << "agent " << agent_id_ << " from " << ctx_->peer()
+                   << " refused: the server holds --max-agents streams";
+      FinishOnce(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "too many agents"));
+      return;
+    }
     LOG(INFO) << "agent " << agent_id_ << " connected from " << ctx_->peer();
-    router_.AddAgent(this);
     registered_ = true;
     StartRead(&in_);
   }

@@ -20,9 +20,10 @@ std::string Plain(int code, const char* reason) {
 
 absl::StatusOr<std::shared_ptr<ConnectSession>> ConnectSession::Create(
     wire::IoLoop& loop, base::UniqueFd fd, HttpConnectFrontend& owner, Router& router,
-    ServerMetrics& metrics, const HttpConnectOptions& options, int64_t random) {
+    ServerMetrics& metrics, const HttpConnectOptions& options, int64_t random,
+    std::string client) {
   auto s = std::shared_ptr<ConnectSession>(
-      new ConnectSession(loop, owner, router, metrics, options, random));
+      new ConnectSession(loop, owner, router, metrics, options, random, std::move(client)));
   std::unique_ptr<wire::TlsConn> tls;
   if (options.tls != nullptr) {
     auto accepted = wire::TlsConn::Accept(*options.tls, fd.get());
@@ -40,6 +41,7 @@ absl::StatusOr<std::shared_ptr<ConnectSession>> ConnectSession::Create(
   s->head_timer_ = loop.AddTimer(absl::Now() + options.header_timeout, [weak] {
     if (auto self = weak.lock(); self && self->state_ == State::kHead) {
       self->head_timer_ = 0;
+      self->metrics_.limited.WithLabels({"header_timeout"}).Inc();
       self->Reply(Plain(408, "Request Timeout"));
     }
   });
@@ -48,13 +50,14 @@ absl::StatusOr<std::shared_ptr<ConnectSession>> ConnectSession::Create(
 
 ConnectSession::ConnectSession(wire::IoLoop& loop, HttpConnectFrontend& owner, Router& router,
                                ServerMetrics& metrics, const HttpConnectOptions& options,
-                               int64_t random)
+                               int64_t random, std::string client)
     : loop_(loop),
       owner_(owner),
       router_(router),
       metrics_(metrics),
       options_(options),
-      random_(random) {
+      random_(random),
+      client_(std::move(client)) {
   metrics_.http_connections.Add(1);
 }
 
@@ -140,11 +143,13 @@ void ConnectSession::OnHeadBytes(std::string bytes) {
   const size_t end = head_.find("\r\n\r\n");
   if (end == std::string::npos) {
     if (head_.size() > options_.max_header_bytes) {
+      metrics_.limited.WithLabels({"header_bytes"}).Inc();
       Reply(Plain(431, "Request Header Fields Too Large"));
     }
     return;
   }
   if (end > options_.max_header_bytes) {
+    metrics_.limited.WithLabels({"header_bytes"}).Inc();
     Reply(Plain(431, "Request Header Fields Too Large"));
     return;
   }
@@ -156,7 +161,8 @@ void ConnectSession::OnHeadBytes(std::string bytes) {
   head_.erase(0, end + 4);  // keep bytes the client sent after the head
   state_ = State::kDialing;
   pump_->SetReading(false);
-  const std::string err = router_.Dial(this, wire::MakeDialRequest(parsed.authority, random_));
+  const std::string err =
+      router_.Dial(this, wire::MakeDialRequest(parsed.authority, random_), client_);
   if (!err.empty()) {
     Reply(ConnectErrorReply(err));
   }
@@ -288,6 +294,18 @@ void ConnectSession::Reply(const std::string& bytes) {
   state_ = State::kClosing;
   (void)pump_->Write(bytes);
   pump_->CloseAfterFlush();
+  // A client that never reads its reply, or never finished the TLS handshake the reply waits
+  // for (a slowloris), does not hold the session longer than the head could take.
+  if (head_timer_ != 0) {
+    loop_.CancelTimer(head_timer_);
+  }
+  std::weak_ptr<ConnectSession> weak = weak_from_this();
+  head_timer_ = loop_.AddTimer(absl::Now() + options_.header_timeout, [weak] {
+    if (auto self = weak.lock()) {
+      self->head_timer_ = 0;
+      self->End();
+    }
+  });
 }
 
 void ConnectSession::OnSocketDone(absl::Status reason) {

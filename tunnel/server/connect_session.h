@@ -26,7 +26,8 @@ class ConnectSession final : public wire::SocketPump::Callbacks,
  public:
   static absl::StatusOr<std::shared_ptr<ConnectSession>> Create(
       wire::IoLoop& loop, base::UniqueFd fd, HttpConnectFrontend& owner, Router& router,
-      ServerMetrics& metrics, const HttpConnectOptions& options, int64_t random);
+      ServerMetrics& metrics, const HttpConnectOptions& options, int64_t random,
+      std::string client);
   ~ConnectSession() override;
 
   // Loop thread: drop the tunnel and the socket now (server shutdown).
@@ -45,7 +46,8 @@ class ConnectSession final : public wire::SocketPump::Callbacks,
   enum class State { kHead, kDialing, kEstablished, kClosing, kDone };
 
   ConnectSession(wire::IoLoop& loop, HttpConnectFrontend& owner, Router& router,
-                 ServerMetrics& metrics, const HttpConnectOptions& options, int64_t random);
+                 ServerMetrics& metrics, const HttpConnectOptions& options, int64_t random,
+                 std::string client);
   void OnHeadBytes(std::string bytes);
   void OnDialResponse(const wire::Packet& packet);
   void OnAgentData(std::string bytes, std::shared_ptr<wire::ReadGate> gate);
@@ -64,6 +66,7 @@ class ConnectSession final : public wire::SocketPump::Callbacks,
   ServerMetrics& metrics_;
   const HttpConnectOptions options_;
   const int64_t random_;
+  const std::string client_;  // the peer's IP, or "unix": what the pending-dial limit counts
   std::unique_ptr<wire::SocketPump> pump_;
   State state_ = State::kHead;
   std::string head_;

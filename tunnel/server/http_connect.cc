@@ -13,6 +13,7 @@
 
 #include "agent/base/log.h"
 #include "agent/base/status.h"
+#include "agent/net/address.h"
 #include "tunnel/server/connect_session.h"
 
 namespace sluice::server {
@@ -51,6 +52,9 @@ std::string ConnectErrorReply(const std::string& err) {
   } else if (absl::StrContains(err, "too many open files") || err == Router::kShuttingDown) {
     code = 503;
     reason = "Service Unavailable";
+  } else if (err == Router::kTooManyDials) {
+    code = 429;
+    reason = "Too Many Requests";
   }
   return absl::StrCat("HTTP/1.1 ", code, " ", reason,
                       "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ",
@@ -92,15 +96,20 @@ HttpConnectFrontend::~HttpConnectFrontend() {
 
 void HttpConnectFrontend::OnIoReady(uint32_t) {
   for (int i = 0; i < 64; ++i) {
-    base::UniqueFd fd(accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    sockaddr_storage peer{};
+    socklen_t len = sizeof(peer);
+    base::UniqueFd fd(accept4(listener_.get(), reinterpret_cast<sockaddr*>(&peer), &len,
+                              SOCK_NONBLOCK | SOCK_CLOEXEC));
     if (!fd) {
       if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
         LOG(WARNING) << "http-connect accept: " << strerror(errno);
       }
       return;
     }
+    auto address = net::SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&peer), len);
     auto session = ConnectSession::Create(loop_, std::move(fd), *this, router_, metrics_, options_,
-                                          static_cast<int64_t>(rng_() >> 1));
+                                          static_cast<int64_t>(rng_() >> 1),
+                                          address ? address->ip().ToString() : "unix");
     if (!session.ok()) {
       LOG(WARNING) << "http-connect session: " << session.status();
       continue;

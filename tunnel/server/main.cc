@@ -100,6 +100,7 @@ absl::StatusOr<std::unique_ptr<HttpConnectFrontend>> StartHttpFrontend(
     ASSIGN_OR_RETURN(fd, ListenUnix(o.uds_name, o.delete_existing_uds_file));
   }
   ho.header_timeout = o.http_header_timeout;
+  ho.max_header_bytes = static_cast<size_t>(o.max_http_header_bytes);
   ho.max_queued = static_cast<size_t>(o.max_connection_buffer);
   return HttpConnectFrontend::Create(loop, std::move(fd), router, metrics, ho);
 }
@@ -210,7 +211,12 @@ int Serve(const ServerOptions& o, std::vector<Strategy> strategies, const TokenF
           const sigset_t& sigs) {
   base::Registry registry;
   ServerMetrics metrics(registry);
-  Router router(std::move(strategies), metrics);
+  Router router(std::move(strategies), metrics,
+                RouterLimits{
+                    .max_pending_dials_per_client =
+                        static_cast<size_t>(o.max_pending_dials_per_client),
+                    .max_agent_streams = static_cast<size_t>(o.max_agents),
+                });
   auto loop = wire::IoLoop::Create("tunnel-io");
   if (!loop.ok()) {
     LOG(ERROR) << loop.status();

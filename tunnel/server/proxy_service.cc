@@ -21,8 +21,14 @@ using Reactor = grpc::ServerBidiReactor<wire::Packet, wire::Packet>;
 // Deliver/Abort on whichever thread the Router runs.
 class ProxyStream final : public Reactor, public Frontend {
  public:
-  ProxyStream(Router& router, ServerMetrics& metrics, wire::IoLoop& loop, size_t max_queued)
-      : router_(router), metrics_(metrics), loop_(loop), max_queued_(max_queued), outbox_(this) {
+  ProxyStream(Router& router, ServerMetrics& metrics, wire::IoLoop& loop, size_t max_queued,
+              std::string client)
+      : router_(router),
+        metrics_(metrics),
+        loop_(loop),
+        max_queued_(max_queued),
+        client_(std::move(client)),
+        outbox_(this) {
     metrics_.grpc_connections.WithLabels({"Proxy"}).Add(1);
     {
       absl::MutexLock lock(&credit_->mu);
@@ -116,6 +122,7 @@ class ProxyStream final : public Reactor, public Frontend {
   ServerMetrics& metrics_;
   wire::IoLoop& loop_;
   const size_t max_queued_;
+  const std::string client_;  // ClientOf(peer), for the pending-dial limit
   wire::Outbox<Reactor> outbox_;
   wire::Packet in_;
   std::shared_ptr<Credit> credit_ = std::make_shared<Credit>();
@@ -189,7 +196,7 @@ void ProxyStream::OnReadDone(bool ok) {
 void ProxyStream::Dispatch() {
   switch (in_.type()) {
     case DIAL_REQ: {
-      const std::string err = router_.Dial(this, in_);
+      const std::string err = router_.Dial(this, in_, client_);
       if (!err.empty()) {
         (void)outbox_.Send(wire::MakeDialResponse(in_.dialrequest().random(), 0, err));
       }
@@ -256,7 +263,7 @@ void ProxyStream::Release(const std::shared_ptr<Credit>& credit, size_t n) {
 
 grpc::ServerBidiReactor<wire::Packet, wire::Packet>* ProxyService::Proxy(
     grpc::CallbackServerContext* context) {
-  return new ProxyStream(router_, metrics_, loop_, max_queued_);
+  return new ProxyStream(router_, metrics_, loop_, max_queued_, ClientOf(context->peer()));
 }
 
 }  // namespace sluice::server

@@ -24,6 +24,19 @@ std::string DialHost(const std::string& address) {
 
 }  // namespace
 
+std::string ClientOf(const std::string& peer) {
+  std::string_view p = peer;
+  if (p.starts_with("unix:") || p.empty()) {
+    return "unix";
+  }
+  for (std::string_view scheme : {"ipv4:", "ipv6:"}) {
+    if (p.starts_with(scheme)) {
+      p.remove_prefix(scheme.size());
+    }
+  }
+  return DialHost(std::string(p));
+}
+
 absl::StatusOr<std::vector<Strategy>> ParseStrategies(const std::string& list) {
   std::vector<Strategy> out;
   for (absl::string_view s : absl::StrSplit(list, ',', absl::SkipWhitespace())) {
@@ -44,20 +57,29 @@ absl::StatusOr<std::vector<Strategy>> ParseStrategies(const std::string& list) {
   return out;
 }
 
-Router::Router(std::vector<Strategy> strategies, ServerMetrics& metrics)
-    : strategies_(std::move(strategies)), metrics_(metrics), rng_(std::random_device{}()) {}
+Router::Router(std::vector<Strategy> strategies, ServerMetrics& metrics, RouterLimits limits)
+    : strategies_(std::move(strategies)),
+      metrics_(metrics),
+      limits_(limits),
+      rng_(std::random_device{}()) {}
 
-void Router::AddAgent(AgentLink* agent) {
+bool Router::AddAgent(AgentLink* agent) {
   absl::MutexLock lock(&mu_);
+  if (limits_.max_agent_streams > 0 && agent_streams_ >= limits_.max_agent_streams) {
+    metrics_.limited.WithLabels({"agents"}).Inc();
+    return false;
+  }
+  ++agent_streams_;
   agents_[agent->agent_id()].push_back(agent);
   UpdateGauges();
+  return true;
 }
 
 void Router::RemoveAgent(AgentLink* agent) {
   absl::MutexLock lock(&mu_);
   auto it = agents_.find(agent->agent_id());
   if (it != agents_.end()) {
-    std::erase(it->second, agent);
+    agent_streams_ -= std::erase(it->second, agent);
     if (it->second.empty()) {
       agents_.erase(it);
     }
@@ -69,6 +91,7 @@ void Router::RemoveAgent(AgentLink* agent) {
     Frontend* f = p->second;
     const int64_t random = p->first.second;
     p = pending_.erase(p);
+    Unpend(tunnels_[f]);
     tunnels_.erase(f);
     metrics_.dial_failures.WithLabels({"backend_close"}).Inc();  // upstream's nearest reason
     (void)f->Deliver(wire::MakeDialResponse(random, 0, "agent disconnected before dial response"),
@@ -140,7 +163,7 @@ size_t Router::Tunnels() const {
   return tunnels_.size();
 }
 
-std::string Router::Dial(Frontend* frontend, const wire::Packet& dial) {
+std::string Router::Dial(Frontend* frontend, const wire::Packet& dial, const std::string& client) {
   absl::MutexLock lock(&mu_);
   if (tunnels_.contains(frontend)) {
     metrics_.bad_packets.WithLabels({"second_dial"}).Inc();
@@ -159,10 +182,18 @@ std::string Router::Dial(Frontend* frontend, const wire::Packet& dial) {
   if (pending_.contains(key)) {
     return "dial id already in use";
   }
+  size_t& client_pending = pending_by_client_[client];
+  if (limits_.max_pending_dials_per_client > 0 &&
+      client_pending >= limits_.max_pending_dials_per_client) {
+    metrics_.limited.WithLabels({"pending_dials_per_client"}).Inc();
+    return kTooManyDials;
+  }
+  ++client_pending;
   pending_[key] = frontend;
-  tunnels_[frontend] = Tunnel{agent, key.second, 0, absl::Now()};
+  tunnels_[frontend] = Tunnel{agent, key.second, 0, absl::Now(), client};
   if (!agent->SendToAgent(dial, nullptr)) {
     pending_.erase(key);
+    Unpend(tunnels_[frontend]);
     tunnels_.erase(frontend);
     return "agent disconnected";
   }
@@ -185,6 +216,7 @@ void Router::OnDialResponse(AgentLink* agent, const wire::Packet& packet) {
   Frontend* f = it->second;
   pending_.erase(it);
   Tunnel& t = tunnels_[f];
+  Unpend(t);
   metrics_.dial_duration.Observe(absl::ToDoubleSeconds(absl::Now() - t.started));
   if (!rsp.error().empty() || rsp.connectid() <= 0) {
     metrics_.dial_failures.WithLabels({"error_response"}).Inc();
@@ -276,12 +308,20 @@ void Router::Forget(Frontend* f) {
   tunnels_.erase(it);
   if (t.connect_id == 0) {
     pending_.erase({t.agent, t.random});
+    Unpend(t);
     (void)t.agent->SendToAgent(wire::MakeCloseDial(t.random), nullptr);
   } else {
     established_.erase({t.agent, t.connect_id});
     (void)t.agent->SendToAgent(wire::MakeCloseRequest(t.connect_id), nullptr);
   }
   UpdateGauges();
+}
+
+void Router::Unpend(const Tunnel& t) {
+  auto it = pending_by_client_.find(t.client);
+  if (it != pending_by_client_.end() && --it->second == 0) {
+    pending_by_client_.erase(it);
+  }
 }
 
 int Router::ReadyAgents() const {

@@ -20,6 +20,16 @@ namespace sluice::server {
 
 enum class Strategy { kDefault, kDestHost, kDefaultRoute };
 
+// What peers may make the Router hold (0: no limit).
+struct RouterLimits {
+  size_t max_pending_dials_per_client = 0;  // dials a client's frontends await at once
+  size_t max_agent_streams = 0;             // agent streams connected at once
+};
+
+// The frontend client a peer address counts against: its IP for TCP ("ipv4:10.0.0.1:5678",
+// "ipv6:[fd00::1]:5678", "10.0.0.1:5678"), one client for a Unix socket.
+std::string ClientOf(const std::string& peer);
+
 // "default,destHost" -> strategies in order. Unknown names are an error.
 absl::StatusOr<std::vector<Strategy>> ParseStrategies(const std::string& list);
 
@@ -28,10 +38,10 @@ absl::StatusOr<std::vector<Strategy>> ParseStrategies(const std::string& list);
 // Thread-safe: one mutex, held while delivering (delivery only queues, it never blocks).
 class Router final {
  public:
-  Router(std::vector<Strategy> strategies, ServerMetrics& metrics);
+  Router(std::vector<Strategy> strategies, ServerMetrics& metrics, RouterLimits limits = {});
 
-  // Agent side (AgentService reactors).
-  void AddAgent(AgentLink* agent) ABSL_LOCKS_EXCLUDED(mu_);
+  // Agent side (AgentService reactors). False (and not added) at max_agent_streams.
+  bool AddAgent(AgentLink* agent) ABSL_LOCKS_EXCLUDED(mu_);
   // Fails the agent's pending dials and closes its established connections at once.
   void RemoveAgent(AgentLink* agent) ABSL_LOCKS_EXCLUDED(mu_);
   void SetDraining(AgentLink* agent) ABSL_LOCKS_EXCLUDED(mu_);
@@ -40,8 +50,10 @@ class Router final {
   void OnAgentClose(AgentLink* agent, const wire::Packet& packet) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Frontend side. Dial returns an error text for an immediate DIAL_RSP, or "" when the
-  // request went to an agent.
-  std::string Dial(Frontend* frontend, const wire::Packet& dial) ABSL_LOCKS_EXCLUDED(mu_);
+  // request went to an agent. `client` (ClientOf) is what the pending-dial limit counts by.
+  std::string Dial(Frontend* frontend, const wire::Packet& dial, const std::string& client = "")
+      ABSL_LOCKS_EXCLUDED(mu_);
+  static constexpr char kTooManyDials[] = "too many pending dials from this client";
   // False if the frontend has no established connection with this connectID.
   bool SendData(Frontend* frontend, wire::Packet data, absl::AnyInvocable<void()> on_written)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -65,6 +77,7 @@ class Router final {
     int64_t random = 0;
     int64_t connect_id = 0;  // 0 while the dial is pending
     absl::Time started;
+    std::string client;
   };
   using Key = std::pair<AgentLink*, int64_t>;
 
@@ -74,10 +87,13 @@ class Router final {
                       const std::shared_ptr<wire::ReadGate>& gate)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Forget(Frontend* frontend) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A pending dial of `t` ended (answered, failed or cancelled).
+  void Unpend(const Tunnel& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::vector<Strategy> strategies_;
   ServerMetrics& metrics_;
+  const RouterLimits limits_;
   mutable absl::Mutex mu_;
   bool stopped_dialing_ ABSL_GUARDED_BY(mu_) = false;
   // agent id -> its streams; the first one is used for routing.
@@ -86,6 +102,8 @@ class Router final {
   std::map<Frontend*, Tunnel> tunnels_ ABSL_GUARDED_BY(mu_);
   std::map<Key, Frontend*> pending_ ABSL_GUARDED_BY(mu_);      // (agent, random)
   std::map<Key, Frontend*> established_ ABSL_GUARDED_BY(mu_);  // (agent, connectID)
+  std::map<std::string, size_t> pending_by_client_ ABSL_GUARDED_BY(mu_);
+  size_t agent_streams_ ABSL_GUARDED_BY(mu_) = 0;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -128,5 +128,52 @@ TEST_F(RouterTest, StrategiesAndDrain) {
   EXPECT_FALSE(ParseStrategies("bogus").ok());
 }
 
+TEST_F(RouterTest, PendingDialsAreLimitedPerClient) {
+  Router r({Strategy::kDefault}, metrics_, RouterLimits{.max_pending_dials_per_client = 2});
+  FakeAgent a("a");
+  ASSERT_TRUE(r.AddAgent(&a));
+  FakeFrontend f1, f2, f3, other, later;
+  ASSERT_EQ(r.Dial(&f1, wire::MakeDialRequest("h:1", 1), "10.0.0.1"), "");
+  ASSERT_EQ(r.Dial(&f2, wire::MakeDialRequest("h:1", 2), "10.0.0.1"), "");
+  EXPECT_EQ(r.Dial(&f3, wire::MakeDialRequest("h:1", 3), "10.0.0.1"), Router::kTooManyDials);
+  EXPECT_EQ(r.Dial(&other, wire::MakeDialRequest("h:1", 4), "10.0.0.2"), "");  // its own count
+  EXPECT_EQ(metrics_.limited.WithLabels({"pending_dials_per_client"}).Value(), 1);
+  // Each way a dial stops pending frees its slot: an answer, a cancel, the frontend leaving.
+  r.OnDialResponse(&a, wire::MakeDialResponse(1, 7, ""));
+  ASSERT_EQ(r.Dial(&f3, wire::MakeDialRequest("h:1", 5), "10.0.0.1"), "");
+  r.CancelDial(&f2, 2);
+  r.RemoveFrontend(&f3);
+  ASSERT_EQ(r.Dial(&later, wire::MakeDialRequest("h:1", 6), "10.0.0.1"), "");
+  FakeFrontend last;
+  ASSERT_EQ(r.Dial(&last, wire::MakeDialRequest("h:1", 8), "10.0.0.1"), "");
+  FakeFrontend over;
+  EXPECT_EQ(r.Dial(&over, wire::MakeDialRequest("h:1", 9), "10.0.0.1"), Router::kTooManyDials);
+  // The agent going away fails its pending dials and frees them too.
+  r.RemoveAgent(&a);
+  FakeAgent b("b");
+  ASSERT_TRUE(r.AddAgent(&b));
+  EXPECT_EQ(r.Dial(&over, wire::MakeDialRequest("h:1", 10), "10.0.0.1"), "");
+}
+
+TEST_F(RouterTest, AgentStreamsAreLimited) {
+  Router r({Strategy::kDefault}, metrics_, RouterLimits{.max_agent_streams = 2});
+  FakeAgent a("a"), a2("a"), b("b");
+  ASSERT_TRUE(r.AddAgent(&a));
+  ASSERT_TRUE(r.AddAgent(&a2));  // streams count, not agent ids
+  EXPECT_FALSE(r.AddAgent(&b));
+  EXPECT_EQ(r.ReadyAgents(), 1);
+  EXPECT_EQ(metrics_.limited.WithLabels({"agents"}).Value(), 1);
+  r.RemoveAgent(&a);
+  EXPECT_TRUE(r.AddAgent(&b));
+}
+
+TEST(ClientOfTest, PeersCountByAddressNotPort) {
+  EXPECT_EQ(ClientOf("ipv4:10.0.0.1:5678"), "10.0.0.1");
+  EXPECT_EQ(ClientOf("ipv6:[fd00::1]:5678"), "fd00::1");
+  EXPECT_EQ(ClientOf("10.0.0.1:5678"), "10.0.0.1");
+  EXPECT_EQ(ClientOf("unix:/run/konnectivity.sock"), "unix");
+  EXPECT_EQ(ClientOf(""), "unix");
+}
+
 }  // namespace
 }  // namespace sluice::server

@@ -45,6 +45,10 @@ ServerMetrics::ServerMetrics(base::Registry& r)
       overflow_closes(r.AddCounter(S("overflow_closes_total"),
                                    "Tunnelled connections closed because their client did not "
                                    "read its bounded queue.")
-                          .Get()) {}
+                          .Get()),
+      limited(r.AddCounter(S("limited_total"),
+                           "Requests refused at a configured limit, by limit: "
+                           "pending_dials_per_client, agents, header_bytes, header_timeout.",
+                           {"limit"})) {}
 
 }  // namespace sluice::server

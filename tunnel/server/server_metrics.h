@@ -22,6 +22,7 @@ struct ServerMetrics {
   base::Family<base::Counter>& packets;      // {segment, packet_type}
   base::Family<base::Counter>& bad_packets;  // {reason}, sluice extension
   base::Counter& overflow_closes;            // sluice extension
+  base::Family<base::Counter>& limited;      // {limit}, sluice extension
 };
 
 }  // namespace sluice::server

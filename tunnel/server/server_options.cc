@@ -77,7 +77,16 @@ void RegisterServerFlags(base::FlagSet& f, ServerOptions& o) {
   f.Int("max-connection-buffer", &o.max_connection_buffer,
         "(sluice) Bytes queued per tunnelled connection before it is closed.");
   f.Duration("http-header-timeout", &o.http_header_timeout,
-             "(sluice) Time an HTTP CONNECT client has to send its request head.");
+             "(sluice) Time an HTTP CONNECT client has to finish its TLS handshake and send its "
+             "request head (408 after it).");
+  f.Int("max-http-header-bytes", &o.max_http_header_bytes,
+        "(sluice) Largest HTTP CONNECT request head (431 beyond it).");
+  f.Int("max-pending-dials-per-client", &o.max_pending_dials_per_client,
+        "(sluice) Dials one frontend client (an IP, or the Unix socket) may await at once; "
+        "beyond it a dial fails at once (HTTP CONNECT: 429).");
+  f.Int("max-agents", &o.max_agents,
+        "(sluice) Agent streams connected at once; beyond it a new one is refused "
+        "(RESOURCE_EXHAUSTED) and the agent retries.");
   f.Duration("shutdown-grace-period", &o.shutdown_grace_period,
              "(sluice) After SIGTERM, how long open tunnels may finish before the server stops "
              "(new dials are refused meanwhile; a second signal stops at once).");
@@ -112,6 +121,11 @@ absl::Status ValidateServerOptions(ServerOptions& o) {
   }
   if (o.server_count < 1) {
     return absl::InvalidArgumentError("--server-count must be at least 1");
+  }
+  if (o.max_http_header_bytes < 1024 || o.max_pending_dials_per_client < 1 || o.max_agents < 1) {
+    return absl::InvalidArgumentError(
+        "--max-http-header-bytes must be at least 1024, --max-pending-dials-per-client and "
+        "--max-agents at least 1");
   }
   if (o.kubeconfig_qps < 0 || o.kubeconfig_burst < 0) {
     return absl::InvalidArgumentError("--kubeconfig-qps and --kubeconfig-burst must be >= 0");

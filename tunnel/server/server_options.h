@@ -52,6 +52,9 @@ struct ServerOptions {
   std::string agent_token_file;
   int64_t max_connection_buffer = 16 << 20;
   absl::Duration http_header_timeout = absl::Seconds(10);
+  int64_t max_http_header_bytes = 16 * 1024;
+  int64_t max_pending_dials_per_client = 1024;
+  int64_t max_agents = 16384;
   absl::Duration shutdown_grace_period = absl::Seconds(10);
 };
 

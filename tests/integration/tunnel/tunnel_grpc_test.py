@@ -134,6 +134,19 @@ class GrpcTunnelTest(h.TestCase):
         self.assertEqual(rsp.error, "No agent available")
         t.cancel()
 
+    def test_agent_streams_are_limited(self):
+        s = self.env.server(extra=["--max-agents=1"])
+        a = self.env.agent(s, name="agent-a")
+        h.wait_until(a.ready, what="first agent")
+        b = self.env.agent(s, name="agent-b")
+        limited = 'sluice_tunnel_server_limited_total{limit="agents"}'
+        h.wait_until(lambda: s.metric(limited) >= 1, what="second agent refused")
+        self.assertFalse(b.ready())
+        self.assertEqual(s.metric("konnectivity_network_proxy_server_ready_backend_connections"),
+                         1)
+        a.proc.stop()  # a slot frees: the refused agent's retry gets in
+        h.wait_until(b.ready, what="second agent admitted")
+
     def test_agent_restart(self):
         s, a = self.up()
         t = h.Tunnel(s.channel())

@@ -229,6 +229,43 @@ class HttpConnectTest(h.TestCase):
         self.assertTrue(slow.startswith(b"HTTP/1.1 408 "), slow)
         self.assertLess(time.time() - start, 3)
         self.assertTrue(s.ready())  # still serving
+        limited = 'sluice_tunnel_server_limited_total{limit="%s"}'
+        self.assertEqual(s.metric(limited % "header_bytes"), 1)
+        self.assertEqual(s.metric(limited % "header_timeout"), 1)
+
+    def test_pending_dials_are_limited_per_client(self):
+        s = self.up(extra=["--max-pending-dials-per-client=1"])
+        hang = h.HangingListener()
+        try:
+            waiting = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            waiting.settimeout(10)
+            waiting.connect(s.uds)
+            waiting.sendall(b"CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n" % hang.port)
+            h.wait_until(lambda: s.metric("konnectivity_network_proxy_server_pending_backend_dials") == 1,
+                         what="one pending dial")
+            out = uds_exchange(s.uds, b"CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n" % self.backend.port)
+            self.assertTrue(out.startswith(b"HTTP/1.1 429 "), out)
+            self.assertTrue(out.endswith(b"too many pending dials from this client"), out)
+            self.assertEqual(
+                s.metric('sluice_tunnel_server_limited_total{limit="pending_dials_per_client"}'), 1)
+            waiting.close()  # the client gives up: its slot is free again
+            h.wait_until(lambda: s.metric("konnectivity_network_proxy_server_pending_backend_dials") == 0,
+                         what="the dial cancelled")
+            c = self.connect_uds(s, self.backend.port)
+            self.assertTrue(self.get_over(c).endswith(b"hello from backend\n"))
+            c.close()
+        finally:
+            hang.close()
+
+    def test_tls_handshake_must_finish_within_the_header_timeout(self):
+        s = self.up(uds=False, extra=["--http-header-timeout=500ms"])
+        c = socket.create_connection(("127.0.0.1", s.server_port), timeout=10)
+        try:
+            self.assertEqual(c.recv(4096), b"")  # closed, no handshake ever started
+        except ConnectionResetError:
+            pass
+        c.close()
+        self.assertEqual(s.metric('sluice_tunnel_server_limited_total{limit="header_timeout"}'), 1)
 
     def test_dial_timeout_is_504_and_agent_loss_is_502(self):
         s = self.env.server(mode="http-connect")
