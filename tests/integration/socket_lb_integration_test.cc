@@ -162,6 +162,25 @@ TEST_F(SocketLbTest, InternalTrafficPolicyLocalAndTerminatingFallback) {
   EXPECT_EQ(seen, (std::set<std::string>{"a", "c"}));
 }
 
+// externalTrafficPolicy: Local keeps remote clients of a LoadBalancer IP on this node's
+// endpoints; a client on the node itself reaches the service as through its ClusterIP, as
+// kube-proxy's short-circuit does, even with no endpoint here.
+TEST_F(SocketLbTest, LocalClientsOfAnExternalTrafficPolicyLocalServiceReachEveryEndpoint) {
+  StartBackends();
+  Write("web.yaml",
+        ServiceYaml("web", {"10.96.0.10"}, kHttp,
+                    "  type: LoadBalancer\n  externalTrafficPolicy: Local\n") +
+            "status:\n  loadBalancer:\n    ingress:\n    - ip: 10.97.0.5\n---\n" +
+            Slice("web", {{"127.0.0.3", "node2"}}));
+  StartAgent();
+  ASSERT_TRUE(WaitSocketLb("tcp/10.97.0.5:80")) << Get("/debug/services");
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(Hello("10.97.0.5:80"), "b") << i;
+  }
+  EXPECT_EQ(Hello("10.96.0.10:80"), "b");
+  EXPECT_EQ(MetricValue("sluice_connections_total"), 0);
+}
+
 TEST_F(SocketLbTest, AffinityTimesOut) {
   StartBackends();
   Write("web.yaml", ServiceYaml("web", {"10.96.0.10"}, kHttp,
