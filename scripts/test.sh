@@ -6,7 +6,7 @@
 #   scripts/test.sh --tsan    g++ ThreadSanitizer build in build-tsan/ (Debian's abseil is not
 #                             instrumented: accesses guarded by absl::Mutex show as races)
 #   scripts/test.sh --clang   clang++ -Werror build in build-clang/ (abseil's must-use-Status
-#                             checks only fire under clang)
+#                             checks and -Wthread-safety only fire under clang)
 # Extra arguments after the mode go to ctest (e.g. -R Mux -V).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -6,14 +6,20 @@ namespace sluice::config {
 void SourceChannel::UpdateServices(Op op, std::vector<ServicePtr> objects) {
   absl::MutexLock lock(&mux_->mu_);
   mux_->Apply(mux_->services_, rank_, op, std::move(objects),
-              [this](const ServicePtr& p, const ServicePtr& c) { mux_->NotifyService(p, c); });
+              [this](const ServicePtr& p, const ServicePtr& c) {
+                // Called by Apply with mu_ held; the analysis does not follow into lambdas.
+                mux_->mu_.AssertHeld();
+                mux_->NotifyService(p, c);
+              });
 }
 
 void SourceChannel::UpdateEndpointSlices(Op op, std::vector<EndpointSlicePtr> objects) {
   absl::MutexLock lock(&mux_->mu_);
-  mux_->Apply(
-      mux_->slices_, rank_, op, std::move(objects),
-      [this](const EndpointSlicePtr& p, const EndpointSlicePtr& c) { mux_->NotifySlice(p, c); });
+  mux_->Apply(mux_->slices_, rank_, op, std::move(objects),
+              [this](const EndpointSlicePtr& p, const EndpointSlicePtr& c) {
+                mux_->mu_.AssertHeld();  // as above
+                mux_->NotifySlice(p, c);
+              });
 }
 
 void SourceChannel::MarkSynced() { mux_->MarkSynced(rank_); }

@@ -271,6 +271,7 @@ absl::Status DataPath::SyncListeners(const proxy::RouteTable& routes) {
   // Held while listeners open: Listeners() (the admin thread) reads open_, no worker does.
   absl::MutexLock lock(&mu_);
   auto close = [&](std::map<proxy::ListenKey, std::string>::iterator it) {
+    mu_.AssertHeld();  // called below with mu_ held; the analysis does not follow into lambdas
     for (auto& w : workers_) {
       w->RemoveListener(it->first);
     }

@@ -375,7 +375,9 @@ TEST_P(SockmapSessionTest, ShortExchangeStaysOnSpliceAndABigOneMovesToTheKernel)
   EXPECT_TRUE(at_backend == small + big) << at_backend.size();
   EXPECT_EQ(at_client, "bye");
   EXPECT_EQ(path_, TcpSession::Path::kSockmap);
-  EXPECT_GT(kernel_to_backend_, 2u << 20);  // most of `big` went through the verdict
+  // Some of `big` went through the verdict. How much is up to when the pump first finds the
+  // socket empty, which a loaded machine can delay by many bursts.
+  EXPECT_GT(kernel_to_backend_, 0u);
   EXPECT_EQ(to_backend_, small.size() + big.size());
 }
 
@@ -421,6 +423,13 @@ TEST_P(SockmapSessionTest, SlowBackendPausesResumesAndDrainsOnFin) {
     RecvToEof(client_.far.get());
   });
   std::thread backend([&] {
+    // Stalled until flow control paused the direction: the client surely runs ahead of a
+    // backend that does not read (its buffers hold far less than 24 MiB). The deadline only
+    // stops a broken pause from hanging the test; the pause count below then fails it.
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (sockmap_->pauses.Value() == 0 && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
     char buf[64 << 10];
     ssize_t n;
     int reads = 0;

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 
 #include "agent/base/unique_fd.h"
 #include "tests/integration/agent_fixture.h"
@@ -86,9 +87,11 @@ TEST_P(TcpIntegrityTest, OneGibibyteWithChecksum) {
   EXPECT_TRUE(testutil::WaitFor(
       [&] { return MetricValue("sluice_bytes_total{direction=\"to_backend\"}") >= (1 << 30); },
       absl::Seconds(5)));
-  // The payload went through the path under test. On sockmap the verdict program's counters
-  // account for the bulk; the pumps move only bytes the verdict passed during flow-control
-  // pauses (copy) and what is left at the end.
+  // The connection took the path under test, and every byte is counted on some path. How the
+  // bytes split on sockmap is not asserted: the pumps move what arrives before a direction is
+  // attached and what the verdict passes during flow-control pauses, and a loaded machine
+  // pauses more often (88 % through the kernel was seen with two CPU hogs). The kernel moving
+  // bytes at all is sockmap_integration_test's.
   auto bytes = [&](const std::string& path) {
     const double v =
         MetricValue("sluice_datapath_bytes_total{path=\"" + path + "\",direction=\"to_backend\"}");
@@ -96,9 +99,7 @@ TEST_P(TcpIntegrityTest, OneGibibyteWithChecksum) {
   };
   const double total = bytes("sockmap") + bytes("splice") + bytes("copy");
   EXPECT_EQ(total, double{1 << 30});
-  if (sockmap()) {
-    EXPECT_GE(bytes("sockmap"), 0.9 * (1 << 30));
-  } else {
+  if (!sockmap()) {
     EXPECT_EQ(bytes("sockmap"), 0);
   }
   EXPECT_EQ(MetricValue("sluice_datapath_connections_total{path=\"" + GetParam() + "\"}"), 1);
@@ -130,10 +131,11 @@ TEST_P(TcpIntegrityTest, CloseWhileDataInFlightDeliversEverything) {
 TEST_P(TcpIntegrityTest, BackendHalfClosesFirstClientThenSendsAndCloses) {
   constexpr uint64_t kBytes = 16 << 20;
   uint64_t got = 0, got_hash = 0;
+  absl::Notification enrolled;
   ScriptedBackend backend(Addr("127.0.0.2:9000"), [&](int fd) {
-    // Late enough that the connection is enrolled first (a backend that has already closed its
-    // side cannot be inserted, and the connection would simply stay on splice).
-    absl::SleepFor(absl::Milliseconds(100));
+    // Only once the connection is enrolled (a backend that has already closed its side cannot
+    // be inserted, and the connection would simply stay on splice).
+    enrolled.WaitForNotification();
     ASSERT_EQ(send(fd, "hello", 5, MSG_NOSIGNAL), 5);
     shutdown(fd, SHUT_WR);
     got = ReadAllHashed(fd, &got_hash);
@@ -143,6 +145,15 @@ TEST_P(TcpIntegrityTest, BackendHalfClosesFirstClientThenSendsAndCloses) {
   StartAgent();
   ASSERT_TRUE(WaitListener("tcp/10.96.0.20:80"));
   auto fd = Connect();
+  if (sockmap()) {
+    EXPECT_TRUE(testutil::WaitFor(
+        [&] {
+          return Get("/debug/connections").find("\"path\": \"sockmap\"") != std::string::npos;
+        },
+        absl::Seconds(10)))
+        << Get("/debug/connections");
+  }
+  enrolled.Notify();
   uint64_t hello_hash;
   EXPECT_EQ(ReadAllHashed(fd.get(), &hello_hash), 5u);  // "hello", then the forwarded FIN
   const uint64_t sent_hash = SendStream(fd.get(), 4, kBytes);
@@ -317,7 +328,9 @@ TEST_P(TcpIntegrityTest, OutOfFileDescriptorsShedsNewConnectionsKeepsOld) {
     ASSERT_EQ(recv(fd.get(), &c, 1, 0), 1);
     EXPECT_EQ(c, 'y');
   }
-  // No busy loop while starved: the agent's CPU time barely moves over half a second.
+  // No busy loop while starved: the agent's CPU time barely moves over half a second (of wall
+  // time, however long the sleep really took on a loaded machine; a busy loop would take most of
+  // a core, an idle agent takes nearly nothing).
   auto cpu = [&] {
     std::ifstream stat(absl::StrCat("/proc/", agent_->pid(), "/stat"));
     std::string field;
@@ -330,8 +343,11 @@ TEST_P(TcpIntegrityTest, OutOfFileDescriptorsShedsNewConnectionsKeepsOld) {
     return ticks;
   };
   const long before = cpu();
+  const absl::Time start = absl::Now();
   absl::SleepFor(absl::Milliseconds(500));
-  EXPECT_LT(cpu() - before, 10);  // < 100 ms of CPU (at 100 Hz) in 500 ms
+  const long ticks = cpu() - before;
+  EXPECT_LT(ticks, absl::ToDoubleSeconds(absl::Now() - start) * 100 / 5)  // < 20 % (at 100 Hz)
+      << ticks << " ticks";
   open.clear();
   // Recovered: new connections work again.
   EXPECT_TRUE(testutil::WaitFor(

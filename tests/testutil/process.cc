@@ -124,7 +124,7 @@ int FreePort() {
   // The kernel may hand out a port it just gave us again; a test that asks for two (etcd's
   // client and peer ports) would then find the second in use.
   static absl::Mutex mu;
-  static std::set<int> given;  // guarded by mu
+  static std::set<int> given ABSL_GUARDED_BY(mu);
   absl::MutexLock lock(&mu);
   int port = -1;
   for (int attempt = 0; attempt < 100; ++attempt) {

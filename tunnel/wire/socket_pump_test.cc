@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tunnel/wire/socket_pump.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -29,6 +30,12 @@ Pair SocketPair() {
   return {base::UniqueFd(fds[0]), base::UniqueFd(fds[1])};
 }
 
+// Waits until fd has something to read (or its end); the timeout only catches a hang.
+bool WaitReadable(int fd) {
+  pollfd p{.fd = fd, .events = POLLIN, .revents = 0};
+  return poll(&p, 1, 10000) == 1;
+}
+
 template <typename Fn>
 void OnLoop(IoLoop& loop, Fn fn) {
   std::promise<void> p;
@@ -50,7 +57,7 @@ TEST(SocketPumpTest, ReadsUntilEofAndWritesQueued) {
     EXPECT_FALSE(pump->Write(std::string(2000, 'x')));  // over the bound: refused
   });
   char buf[16];
-  usleep(20000);
+  ASSERT_TRUE(WaitReadable(pair.b.get()));
   ASSERT_EQ(read(pair.b.get(), buf, sizeof(buf)), 5);
   ASSERT_EQ(write(pair.b.get(), "abc", 3), 3);
   pair.b.Reset();
@@ -82,7 +89,7 @@ TEST(SocketPumpTest, CloseAfterFlushDeliversQueuedBytes) {
     if (n > 0) {
       got.append(buf, static_cast<size_t>(n));
     } else {
-      usleep(1000);
+      ASSERT_TRUE(WaitReadable(pair.b.get())) << got.size();
     }
   }
   EXPECT_EQ(got.size(), 300000u);

@@ -338,7 +338,8 @@ TEST_F(KubeSourceTest, AnAnswerAfterAnOutageRelistsAtOnce) {
   auto expired = std::find_if(relist, all.rend(), [](const ApiRequest& r) { return r.watch(); });
   ASSERT_NE(expired, all.rend());
   EXPECT_EQ(expired->status, 200);  // answered (the 410 comes in the stream)
-  EXPECT_LT(relist->time - expired->time, 0.5) << "the relist waited out the outage's backoff";
+  // Below the 2 s the backoff would wait at least; generous for a loaded machine.
+  EXPECT_LT(relist->time - expired->time, 1.5) << "the relist waited out the outage's backoff";
   EXPECT_GE(h_.Errors("connection"), 2);
   EXPECT_GE(h_.Errors("expired"), 1);
 }
@@ -360,7 +361,7 @@ TEST_F(KubeSourceTest, ASilentWatchIsAbandonedAfterItsDeadline) {
   const double waited = watches[1].time - watches[0].time;
   const int timeout = std::stoi(watches[0].query["timeoutSeconds"]);
   EXPECT_GE(waited, timeout + 1 - 0.2);
-  EXPECT_LT(waited, timeout + 1 + 2);
+  EXPECT_LT(waited, timeout + 1 + 5);  // not much later (generous for a loaded machine)
 }
 
 TEST_F(KubeSourceTest, ThrottlingWaitsRetryAfterAndErrorsBackOff) {

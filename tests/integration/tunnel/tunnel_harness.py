@@ -8,6 +8,7 @@ import ctypes
 import hashlib
 import http.server
 import os
+import select
 import shutil
 import signal
 import socket
@@ -295,7 +296,10 @@ class HangingListener:
             c.setblocking(False)
             c.connect_ex(("127.0.0.1", self.port))
             self.fillers.append(c)
-        time.sleep(0.2)
+        # Full once one filler is established and waiting in the accept queue (backlog 0 holds
+        # one); the others' SYNs are dropped.
+        _, writable, _ = select.select([], self.fillers, [], 10)
+        assert any(c.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0 for c in writable)
 
     def close(self):
         for c in self.fillers:

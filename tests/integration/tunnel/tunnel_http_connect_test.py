@@ -168,11 +168,10 @@ class HttpConnectTest(h.TestCase):
         self.assertTrue(out.endswith(b"proxy server is shutting down"), out)
         self.assertIn(b"hello from backend", self.get_over(open_tunnel))
         self.assertTrue(s.proc.alive())
-        # The last tunnel closing ends the wait, well before the grace period.
-        start = time.time()
+        # The last tunnel closing ends the wait, before the 20 s grace period (wait() raises
+        # after 15 s; generous for a loaded machine).
         open_tunnel.close()
-        s.proc.p.wait(timeout=10)
-        self.assertLess(time.time() - start, 5)
+        s.proc.p.wait(timeout=15)
         self.assertEqual(s.proc.p.returncode, 0, s.proc.output()[-2000:])
         self.assertIn("shutting down with 0 tunnels open", s.proc.output())
 
@@ -224,10 +223,10 @@ class HttpConnectTest(h.TestCase):
                         .startswith(b"HTTP/1.1 400 "))
         big = b"CONNECT 127.0.0.1:1 HTTP/1.1\r\nX: " + b"a" * 20000 + b"\r\n\r\n"
         self.assertTrue(uds_exchange(s.uds, big).startswith(b"HTTP/1.1 431 "))
-        start = time.time()
-        slow = uds_exchange(s.uds, b"CONNECT 127.0.0.1:1 HTTP/1.1\r\n", timeout=5)
+        # The 500 ms header timeout answers, not the 10 s default: the exchange times out
+        # after 8 s (generous for a loaded machine).
+        slow = uds_exchange(s.uds, b"CONNECT 127.0.0.1:1 HTTP/1.1\r\n", timeout=8)
         self.assertTrue(slow.startswith(b"HTTP/1.1 408 "), slow)
-        self.assertLess(time.time() - start, 3)
         self.assertTrue(s.ready())  # still serving
         limited = 'sluice_tunnel_server_limited_total{limit="%s"}'
         self.assertEqual(s.metric(limited % "header_bytes"), 1)
@@ -281,7 +280,8 @@ class HttpConnectTest(h.TestCase):
             c.settimeout(5)
             c.connect(s.uds)
             c.sendall(b"CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n" % hang.port)
-            time.sleep(0.5)
+            h.wait_until(lambda: s.metric(
+                "konnectivity_network_proxy_server_pending_backend_dials") == 1)
             a.proc.stop()
             out = c.recv(4096)
             c.close()
