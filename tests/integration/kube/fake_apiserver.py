@@ -338,7 +338,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                         generation = g
                         close = STATE.close_mode.get(g)
                         if close and close[0] in (None, resource):
-                            return self.close_stream(close[1], pos)
+                            return self.close_stream(close[1], pos, resource, labels, fields)
                         if STATE.bookmarks.get(g, "-") in (None, resource):
                             want_bookmark = bookmarks and not hang
                     if not STATE.held and not hang:
@@ -385,7 +385,22 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return {"type": "DELETED", "object": new}
         return None
 
-    def close_stream(self, mode, pos):
+    def close_stream(self, mode, pos, resource, labels, fields):
+        if mode == "midline":
+            # The chunk header promises the whole next event line (or a made-up one), half of
+            # it follows, then the connection drops: the client holds a partial line and a
+            # partial chunk, neither of which may be applied.
+            line = b'{"type":"ADDED","object":{"metadata":{"name":"never-completed"}}}\n'
+            for entry in STATE.history:
+                if entry[0] > pos and entry[1] == resource:
+                    event = self.filter_event(entry, labels, fields)
+                    if event is not None:
+                        line = event if isinstance(event, bytes) else \
+                            json.dumps(event).encode() + b"\n"
+                        break
+            self.wfile.write(b"%x\r\n%s" % (len(line), line[:len(line) // 2]))
+            self.wfile.flush()
+            mode = "abrupt"
         if mode == "abrupt":
             # No terminating chunk: the client sees the connection drop mid-stream.
             self.close_connection = True
@@ -464,7 +479,7 @@ def control(c):
     if op == "hold":  # {"value": bool}: streams pause / resume
         s.held = bool(c["value"])
         return {}
-    if op == "close_watches":  # {"mode": clean|abrupt|expire, "resource": optional}
+    if op == "close_watches":  # {"mode": clean|abrupt|midline|expire, "resource": optional}
         s.generation += 1
         s.close_mode[s.generation] = (c.get("resource"), c.get("mode", "clean"))
         return {}

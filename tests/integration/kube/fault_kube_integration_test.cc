@@ -1,0 +1,186 @@
+// SPDX-License-Identifier: Apache-2.0
+// Fault matrix, API server rows: the real sluice-agent (--source=kube) against the test API
+// server while its watches are closed, expire, are throttled, fail with 5xx or drop mid-line.
+// After each fault the agent must hold exactly the API's state (a service deleted and one added
+// during the fault), and a service the fault did not touch must keep answering throughout: a
+// relist or re-watch never takes down what did not change. kube_source_test.cc covers the same
+// faults at the module level (request order, Retry-After, backoff timing).
+#include <atomic>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+
+#include "tests/integration/agent_fixture.h"
+#include "tests/integration/kube/fake_apiserver.h"
+#include "tests/testutil/tcp_server.h"
+
+namespace sluice::testing {
+namespace {
+
+using testutil::Hello;
+using testutil::TcpServer;
+using testutil::WaitFor;
+
+net::SocketAddress Addr(const std::string& s) { return *net::SocketAddress::Parse(s); }
+
+// Requests to a service address on their own thread, counting answers and failures.
+class Load {
+ public:
+  explicit Load(std::string to)
+      : thread_([this, to] {
+          while (!stop_) {
+            if (Hello(to).empty()) {
+              ++failed;
+              absl::SleepFor(absl::Milliseconds(10));  // refused at once while no agent runs
+            } else {
+              ++ok;
+            }
+          }
+        }) {}
+  ~Load() {
+    stop_ = true;
+    thread_.join();
+  }
+  std::atomic<int> ok{0};
+  std::atomic<int> failed{0};
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+struct ApiFault {
+  std::string name;
+  // Control operations (fake_apiserver.py) sent while the API server holds its streams and
+  // after the changes were made; the streams are released after them.
+  std::vector<std::string> ops;
+  bool relists = false;  // the fault forces a relist (the history is gone)
+  std::string reason;    // the sluice_source_errors_total reason it must count ("": none)
+};
+
+// gtest prints a parameter in test listings and failures: its name, not its bytes.
+void PrintTo(const ApiFault& fault, std::ostream* os) { *os << fault.name; }
+
+const std::vector<ApiFault> kApiFaults = {
+    {"WatchEndsCleanly", {R"({"op":"close_watches","mode":"clean"})"}},
+    {"ConnectionDropsBetweenEvents", {R"({"op":"close_watches","mode":"abrupt"})"}, false,
+     "connection"},
+    // Half of the first held event's line and chunk, then the connection drops.
+    {"ConnectionDropsMidLine", {R"({"op":"close_watches","mode":"midline"})"}, false,
+     "connection"},
+    {"ExpiredInTheStream",
+     {R"({"op":"compact"})", R"({"op":"close_watches","mode":"expire"})"}, true, "expired"},
+    {"ExpiredAsHttp410",
+     {R"({"op":"gone_mode","value":"http"})", R"({"op":"compact"})",
+      R"({"op":"close_watches","mode":"clean"})"},
+     true, "expired"},
+    {"ThrottledWithRetryAfter",
+     {R"({"op":"fault","verb":"watch","status":429,"retry_after":1,"count":2})",
+      R"({"op":"close_watches","mode":"clean"})"},
+     false, "throttled"},
+    {"ServerErrorsOnWatch",
+     {R"({"op":"fault","verb":"watch","status":500,"count":2})",
+      R"({"op":"close_watches","mode":"abrupt"})"},
+     false, "server_error"},
+    // The relist itself fails twice (and a 503 asks for a retry after one second).
+    {"ServerErrorsOnRelist",
+     {R"({"op":"fault","verb":"list","status":500})",
+      R"({"op":"fault","verb":"list","status":503,"retry_after":1})", R"({"op":"compact"})",
+      R"({"op":"close_watches","mode":"expire"})"},
+     true, "server_error"},
+    {"ConnectionResetOnReconnect",
+     {R"({"op":"fault","verb":"watch","action":"reset","count":2})",
+      R"({"op":"close_watches","mode":"abrupt"})"},
+     false, "connection"},
+};
+
+class KubeFaultTest : public AgentTest, public ::testing::WithParamInterface<ApiFault> {
+ protected:
+  void SetUp() override {
+    AgentTest::SetUp();
+    if (IsSkipped()) {
+      return;
+    }
+    api_ = FakeApiServer::Start({.tls = true});
+    ASSERT_NE(api_, nullptr);
+  }
+  void TearDown() override {
+    AgentTest::TearDown();  // the agent first
+    api_.reset();
+  }
+  double Errors(const std::string& reason) {
+    return MetricValue(
+        absl::StrCat(R"(sluice_source_errors_total{source="kube",reason=")", reason, "\"}"));
+  }
+  std::unique_ptr<FakeApiServer> api_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Faults, KubeFaultTest, ::testing::ValuesIn(kApiFaults),
+                         [](const ::testing::TestParamInfo<ApiFault>& info) {
+                           return info.param.name;
+                         });
+
+TEST_P(KubeFaultTest, ConvergesAndKeepsWhatDidNotChange) {
+  const ApiFault& fault = GetParam();
+  auto a = TcpServer::Start(Addr("127.0.0.2:8080"), TcpServer::Mode::kHello, 0, "a");
+  auto b = TcpServer::Start(Addr("127.0.0.3:8080"), TcpServer::Mode::kHello, 0, "b");
+  ASSERT_TRUE(a && b);
+  for (const char* name : {"gone", "kept"}) {
+    const std::string ip = name[0] == 'g' ? "10.96.0.11" : "10.96.0.12";
+    api_->Put("services", ServiceJson("test", name, ip, 80));
+    api_->Put("endpointslices",
+              SliceJson("test", name, std::string(name) + "-1", {"127.0.0.2"}, 8080));
+  }
+  StartAgent(
+      {"--source=kube", "--kubeconfig=" + api_->WriteKubeconfig({.ca = "data"}), "--zone=z"});
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.11:80")) << agent_->Output();
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.12:80"));
+  const double relists_before = MetricValue(R"(sluice_source_relists_total{source="kube"})");
+  auto load = std::make_unique<Load>("10.96.0.12:80");
+  ASSERT_TRUE(WaitFor([&] { return load->ok > 5; }, absl::Seconds(10)));
+
+  // Changes the agent can only learn through the faulty streams: one service goes, one comes,
+  // an endpoint moves.
+  api_->Control(R"({"op":"hold","value":true})");
+  api_->Delete("services", "test", "gone");
+  api_->Delete("endpointslices", "test", "gone-1");
+  api_->Put("services", ServiceJson("test", "new", "10.96.0.13", 80));
+  api_->Put("endpointslices", SliceJson("test", "new", "new-1", {"127.0.0.3"}, 8080));
+  for (const std::string& op : fault.ops) {
+    api_->Control(op);
+  }
+  api_->Control(R"({"op":"hold","value":false})");
+
+  // Backoffs: at most 0.8 s + 1.6 s (two 5xx, jitter <= 1) or two Retry-After seconds.
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.13:80", true, absl::Seconds(30))) << agent_->Output();
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.11:80", false)) << agent_->Output();
+  EXPECT_TRUE(WaitFor([&] { return Hello("10.96.0.13:80") == "b"; }, absl::Seconds(10)));
+  int err = 0;
+  EXPECT_EQ(Hello("10.96.0.11:80", &err), "");  // the VIP is gone with the service
+  const int load_ok = load->ok;
+  ASSERT_TRUE(WaitFor([&] { return load->ok > load_ok + 5; }, absl::Seconds(10)));
+  const int failed = load->failed;
+  load.reset();
+  EXPECT_EQ(failed, 0) << "the untouched service stopped answering during the fault";
+
+  const double relists =
+      MetricValue(R"(sluice_source_relists_total{source="kube"})") - relists_before;
+  if (fault.relists) {
+    EXPECT_GE(relists, 1);
+  } else {
+    EXPECT_EQ(relists, 0) << "a re-watch from the last version needs no relist";
+  }
+  if (!fault.reason.empty()) {
+    EXPECT_GE(Errors(fault.reason), 1) << Metrics();
+  }
+  // The half-sent line was never taken for an object.
+  EXPECT_EQ(Get("/debug/services").find("never-completed"), std::string::npos);
+  EXPECT_LE(Errors("malformed_event"), 0) << "a partial line was parsed as an event";
+  // And the streams work after the fault.
+  api_->Put("endpointslices", SliceJson("test", "kept", "kept-1", {"127.0.0.3"}, 8080));
+  EXPECT_TRUE(WaitFor([&] { return Hello("10.96.0.12:80") == "b"; }, absl::Seconds(10)))
+      << agent_->Output();
+}
+
+}  // namespace
+}  // namespace sluice::testing
