@@ -42,6 +42,7 @@ absl::StatusOr<std::unique_ptr<FileSource>> FileSource::Create(const std::string
     return base::ErrnoStatus(errno, absl::StrCat("inotify_add_watch(", dir, ")"));
   }
   source->settle_ = loop.CreateTimer([self] { self->Reload(); });
+  source->retry_ = loop.CreateTimer([self] { self->Reload(); });
   ASSIGN_OR_RETURN(source->watch_, loop.Watch(source->inotify_.get(), EPOLLIN,
                                               [self](uint32_t) { self->OnInotify(); }));
   source->Reload();
@@ -84,6 +85,14 @@ void FileSource::Reload() {
   metrics_.services.Set(static_cast<double>(manifests_.services().size()));
   metrics_.endpoint_slices.Set(static_cast<double>(manifests_.endpoint_slices().size()));
   metrics_.last_sync.Set(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+  if (result.retry) {
+    metrics_.Error("read").Inc();
+    if (!retry_->armed()) {
+      retry_->Arm(retry_backoff_.Next());
+    }
+  } else {
+    retry_backoff_.Reset();
+  }
   if (!result.changed) {
     return;
   }

@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 
+#include "agent/base/backoff.h"
 #include "agent/base/unique_fd.h"
 #include "agent/config/mux.h"
 #include "agent/event/event_loop.h"
@@ -17,7 +18,9 @@ namespace sluice::sources {
 // --source=file:PATH. Loads the manifests at start, then follows changes with inotify on the
 // directory (the path's parent for a single file), which also sees editors that write a new
 // file and rename it over the old one and ConfigMap symlink swaps. Each reload pushes the whole
-// state as one kSet per kind, so a file's edits apply atomically.
+// state as one kSet per kind, so a file's edits apply atomically. What cannot be read (out of
+// descriptors, say) keeps its last state and is read again after a backoff, since no file event
+// tells when reading works again.
 // Thread: the control-plane loop.
 class FileSource final {
  public:
@@ -42,6 +45,8 @@ class FileSource final {
   base::UniqueFd inotify_;
   std::unique_ptr<event::FileEvent> watch_;
   std::unique_ptr<event::Timer> settle_;
+  std::unique_ptr<event::Timer> retry_;
+  base::Backoff retry_backoff_{base::Backoff::Options{}};
 };
 
 }  // namespace sluice::sources

@@ -49,39 +49,46 @@ bool SameObjects(const std::vector<std::shared_ptr<const T>>& a,
 
 }  // namespace
 
-std::vector<std::string> ManifestSet::ListFiles(std::vector<std::string>* errors) const {
-  std::vector<std::string> out;
+bool ManifestSet::ListFiles(std::vector<std::string>* files,
+                            std::vector<std::string>* errors) const {
   std::error_code ec;
   if (!fs::is_directory(path_, ec)) {
-    out.push_back(path_);  // a single file; a missing one is reported by Load
-    return out;
+    files->push_back(path_);  // a single file; a missing one is reported by Load
+    return true;
   }
   for (fs::directory_iterator it(path_, ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code type_ec;
     if (IsManifestName(it->path().filename().string()) && it->is_regular_file(type_ec)) {
-      out.push_back(it->path().string());
+      files->push_back(it->path().string());
     }
   }
   if (ec) {
-    errors->push_back(absl::StrCat(path_, ": ", ec.message()));
+    // Out of descriptors, say: an unreadable listing is not an empty directory.
+    errors->push_back(absl::StrCat(path_, ": ", ec.message(), " (keeping the last good state)"));
+    return false;
   }
-  std::sort(out.begin(), out.end());
-  return out;
+  std::sort(files->begin(), files->end());
+  return true;
 }
 
-bool ManifestSet::Load(const std::string& file, FileState& state,
-                       std::vector<std::string>* errors) const {
+ManifestSet::LoadResult ManifestSet::Load(const std::string& file, off_t size, FileState& state,
+                                          std::vector<std::string>* errors) const {
+  if (static_cast<uint64_t>(size) > kMaxFileBytes) {
+    errors->push_back(absl::StrCat(file, ": larger than the limit of ", kMaxFileBytes,
+                                   " bytes (keeping this file's last good state)"));
+    return LoadResult::kBad;
+  }
   auto text = base::ReadFile(file, kMaxFileBytes);
   if (!text.ok()) {
     errors->push_back(
         absl::StrCat(text.status().message(), " (keeping this file's last good state)"));
-    return false;
+    return LoadResult::kUnreadable;
   }
   auto manifest = config::DecodeManifest(*text);
   if (!manifest.ok()) {
     errors->push_back(absl::StrCat(file, ": ", manifest.status().message(),
                                    " (keeping this file's last good state)"));
-    return false;
+    return LoadResult::kBad;
   }
   std::vector<config::ServicePtr> services = std::move(manifest->services);
   std::vector<config::EndpointSlicePtr> slices = std::move(manifest->endpoint_slices);
@@ -100,13 +107,18 @@ bool ManifestSet::Load(const std::string& file, FileState& state,
   }
   state.services = std::move(services);
   state.slices = std::move(slices);
-  return true;
+  return LoadResult::kLoaded;
 }
 
 ManifestSet::ScanResult ManifestSet::Rescan() {
   ScanResult result;
+  std::vector<std::string> files;
+  if (!ListFiles(&files, &result.errors)) {
+    result.retry = true;
+    return result;
+  }
   std::map<std::string, FileState> next;
-  for (const std::string& file : ListFiles(&result.errors)) {
+  for (const std::string& file : files) {
     struct stat st;
     FileState& state = next[file];
     auto old = files_.find(file);
@@ -124,9 +136,17 @@ ManifestSet::ScanResult ManifestSet::Rescan() {
     if (old != files_.end() && old->second.identity == id) {
       continue;
     }
-    state.identity = id;  // a failed load is not retried until the file changes again
-    if (Load(file, state, &result.errors)) {
-      ++result.files_loaded;
+    switch (Load(file, st.st_size, state, &result.errors)) {
+      case LoadResult::kLoaded:
+        state.identity = id;
+        ++result.files_loaded;
+        break;
+      case LoadResult::kBad:
+        state.identity = id;  // not read again until the file changes
+        break;
+      case LoadResult::kUnreadable:
+        result.retry = true;  // the old identity (if any) makes the next Rescan read it again
+        break;
     }
   }
   const bool files_removed = next.size() < files_.size() ||

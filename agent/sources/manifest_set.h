@@ -25,6 +25,10 @@ class ManifestSet final {
     bool changed = false;             // the merged objects differ from the previous scan's
     int files_loaded = 0;             // files (re)read and applied
     std::vector<std::string> errors;  // one line per problem: "<file>: <what>"
+    // The directory or a file could not be read (EMFILE, ENOMEM, EIO...), as opposed to read
+    // and found bad: what was there is kept, and no file event may come to say when reading
+    // works again, so the caller rescans later.
+    bool retry = false;
   };
 
   explicit ManifestSet(std::string path) : path_(std::move(path)) {}
@@ -51,9 +55,13 @@ class ManifestSet final {
     std::vector<config::EndpointSlicePtr> slices;
   };
 
-  std::vector<std::string> ListFiles(std::vector<std::string>* errors) const;
-  // Reads and decodes one file into `state`; false (with errors) keeps `state` as it was.
-  bool Load(const std::string& file, FileState& state, std::vector<std::string>* errors) const;
+  enum class LoadResult { kLoaded, kBad, kUnreadable };
+
+  // The manifest files under path_; false (with errors) when a directory cannot be listed.
+  bool ListFiles(std::vector<std::string>* files, std::vector<std::string>* errors) const;
+  // Reads and decodes one file into `state`; unless kLoaded (with errors), `state` is as it was.
+  LoadResult Load(const std::string& file, off_t size, FileState& state,
+                  std::vector<std::string>* errors) const;
   void Merge(std::vector<std::string>* errors);
 
   const std::string path_;

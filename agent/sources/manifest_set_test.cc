@@ -2,6 +2,7 @@
 #include "agent/sources/manifest_set.h"
 
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -20,6 +21,24 @@ std::string ServiceYaml(const std::string& name, int port) {
                       "\n  namespace: default\nspec:\n  clusterIP: 10.96.0.", port % 250,
                       "\n  ports:\n  - port: ", port, "\n");
 }
+
+// Lowers this process's soft RLIMIT_NOFILE to its lowest free descriptor number while it
+// lives, so that every open() fails with EMFILE, as in an agent out of descriptors.
+class OutOfDescriptors final {
+ public:
+  OutOfDescriptors() {
+    getrlimit(RLIMIT_NOFILE, &saved_);
+    const int lowest_free = dup(0);
+    close(lowest_free);
+    rlimit lim = saved_;
+    lim.rlim_cur = static_cast<rlim_t>(lowest_free);
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+  ~OutOfDescriptors() { setrlimit(RLIMIT_NOFILE, &saved_); }
+
+ private:
+  rlimit saved_{};
+};
 
 class ManifestSetTest : public ::testing::Test {
  protected:
@@ -132,6 +151,51 @@ TEST_F(ManifestSetTest, SingleFileAndConfigMapSymlinks) {
   ManifestSet file_set(dir_ + "/svc.yaml");
   file_set.Rescan();
   EXPECT_EQ(Ports(file_set), (std::vector<int>{81}));
+}
+
+// Out of descriptors, the directory cannot be listed: that is not an empty directory (which
+// would delete every service); the state stays and the caller is asked to rescan.
+TEST_F(ManifestSetTest, UnlistableDirectoryKeepsTheStateAndAsksForARetry) {
+  Write("a.yaml", ServiceYaml("a", 80));
+  ManifestSet set(dir_);
+  set.Rescan();
+  Write("b.yaml", ServiceYaml("b", 81));
+  ManifestSet::ScanResult r;
+  {
+    OutOfDescriptors no_fds;
+    r = set.Rescan();
+  }
+  EXPECT_TRUE(r.retry);
+  EXPECT_FALSE(r.changed);
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_NE(r.errors[0].find("Too many open files"), std::string::npos) << r.errors[0];
+  EXPECT_EQ(Ports(set), (std::vector<int>{80}));
+  r = set.Rescan();
+  EXPECT_FALSE(r.retry);
+  EXPECT_TRUE(r.changed);
+  EXPECT_EQ(Ports(set), (std::vector<int>{80, 81}));
+}
+
+// A file that cannot be read (unlike one that is read and found bad) is read again by the next
+// Rescan, although it did not change.
+TEST_F(ManifestSetTest, UnreadableFileKeepsItsStateAndIsReadAgain) {
+  Write("a.yaml", ServiceYaml("a", 80));
+  ManifestSet set(dir_ + "/a.yaml");  // a single file: listing opens nothing
+  set.Rescan();
+  Write("a.yaml", ServiceYaml("a", 90));
+  ManifestSet::ScanResult r;
+  {
+    OutOfDescriptors no_fds;
+    r = set.Rescan();
+  }
+  EXPECT_TRUE(r.retry);
+  EXPECT_FALSE(r.changed);
+  EXPECT_EQ(Ports(set), (std::vector<int>{80}));
+  r = set.Rescan();
+  EXPECT_FALSE(r.retry);
+  EXPECT_TRUE(r.changed);
+  EXPECT_EQ(r.files_loaded, 1);
+  EXPECT_EQ(Ports(set), (std::vector<int>{90}));
 }
 
 TEST_F(ManifestSetTest, MissingFileIsAnErrorNotACrash) {
