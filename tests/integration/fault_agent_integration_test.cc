@@ -193,11 +193,10 @@ TEST_P(NodeFaultTest, BackendKilledMidStream) {
       "socat", "-u", "OPEN:/dev/zero", "TCP-LISTEN:9000,bind=127.0.0.2,reuseaddr"});
   auto up = std::make_unique<testutil::Subprocess>(std::vector<std::string>{
       "socat", "-u", "TCP-LISTEN:9001,bind=127.0.0.3,reuseaddr", "OPEN:/dev/null"});
-  Write("svc.yaml",
-        ServiceYaml("down", {"10.96.0.20"}, {{"tcp", 80}}) + "---\n" +
-            SliceYaml("down", {"127.0.0.2"}, {{"tcp", 9000}}) + "---\n" +
-            ServiceYaml("up", {"10.96.0.21"}, {{"tcp", 80}}) + "---\n" +
-            SliceYaml("up", {"127.0.0.3"}, {{"tcp", 9001}}));
+  Write("svc.yaml", ServiceYaml("down", {"10.96.0.20"}, {{"tcp", 80}}) + "---\n" +
+                        SliceYaml("down", {"127.0.0.2"}, {{"tcp", 9000}}) + "---\n" +
+                        ServiceYaml("up", {"10.96.0.21"}, {{"tcp", 80}}) + "---\n" +
+                        SliceYaml("up", {"127.0.0.3"}, {{"tcp", 9001}}));
   for (int port : {9000, 9001}) {
     ASSERT_TRUE(WaitFor(
         [&] {
@@ -248,8 +247,8 @@ TEST_P(NodeFaultTest, BackendKilledMidStream) {
   // The download is half-closed (the client may still send), until the client closes too.
   down_conn.Reset();
   up_conn.Reset();
-  EXPECT_TRUE(WaitFor([&] { return MetricValue("sluice_connections_active") == 0; },
-                      absl::Seconds(10)))
+  EXPECT_TRUE(
+      WaitFor([&] { return MetricValue("sluice_connections_active") == 0; }, absl::Seconds(10)))
       << Metrics();
 }
 
@@ -357,12 +356,65 @@ TEST_P(NodeFaultTest, ThousandsOfSlowReadersAreBoundedAndLoseNothing) {
     ASSERT_EQ(hash, want_hash) << i;
   }
   clients.clear();
-  EXPECT_TRUE(WaitFor([&] { return MetricValue("sluice_connections_active") == 0; },
-                      absl::Seconds(20)));
+  EXPECT_TRUE(
+      WaitFor([&] { return MetricValue("sluice_connections_active") == 0; }, absl::Seconds(20)));
   // Idle pipes stay pooled: at most PipePool's max_idle (256) per worker, two fds each.
   EXPECT_TRUE(WaitFor([&] { return OpenFds(agent_->pid()) <= fds_before + 2 * 2 * 256; },
                       absl::Seconds(10)))
       << OpenFds(agent_->pid()) << " fds, " << fds_before << " before";
+}
+
+// Out of descriptors when a service is added: the agent keeps every service it has (a
+// directory it cannot list is not an empty one) and the connections it holds, refuses new ones,
+// and once descriptors free up reads the new manifest and serves it. The limit is set on the
+// running agent (prlimit --pid) to exactly the descriptors it holds, so it is out of them when
+// the file changes. (Shedding at a limit set at start: TcpIntegrityTest.OutOfFileDescriptors...)
+TEST_P(NodeFaultTest, ServiceAddedWhileOutOfFdsIsServedOnceFdsFree) {
+  auto echo = TcpServer::Start(Addr("127.0.0.2:9000"), TcpServer::Mode::kEcho);
+  auto b = TcpServer::Start(Addr("127.0.0.3:8080"), TcpServer::Mode::kHello, 0, "b");
+  ASSERT_TRUE(echo && b);
+  Write("echo.yaml", ServiceYaml("echo", {"10.96.0.20"}, {{"tcp", 80}}) + "---\n" +
+                         SliceYaml("echo", {"127.0.0.2"}, {{"tcp", 9000}}));
+  StartAgent({"--workers=1"});
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.20:80"));
+  std::vector<base::UniqueFd> open;
+  auto echoes = [](int fd, char c) {
+    return send(fd, &c, 1, MSG_NOSIGNAL) == 1 && recv(fd, &c, 1, 0) == 1;
+  };
+  for (int i = 0; i < 20; ++i) {
+    open.push_back(Connect("10.96.0.20:80"));
+    ASSERT_TRUE(echoes(open.back().get(), 'x'));
+  }
+  const std::string limit = absl::StrCat("--nofile=", OpenFds(agent_->pid()));
+  ASSERT_EQ(testutil::RunCommand(
+                {"prlimit", "--pid", absl::StrCat(agent_->pid()), limit + ":" + limit.substr(9)}),
+            0);
+  int err = 0;
+  auto refused = ConnectTcp(Addr("10.96.0.20:80"), &err);
+  EXPECT_TRUE(!refused || !echoes(refused.get(), 'r')) << "a new connection got through";
+  refused.Reset();
+  Write("b.yaml", ServiceYaml("b", {"10.96.0.21"}, {{"http", 80}}) + "---\n" +
+                      SliceYaml("b", {"127.0.0.3"}, {{"http", 8080}}));
+  ASSERT_TRUE(
+      WaitFor([&] { return agent_->Output().find("Too many open files") != std::string::npos; },
+              absl::Seconds(10)))
+      << "the agent was not out of descriptors when the file changed\n"
+      << agent_->Output();
+  for (auto& fd : open) {  // the established ones still work
+    ASSERT_TRUE(echoes(fd.get(), 'y'));
+  }
+
+  open.clear();  // frees 40 of the agent's descriptors
+  EXPECT_TRUE(WaitListener("tcp/10.96.0.21:80", true, absl::Seconds(40))) << agent_->Output();
+  EXPECT_TRUE(WaitFor([&] { return Hello("10.96.0.21:80") == "b"; }, absl::Seconds(10)));
+  // The echo service was never dropped.
+  EXPECT_EQ(agent_->Output().find("loaded 0 services"), std::string::npos) << agent_->Output();
+  EXPECT_EQ(VipCount("10.96.0.20"), 1);
+  auto again = Connect("10.96.0.20:80");
+  EXPECT_TRUE(echoes(again.get(), 'z'));
+  EXPECT_GE(MetricValue(absl::StrCat(R"(sluice_source_errors_total{source="file:)", dir_,
+                                     R"(",reason="read"})")),
+            1);
 }
 
 }  // namespace
