@@ -26,7 +26,7 @@ net::SocketAddress Addr(const std::string& s) { return *net::SocketAddress::Pars
 // Requests to a service address on their own thread, counting answers and failures.
 class Load {
  public:
-  explicit Load(std::string to)
+  explicit Load(const std::string& to)
       : thread_([this, to] {
           while (!stop_) {
             if (Hello(to).empty()) {
@@ -61,46 +61,43 @@ struct ApiFault {
 // gtest prints a parameter in test listings and failures: its name, not its bytes.
 void PrintTo(const ApiFault& fault, std::ostream* os) { *os << fault.name; }
 
-const std::vector<ApiFault> kApiFaults = {
-    {"WatchEndsCleanly", {R"({"op":"close_watches","mode":"clean"})"}},
-    {"ConnectionDropsBetweenEvents",
-     {R"({"op":"close_watches","mode":"abrupt"})"},
-     false,
-     "connection"},
-    // Half of the first held event's line and chunk, then the connection drops.
-    {"ConnectionDropsMidLine", {R"({"op":"close_watches","mode":"midline"})"}, false, "connection"},
-    {"ExpiredInTheStream",
-     {R"({"op":"compact"})", R"({"op":"close_watches","mode":"expire"})"},
-     true,
-     "expired"},
-    {"ExpiredAsHttp410",
-     {R"({"op":"gone_mode","value":"http"})", R"({"op":"compact"})",
-      R"({"op":"close_watches","mode":"clean"})"},
-     true,
-     "expired"},
-    {"ThrottledWithRetryAfter",
-     {R"({"op":"fault","verb":"watch","status":429,"retry_after":1,"count":2})",
-      R"({"op":"close_watches","mode":"clean"})"},
-     false,
-     "throttled"},
-    {"ServerErrorsOnWatch",
-     {R"({"op":"fault","verb":"watch","status":500,"count":2})",
-      R"({"op":"close_watches","mode":"abrupt"})"},
-     false,
-     "server_error"},
-    // The relist itself fails twice (and a 503 asks for a retry after one second).
-    {"ServerErrorsOnRelist",
-     {R"({"op":"fault","verb":"list","status":500})",
-      R"({"op":"fault","verb":"list","status":503,"retry_after":1})", R"({"op":"compact"})",
-      R"({"op":"close_watches","mode":"expire"})"},
-     true,
-     "server_error"},
-    {"ConnectionResetOnReconnect",
-     {R"({"op":"fault","verb":"watch","action":"reset","count":2})",
-      R"({"op":"close_watches","mode":"abrupt"})"},
-     false,
-     "connection"},
-};
+std::vector<ApiFault> AllApiFaults() {
+  const std::string clean = R"({"op":"close_watches","mode":"clean"})";
+  const std::string abrupt = R"({"op":"close_watches","mode":"abrupt"})";
+  const std::string compact = R"({"op":"compact"})";
+  const std::string expire = R"({"op":"close_watches","mode":"expire"})";
+  return {
+      {.name = "WatchEndsCleanly", .ops = {clean}},
+      {.name = "ConnectionDropsBetweenEvents", .ops = {abrupt}, .reason = "connection"},
+      // Half of the first held event's line and chunk, then the connection drops.
+      {.name = "ConnectionDropsMidLine",
+       .ops = {R"({"op":"close_watches","mode":"midline"})"},
+       .reason = "connection"},
+      {.name = "ExpiredInTheStream",
+       .ops = {compact, expire},
+       .relists = true,
+       .reason = "expired"},
+      {.name = "ExpiredAsHttp410",
+       .ops = {R"({"op":"gone_mode","value":"http"})", compact, clean},
+       .relists = true,
+       .reason = "expired"},
+      {.name = "ThrottledWithRetryAfter",
+       .ops = {R"({"op":"fault","verb":"watch","status":429,"retry_after":1,"count":2})", clean},
+       .reason = "throttled"},
+      {.name = "ServerErrorsOnWatch",
+       .ops = {R"({"op":"fault","verb":"watch","status":500,"count":2})", abrupt},
+       .reason = "server_error"},
+      // The relist itself fails twice (and the 503 asks for a retry after one second).
+      {.name = "ServerErrorsOnRelist",
+       .ops = {R"({"op":"fault","verb":"list","status":500})",
+               R"({"op":"fault","verb":"list","status":503,"retry_after":1})", compact, expire},
+       .relists = true,
+       .reason = "server_error"},
+      {.name = "ConnectionResetOnReconnect",
+       .ops = {R"({"op":"fault","verb":"watch","action":"reset","count":2})", abrupt},
+       .reason = "connection"},
+  };
+}
 
 class KubeFaultTest : public AgentTest, public ::testing::WithParamInterface<ApiFault> {
  protected:
@@ -123,7 +120,7 @@ class KubeFaultTest : public AgentTest, public ::testing::WithParamInterface<Api
   std::unique_ptr<FakeApiServer> api_;
 };
 
-INSTANTIATE_TEST_SUITE_P(Faults, KubeFaultTest, ::testing::ValuesIn(kApiFaults),
+INSTANTIATE_TEST_SUITE_P(Faults, KubeFaultTest, ::testing::ValuesIn(AllApiFaults()),
                          [](const ::testing::TestParamInfo<ApiFault>& info) {
                            return info.param.name;
                          });
