@@ -6,6 +6,7 @@ and each surviving process frees what it held: its descriptor count returns to i
 
 import os
 import time
+import unittest
 
 import grpc
 
@@ -64,9 +65,18 @@ class TunnelFaultTest(h.TestCase):
         return ch, tunnels
 
     def test_server_killed_with_tunnels_open_then_restarted(self):
+        self.server_killed_with_tunnels_open_then_restarted(self.env.agent, lambda a: a.ready())
+
+    @unittest.skipUnless(h.NODE_AGENT_BIN, "SLUICE_AGENT not set")
+    def test_server_killed_then_restarted_under_sluice_agent(self):
+        # The same tunnel agent hosted by sluice-agent (--tunnel-server-address).
+        self.server_killed_with_tunnels_open_then_restarted(
+            lambda s: h.NodeAgent(self.env, s), lambda a: a.readyz()[0] == 200)
+
+    def server_killed_with_tunnels_open_then_restarted(self, start_agent, ready):
         s = self.env.server()
-        a = self.env.agent(s)
-        h.wait_until(a.ready, what="agent ready")
+        a = start_agent(s)
+        h.wait_until(lambda: ready(a), what="agent ready")
         agent_baseline = fds(a.proc)
         ch, tunnels = self.open_tunnels(s)
         h.wait_until(lambda: a.metric(OPEN_ENDPOINTS) == 3, what="endpoints open")
@@ -94,6 +104,7 @@ class TunnelFaultTest(h.TestCase):
 
         s2 = self.env.server(name="server2", agent_port=s.agent_port, server_id="server-b")
         h.wait_until(s2.ready, timeout=30, what="agent reconnects")
+        h.wait_until(lambda: ready(a), what="agent ready again")
         print("server restarted: agent connected again after %.2fs" % (time.time() - start))
         ch2 = s2.channel()
         t = h.Tunnel(ch2)
@@ -151,5 +162,4 @@ class TunnelFaultTest(h.TestCase):
 
 
 if __name__ == "__main__":
-    import unittest
     unittest.main()
