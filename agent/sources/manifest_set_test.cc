@@ -40,6 +40,11 @@ class OutOfDescriptors final {
   rlimit saved_{};
 };
 
+ManifestSet::ScanResult RescanOutOfDescriptors(ManifestSet& set) {
+  OutOfDescriptors no_fds;
+  return set.Rescan();
+}
+
 class ManifestSetTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -160,11 +165,7 @@ TEST_F(ManifestSetTest, UnlistableDirectoryKeepsTheStateAndAsksForARetry) {
   ManifestSet set(dir_);
   set.Rescan();
   Write("b.yaml", ServiceYaml("b", 81));
-  ManifestSet::ScanResult r;
-  {
-    OutOfDescriptors no_fds;
-    r = set.Rescan();
-  }
+  ManifestSet::ScanResult r = RescanOutOfDescriptors(set);
   EXPECT_TRUE(r.retry);
   EXPECT_FALSE(r.changed);
   ASSERT_EQ(r.errors.size(), 1u);
@@ -183,11 +184,7 @@ TEST_F(ManifestSetTest, UnreadableFileKeepsItsStateAndIsReadAgain) {
   ManifestSet set(dir_ + "/a.yaml");  // a single file: listing opens nothing
   set.Rescan();
   Write("a.yaml", ServiceYaml("a", 90));
-  ManifestSet::ScanResult r;
-  {
-    OutOfDescriptors no_fds;
-    r = set.Rescan();
-  }
+  ManifestSet::ScanResult r = RescanOutOfDescriptors(set);
   EXPECT_TRUE(r.retry);
   EXPECT_FALSE(r.changed);
   EXPECT_EQ(Ports(set), (std::vector<int>{80}));

@@ -8,11 +8,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 
@@ -72,32 +70,6 @@ int VipCount(const std::string& ip) {
   return n;
 }
 
-// Requests to a service address on their own thread, counting answers and failures.
-class Load {
- public:
-  explicit Load(const std::string& to)
-      : thread_([this, to] {
-          while (!stop_) {
-            if (Hello(to).empty()) {
-              ++failed;
-              absl::SleepFor(absl::Milliseconds(10));  // refused at once while no agent runs
-            } else {
-              ++ok;
-            }
-          }
-        }) {}
-  ~Load() {
-    stop_ = true;
-    thread_.join();
-  }
-  std::atomic<int> ok{0};
-  std::atomic<int> failed{0};
-
- private:
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
-
 // The splice and sockmap paths (socket LB has no process in the path; its kill -9 row is
 // SocketLbTest.AgentKillAndRestartKeepsTranslating).
 class NodeFaultTest : public DatapathTest {
@@ -154,7 +126,7 @@ TEST_P(NodeFaultTest, KillNineUnderLoadThenRestart) {
   char c = 'x';
   ASSERT_EQ(send(old_conn.get(), &c, 1, MSG_NOSIGNAL), 1);
   ASSERT_EQ(recv(old_conn.get(), &c, 1, 0), 1);
-  auto load = std::make_unique<Load>("10.96.0.10:80");
+  auto load = std::make_unique<testutil::HelloLoad>("10.96.0.10:80");
   ASSERT_TRUE(WaitFor([&] { return load->ok > 20; }, absl::Seconds(10)));
 
   ASSERT_TRUE(agent_->Signal(SIGKILL));
@@ -264,14 +236,9 @@ TEST_P(NodeFaultTest, BackendKilledMidStream) {
 // bytes wait in kernel buffers (flow control), the agent's memory does not grow with them, and
 // --tcp-idle-timeout resets both ends once nothing moves.
 TEST_P(NodeFaultTest, BackendThatNeverReadsIsBoundedAndTimesOut) {
-  constexpr int64_t kRssGrowthLimitKib = kRssFactor * (16 << 10);  // no per-byte buffering
-  base::UniqueFd listener(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  int one = 1;
-  setsockopt(listener.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_storage ss;
-  socklen_t len = Addr("127.0.0.2:9000").ToSockaddr(&ss);
-  ASSERT_EQ(bind(listener.get(), reinterpret_cast<sockaddr*>(&ss), len), 0);
-  ASSERT_EQ(listen(listener.get(), 16), 0);  // the kernel accepts; nobody reads
+  constexpr int64_t kRssGrowthLimitKib = kRssFactor * (16 << 10);         // no per-byte buffering
+  base::UniqueFd listener = testutil::ListenTcp(Addr("127.0.0.2:9000"));  // nobody accepts
+  ASSERT_TRUE(listener);
   Write("svc.yaml", ServiceYaml("svc", {"10.96.0.20"}, {{"tcp", 80}}) + "---\n" +
                         SliceYaml("svc", {"127.0.0.2"}, {{"tcp", 9000}}));
   StartAgent({"--tcp-idle-timeout=2s"});

@@ -15,6 +15,8 @@
 #include <map>
 #include <string>
 
+#include "absl/time/clock.h"
+
 namespace sluice::testutil {
 
 void FillStream(uint64_t seed, uint64_t offset, char* buf, size_t n) {
@@ -273,6 +275,35 @@ base::UniqueFd ConnectTcp(const net::SocketAddress& to, int* err, int timeout_ms
   }
   fcntl(fd.get(), F_SETFL, fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK);
   return fd;
+}
+
+base::UniqueFd ListenTcp(const net::SocketAddress& at) {
+  base::UniqueFd fd(socket(at.ip().family(), SOCK_STREAM | SOCK_CLOEXEC, 0));
+  int one = 1;
+  setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_storage ss;
+  socklen_t len = at.ToSockaddr(&ss);
+  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0 || listen(fd.get(), 16) != 0) {
+    fd.Reset();
+  }
+  return fd;
+}
+
+HelloLoad::HelloLoad(const std::string& to)
+    : thread_([this, to] {
+        while (!stop_) {
+          if (Hello(to).empty()) {
+            ++failed;
+            absl::SleepFor(absl::Milliseconds(10));
+          } else {
+            ++ok;
+          }
+        }
+      }) {}
+
+HelloLoad::~HelloLoad() {
+  stop_ = true;
+  thread_.join();
 }
 
 std::string Hello(const std::string& to, int* err) {

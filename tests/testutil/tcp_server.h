@@ -64,6 +64,26 @@ class ScriptedBackend final {
   std::thread thread_;
 };
 
+// A bound, listening TCP socket (backlog 16) at `at`, or an invalid fd. Nobody accepts unless
+// the caller does: the kernel completes handshakes into the queue, so a peer can connect and
+// send until the buffers fill while no one reads.
+base::UniqueFd ListenTcp(const net::SocketAddress& at);
+
+// Hello() requests to `to` in a loop on its own thread until destroyed, counting answers and
+// failures: load that notices when a service stops answering. A failure waits 10 ms, as a
+// refusal comes back at once. Thread: the test's (the counters are thread-safe).
+class HelloLoad final {
+ public:
+  explicit HelloLoad(const std::string& to);
+  ~HelloLoad();
+  std::atomic<int> ok{0};
+  std::atomic<int> failed{0};
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
 // recv(2) that retries when a signal interrupts it (EINTR): a blocking test reader must not
 // take an interruption for the end of the stream (seen under ASan).
 ssize_t Recv(int fd, void* buf, size_t len, int flags = 0);

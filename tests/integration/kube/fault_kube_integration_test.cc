@@ -5,13 +5,10 @@
 // during the fault), and a service the fault did not touch must keep answering throughout: a
 // relist or re-watch never takes down what did not change. kube_source_test.cc covers the same
 // faults at the module level (request order, Retry-After, backoff timing).
-#include <atomic>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 
-#include "tests/integration/agent_fixture.h"
-#include "tests/integration/kube/fake_apiserver.h"
+#include "tests/integration/kube/api_agent_test.h"
 #include "tests/testutil/tcp_server.h"
 
 namespace sluice::testing {
@@ -22,32 +19,6 @@ using testutil::TcpServer;
 using testutil::WaitFor;
 
 net::SocketAddress Addr(const std::string& s) { return *net::SocketAddress::Parse(s); }
-
-// Requests to a service address on their own thread, counting answers and failures.
-class Load {
- public:
-  explicit Load(const std::string& to)
-      : thread_([this, to] {
-          while (!stop_) {
-            if (Hello(to).empty()) {
-              ++failed;
-              absl::SleepFor(absl::Milliseconds(10));  // refused at once while no agent runs
-            } else {
-              ++ok;
-            }
-          }
-        }) {}
-  ~Load() {
-    stop_ = true;
-    thread_.join();
-  }
-  std::atomic<int> ok{0};
-  std::atomic<int> failed{0};
-
- private:
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
 
 struct ApiFault {
   std::string name;
@@ -99,25 +70,12 @@ std::vector<ApiFault> AllApiFaults() {
   };
 }
 
-class KubeFaultTest : public AgentTest, public ::testing::WithParamInterface<ApiFault> {
+class KubeFaultTest : public ApiAgentTest, public ::testing::WithParamInterface<ApiFault> {
  protected:
-  void SetUp() override {
-    AgentTest::SetUp();
-    if (IsSkipped()) {
-      return;
-    }
-    api_ = FakeApiServer::Start({.tls = true});
-    ASSERT_NE(api_, nullptr);
-  }
-  void TearDown() override {
-    AgentTest::TearDown();  // the agent first
-    api_.reset();
-  }
   double Errors(const std::string& reason) {
     return MetricValue(
         absl::StrCat(R"(sluice_source_errors_total{source="kube",reason=")", reason, "\"}"));
   }
-  std::unique_ptr<FakeApiServer> api_;
 };
 
 INSTANTIATE_TEST_SUITE_P(Faults, KubeFaultTest, ::testing::ValuesIn(AllApiFaults()),
@@ -141,7 +99,7 @@ TEST_P(KubeFaultTest, ConvergesAndKeepsWhatDidNotChange) {
   ASSERT_TRUE(WaitListener("tcp/10.96.0.11:80")) << agent_->Output();
   ASSERT_TRUE(WaitListener("tcp/10.96.0.12:80"));
   const double relists_before = MetricValue(R"(sluice_source_relists_total{source="kube"})");
-  auto load = std::make_unique<Load>("10.96.0.12:80");
+  auto load = std::make_unique<testutil::HelloLoad>("10.96.0.12:80");
   ASSERT_TRUE(WaitFor([&] { return load->ok > 5; }, absl::Seconds(10)));
 
   // Changes the agent can only learn through the faulty streams: one service goes, one comes,

@@ -11,8 +11,7 @@
 #include "absl/strings/str_replace.h"
 #include "httplib.h"
 
-#include "tests/integration/agent_fixture.h"
-#include "tests/integration/kube/fake_apiserver.h"
+#include "tests/integration/kube/api_agent_test.h"
 #include "tests/testutil/tcp_server.h"
 
 namespace sluice::testing {
@@ -30,27 +29,13 @@ std::string Node(const std::string& zone) {
                       zone, R"("}}})");
 }
 
-class KubeAgentTest : public AgentTest {
+class KubeAgentTest : public ApiAgentTest {
  protected:
-  void SetUp() override {
-    AgentTest::SetUp();
-    if (IsSkipped()) {
-      return;
-    }
-    // Started after the namespace exists, so it listens inside it.
-    api_ = FakeApiServer::Start({.tls = true});
-    ASSERT_NE(api_, nullptr);
-  }
-  void TearDown() override {
-    AgentTest::TearDown();  // the agent first
-    api_.reset();
-  }
   int Healthz() {
     int status = 0;
     Get("/healthz", &status);
     return status;
   }
-  std::unique_ptr<FakeApiServer> api_;
 };
 
 TEST_F(KubeAgentTest, ProxiesAnApiServiceThroughItsVipAndFollowsChanges) {
