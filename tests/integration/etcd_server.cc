@@ -101,6 +101,16 @@ absl::Status EtcdServer::Stop() {
   return absl::OkStatus();
 }
 
+absl::Status EtcdServer::Kill() {
+  if (process_ && process_->running()) {
+    process_->Signal(SIGKILL);
+    if (process_->Wait(absl::Seconds(20)) < 0) {
+      return absl::DeadlineExceededError("etcd did not die");
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status EtcdServer::Restart() {
   if (absl::Status st = Stop(); !st.ok()) {
     return st;

@@ -36,6 +36,8 @@ class EtcdServer final {
 
   // SIGTERM and wait; Restart() starts it again on the same ports and data.
   absl::Status Stop();
+  // SIGKILL (a crash: no goodbye to clients) and reap; Restart() brings it back.
+  absl::Status Kill();
   absl::Status Restart();
 
   absl::Status Put(const std::string& key, const std::string& value);

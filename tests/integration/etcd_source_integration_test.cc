@@ -308,6 +308,45 @@ TEST_F(EtcdSourceTest, TrafficThroughAVipProgrammedFromEtcd) {
   EXPECT_FALSE(testutil::ConnectTcp(*net::SocketAddress::Parse("10.96.0.10:80"), &err, 1000));
 }
 
+// etcd crashes (SIGKILL) under traffic and comes back, and its history is compacted past the
+// agent's watch meanwhile: the services keep answering throughout (not one request fails), and
+// the agent converges on what changed while etcd was back.
+TEST_F(EtcdSourceTest, KilledUnderTrafficKeepsServingAndCatchesUp) {
+  auto a = testutil::TcpServer::Start(*net::SocketAddress::Parse("127.0.0.2:8080"),
+                                      testutil::TcpServer::Mode::kHello, 0, "a");
+  auto b = testutil::TcpServer::Start(*net::SocketAddress::Parse("127.0.0.3:8080"),
+                                      testutil::TcpServer::Mode::kHello, 0, "b");
+  ASSERT_TRUE(a && b);
+  PutWeb(80, {"127.0.0.2"});
+  Put(ServiceKey("old"), ServiceJson("old", "10.96.0.20", 80));
+  Put(SliceKey("old-1"), SliceJson("old-1", "old", {"127.0.0.2"}));
+  StartEtcdAgent(etcd_->url());
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.10:80")) << agent_->Output();
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.20:80"));
+  testutil::HelloLoad load("10.96.0.10:80");
+  ASSERT_TRUE(WaitFor([&] { return load.ok > 5; }, kApply));
+
+  ASSERT_TRUE(etcd_->Kill().ok());
+  ASSERT_TRUE(WaitFor(
+      [&] { return SourceMetric("sluice_source_errors_total", ",reason=\"watch\"") >= 1; }, kApply))
+      << agent_->Output();
+  EXPECT_EQ(Healthz(), 200);
+  ASSERT_TRUE(etcd_->Restart().ok()) << etcd_->Log();
+  ASSERT_TRUE(etcd_->Delete(ServiceKey("old")).ok());
+  Put(ServiceKey("new"), ServiceJson("new", "10.96.0.21", 80));
+  Put(SliceKey("new-1"), SliceJson("new-1", "new", {"127.0.0.3"}));
+  ASSERT_TRUE(etcd_->CompactAll().ok());
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.21:80")) << agent_->Output();
+  EXPECT_TRUE(WaitListener("tcp/10.96.0.20:80", false));
+  EXPECT_EQ(testutil::Hello("10.96.0.21:80"), "b");
+  const int ok = load.ok;
+  ASSERT_TRUE(WaitFor([&] { return load.ok > ok + 5; }, kApply));
+  EXPECT_EQ(load.failed, 0) << "a service etcd did not change stopped answering";
+  // And the watch follows later changes.
+  Put(SliceKey("web-1"), SliceJson("web-1", "web", {"127.0.0.3"}));
+  EXPECT_TRUE(WaitFor([&] { return testutil::Hello("10.96.0.10:80") == "b"; }, kApply));
+}
+
 TEST_F(EtcdSourceTest, CustomPrefix) {
   Put("/other/services/test/web", ServiceJson("web", "10.96.0.10", 80));
   Put("/other/endpointslices/test/web-1", SliceJson("web-1", "web", {"127.0.0.2"}));
