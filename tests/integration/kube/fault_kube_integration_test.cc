@@ -145,5 +145,45 @@ TEST_P(KubeFaultTest, ConvergesAndKeepsWhatDidNotChange) {
       << agent_->Output();
 }
 
+// Out of descriptors when the API server sends a new service (RLIMIT_NOFILE lowered on the
+// running agent to exactly what it holds; its dropped watches reconnect on the descriptors they
+// freed): the sync cannot open the listener and is retried, the other services stay, and the
+// new one is served once descriptors are available again.
+TEST_F(ApiAgentTest, OutOfDescriptorsAtSyncRetriesUntilTheyFree) {
+  auto a = TcpServer::Start(Addr("127.0.0.2:8080"), TcpServer::Mode::kHello, 0, "a");
+  ASSERT_TRUE(a);
+  api_->Put("services", ServiceJson("test", "kept", "10.96.0.12", 80));
+  api_->Put("endpointslices", SliceJson("test", "kept", "kept-1", {"127.0.0.2"}, 8080));
+  StartAgent(
+      {"--source=kube", "--kubeconfig=" + api_->WriteKubeconfig({.ca = "data"}), "--zone=z"});
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.12:80")) << agent_->Output();
+  const std::string pid = absl::StrCat(agent_->pid());
+  std::string out;
+  testutil::RunCommand({"sh", "-c", "ls /proc/" + pid + "/fd | wc -l"}, &out);
+  // The soft limit only: raising it back needs no CAP_SYS_RESOURCE.
+  ASSERT_EQ(testutil::RunCommand(
+                {"prlimit", "--pid", pid, absl::StrCat("--nofile=", std::stoi(out), ":")}),
+            0);
+  api_->Control(R"({"op":"hold","value":true})");
+  api_->Put("services", ServiceJson("test", "new", "10.96.0.13", 80));
+  api_->Put("endpointslices", SliceJson("test", "new", "new-1", {"127.0.0.2"}, 8080));
+  api_->Control(R"({"op":"close_watches","mode":"abrupt"})");
+  api_->Control(R"({"op":"hold","value":false})");
+  ASSERT_TRUE(
+      WaitFor([&] { return agent_->Output().find("Too many open files") != std::string::npos; },
+              absl::Seconds(10)))
+      << "the agent was not out of descriptors\n"
+      << agent_->Output();
+
+  testutil::RunCommand({"prlimit", "--pid", pid, "--nofile", "--noheadings", "--output=HARD"},
+                       &out);
+  ASSERT_EQ(testutil::RunCommand(
+                {"prlimit", "--pid", pid, absl::StrCat("--nofile=", std::stoi(out), ":")}),
+            0);
+  EXPECT_TRUE(WaitListener("tcp/10.96.0.13:80")) << agent_->Output();
+  EXPECT_EQ(Hello("10.96.0.13:80"), "a");
+  EXPECT_EQ(Hello("10.96.0.12:80"), "a");
+}
+
 }  // namespace
 }  // namespace sluice::testing
