@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fault matrix, node rows (docs/operations.md, "Fault behaviour"): the real sluice-agent killed
 // with SIGKILL under load and restarted, a backend process killed mid-stream, a backend that
-// never reads, and thousands of clients that do not read. Each test asserts that what can be
-// kept is kept and that nothing hangs; durations are only generous hang detectors.
+// never reads, thousands of clients that do not read, and a service added while the agent is
+// out of descriptors. Each test asserts that what can be kept is kept and that nothing hangs;
+// durations are only generous hang detectors.
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
