@@ -20,27 +20,7 @@ constexpr size_t kLoggedBytes = 200;
 
 std::string_view Prefix(std::string_view s) { return s.substr(0, kLoggedBytes); }
 
-std::string ReadResourceVersion(const simdjson::dom::element& object) {
-  std::string_view rv;
-  if (object["metadata"]["resourceVersion"].get(rv) != simdjson::SUCCESS) {
-    return "";
-  }
-  return std::string(rv);
-}
-
 }  // namespace
-
-const char* EventTypeName(EventType type) {
-  switch (type) {
-    case EventType::kAdded:
-      return "ADDED";
-    case EventType::kModified:
-      return "MODIFIED";
-    case EventType::kDeleted:
-      return "DELETED";
-  }
-  return "";
-}
 
 std::string QueryEscape(std::string_view value) {
   static constexpr char kHex[] = "0123456789ABCDEF";
@@ -288,61 +268,28 @@ ListWatcher::Step ListWatcher::WatchEnded(const absl::StatusOr<HttpResponse>& re
 }
 
 absl::Status ListWatcher::OnEventLine(std::string_view line, StreamState& stream) {
-  simdjson::dom::element event;
-  std::string_view type;
-  simdjson::dom::element object;
-  if (auto error = parser_.parse(line.data(), line.size()).get(event)) {
-    LOG(ERROR) << "kube " << resource_.name << ": skipping a watch event that is not JSON ("
-               << simdjson::error_message(error) << "): " << Prefix(line);
+  absl::StatusOr<WatchEvent> event = DecodeWatchEvent(parser_, line);
+  if (!event.ok()) {
+    LOG(ERROR) << "kube " << resource_.name << ": skipping a watch event ("
+               << event.status().message() << "): " << Prefix(line);
     Error("malformed_event");
     return absl::OkStatus();
   }
-  if (event["type"].get(type) != simdjson::SUCCESS ||
-      event["object"].get(object) != simdjson::SUCCESS || !object.is_object()) {
-    LOG(ERROR) << "kube " << resource_.name
-               << ": skipping a watch event without type and object: " << Prefix(line);
-    Error("malformed_event");
-    return absl::OkStatus();
+  switch (event->kind) {
+    case WatchEvent::Kind::kError:
+      stream.error_code = event->error_code;
+      stream.error = std::string(event->error_message);
+      return absl::AbortedError("ERROR event");
+    case WatchEvent::Kind::kBookmark:
+      handler_.OnBookmark();
+      break;
+    case WatchEvent::Kind::kObject:
+      ++stream.events;
+      handler_.OnWatchEvent(event->type, event->object);
+      break;
   }
-  if (type == "ERROR") {
-    // A metav1.Status; code 410 (reason Expired or Gone) means our resourceVersion is too old.
-    int64_t code = 0;
-    std::string_view message;
-    if (object["code"].get(code) != simdjson::SUCCESS) {
-      code = 0;
-    }
-    if (object["message"].get(message) != simdjson::SUCCESS) {
-      message = "(no message)";
-    }
-    stream.error_code = code;
-    stream.error = std::string(message);
-    return absl::AbortedError("ERROR event");
-  }
-  std::string rv = ReadResourceVersion(object);
-  if (type == "BOOKMARK") {
-    if (!rv.empty()) {
-      resource_version_ = std::move(rv);
-    }
-    handler_.OnBookmark();
-    return absl::OkStatus();
-  }
-  EventType event_type;
-  if (type == "ADDED") {
-    event_type = EventType::kAdded;
-  } else if (type == "MODIFIED") {
-    event_type = EventType::kModified;
-  } else if (type == "DELETED") {
-    event_type = EventType::kDeleted;
-  } else {
-    LOG(ERROR) << "kube " << resource_.name << ": skipping a watch event of unknown type \"" << type
-               << "\"";
-    Error("malformed_event");
-    return absl::OkStatus();
-  }
-  ++stream.events;
-  handler_.OnWatchEvent(event_type, object);
-  if (!rv.empty()) {
-    resource_version_ = std::move(rv);
+  if (!event->resource_version.empty()) {
+    resource_version_ = std::string(event->resource_version);
   }
   return absl::OkStatus();
 }

@@ -18,11 +18,9 @@
 #include "agent/kube/client_config.h"
 #include "agent/kube/http_client.h"
 #include "agent/kube/line_splitter.h"
+#include "agent/kube/watch_event.h"
 
 namespace sluice::kube {
-
-enum class EventType { kAdded, kModified, kDeleted };
-const char* EventTypeName(EventType type);  // "ADDED", ...
 
 // Receives one resource's objects from a ListWatcher, on its thread, in order. Elements are
 // valid only during the call.

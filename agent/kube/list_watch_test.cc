@@ -22,10 +22,5 @@ TEST(StatusMessageTest, ReadsTheStatusMessage) {
   EXPECT_EQ(StatusMessage(std::string(1000, 'x')).size(), 200u);
 }
 
-TEST(EventTypeTest, Names) {
-  EXPECT_STREQ(EventTypeName(EventType::kAdded), "ADDED");
-  EXPECT_STREQ(EventTypeName(EventType::kDeleted), "DELETED");
-}
-
 }  // namespace
 }  // namespace sluice::kube
