@@ -4,10 +4,11 @@
 # missing and runs `apt-get update` only when something must be installed.
 set -euo pipefail
 
-build=(build-essential cmake ninja-build pkg-config clang llvm libbpf-dev bpftool libelf-dev
-  zlib1g-dev libnl-3-dev libnl-route-3-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
-  protobuf-compiler libabsl-dev libgtest-dev libgmock-dev libcurl4-openssl-dev libssl-dev
-  libsimdjson-dev libyaml-cpp-dev libcpp-httplib-dev libcap-dev)
+# libclang-rt-14-dev: clang's sanitizer and libFuzzer runtimes, which clang only recommends.
+build=(build-essential cmake ninja-build pkg-config clang llvm libclang-rt-14-dev libbpf-dev
+  bpftool libelf-dev zlib1g-dev libnl-3-dev libnl-route-3-dev libgrpc++-dev protobuf-compiler-grpc
+  libprotobuf-dev protobuf-compiler libabsl-dev libgtest-dev libgmock-dev libcurl4-openssl-dev
+  libssl-dev libsimdjson-dev libyaml-cpp-dev libcpp-httplib-dev libcap-dev)
 tests=(iproute2 socat curl iperf3 python3 python3-grpcio python3-yaml etcd-server etcd-client openssl procps
   util-linux libcap2-bin)
 

@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: Apache-2.0
+// Trust boundary: the tunnel server's packet-handling state machine (Router) driven by
+// hostile peers: agents answer dials they were never asked for, reuse connectIDs, close other
+// agents' connections; clients dial, send and close in any order. Packets go through
+// wire::Validate and the same Router calls as AgentStream and ProxyStream make.
+// Input: records of [op][length][length bytes of a serialized Packet]; op picks the peer:
+//   0-1 agent 0/1 sends, 2-4 frontend 0/1/2 sends, 5 agent (length & 1) leaves or rejoins,
+//   6 frontend (length % 3) goes away, 7 the server stops dialing.
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "google/protobuf/stubs/logging.h"
+
+#include "agent/base/metrics.h"
+#include "tunnel/server/router.h"
+
+namespace {
+
+using sluice::server::AgentIdentifiers;
+using sluice::wire::Packet;
+
+class FuzzAgent final : public sluice::server::AgentLink {
+ public:
+  explicit FuzzAgent(std::string id) : id_(std::move(id)) {}
+  bool SendToAgent(Packet packet, absl::AnyInvocable<void()> on_written) override {
+    if (on_written) {
+      on_written();
+    }
+    return true;
+  }
+  const std::string& agent_id() const override { return id_; }
+  const AgentIdentifiers& identifiers() const override { return ids_; }
+  std::shared_ptr<sluice::wire::ReadGate> gate() override { return nullptr; }
+
+ private:
+  std::string id_;
+  AgentIdentifiers ids_;
+};
+
+class FuzzFrontend final : public sluice::server::Frontend {
+ public:
+  // Refuses every fourth packet, so the overflow path runs too.
+  bool Deliver(Packet packet, const std::shared_ptr<sluice::wire::ReadGate>& gate) override {
+    return ++delivered_ % 4 != 0;
+  }
+  void Abort(const std::string& why) override {}
+
+ private:
+  int delivered_ = 0;
+};
+
+// As AgentStream::OnReadDone.
+void FromAgent(sluice::server::Router& router, FuzzAgent* agent, Packet packet) {
+  switch (packet.type()) {
+    case DIAL_RSP:
+      router.OnDialResponse(agent, packet);
+      break;
+    case DATA:
+      router.OnAgentData(agent, std::move(packet));
+      break;
+    case CLOSE_RSP:
+      router.OnAgentClose(agent, packet);
+      break;
+    case DRAIN:
+      router.SetDraining(agent);
+      break;
+    default:
+      break;
+  }
+}
+
+// As ProxyStream::OnReadDone (HTTP CONNECT sessions make the same calls).
+void FromFrontend(sluice::server::Router& router, FuzzFrontend* frontend, Packet packet) {
+  switch (packet.type()) {
+    case DIAL_REQ:
+      (void)router.Dial(frontend, packet);
+      break;
+    case CLOSE_REQ:
+      (void)router.Close(frontend, packet.closerequest().connectid());
+      break;
+    case DIAL_CLS:
+      router.CancelDial(frontend, packet.closedial().random());
+      break;
+    case DATA:
+      (void)router.SendData(frontend, std::move(packet), nullptr);
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  [[maybe_unused]] static const bool quiet = (google::protobuf::SetLogHandler(nullptr), true);
+  sluice::base::Registry registry;
+  sluice::server::ServerMetrics metrics(registry);
+  sluice::server::Router router({sluice::server::Strategy::kDefault}, metrics);
+  std::array<FuzzAgent, 2> agents{FuzzAgent("a"), FuzzAgent("b")};
+  std::array<bool, 2> joined{true, true};
+  std::array<FuzzFrontend, 3> frontends;
+  for (FuzzAgent& agent : agents) {
+    router.AddAgent(&agent);
+  }
+  while (size >= 2) {
+    const uint8_t op = data[0] % 8;
+    const size_t length = std::min<size_t>(data[1], size - 2);
+    Packet packet;
+    const bool parsed = packet.ParseFromArray(data + 2, static_cast<int>(length));
+    data += 2 + length;
+    size -= 2 + length;
+    if (op == 5) {
+      const size_t i = length & 1;
+      joined[i] ? router.RemoveAgent(&agents[i]) : router.AddAgent(&agents[i]);
+      joined[i] = !joined[i];
+    } else if (op == 6) {
+      router.RemoveFrontend(&frontends[length % 3]);
+    } else if (op == 7) {
+      router.StopDialing();
+    } else if (parsed && sluice::wire::Validate(packet).ok()) {
+      if (op < 2) {
+        if (joined[op]) {  // a stream that left sends nothing more
+          FromAgent(router, &agents[op], std::move(packet));
+        }
+      } else {
+        FromFrontend(router, &frontends[op - 2], std::move(packet));
+      }
+    }
+  }
+  // Frontends and agents outlive their Router registration, as the reactors do.
+  for (FuzzFrontend& frontend : frontends) {
+    router.RemoveFrontend(&frontend);
+  }
+  for (size_t i = 0; i < agents.size(); ++i) {
+    if (joined[i]) {
+      router.RemoveAgent(&agents[i]);
+    }
+  }
+  if (router.Tunnels() != 0) {
+    __builtin_trap();  // every tunnel belonged to a frontend that is gone
+  }
+  return 0;
+}
