@@ -6,12 +6,14 @@
 #include <cstdint>
 #include <exception>
 #include <new>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
 
 #include "agent/base/json.h"
@@ -31,6 +33,43 @@ absl::Status ErrorAt(const YAML::Mark& mark, std::string_view message) {
   return absl::InvalidArgumentError(absl::StrCat("invalid YAML at line ", mark.line + 1,
                                                  ", column ", mark.column + 1, ": ",
                                                  base::Absl(message)));
+}
+
+// yaml-cpp 0.7's LoadAll never returns on a document that consumes no token (a stray ',' at the
+// top level: jbeder/yaml-cpp#1040, fixed after 0.7 by #1319): it appends null documents until
+// memory runs out. A first pass with this no-op handler finds that document, which starts where
+// the previous one did; every other document starts past its predecessor.
+class DocumentStarts final : public YAML::EventHandler {
+ public:
+  YAML::Mark start;
+
+  void OnDocumentStart(const YAML::Mark& mark) override { start = mark; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+// Throws YAML::Exception on a syntax error, as LoadAll would.
+absl::Status CheckDocumentsAdvance(const std::string& text) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentStarts handler;
+  int previous = -1;
+  while (parser.HandleNextDocument(handler)) {
+    if (handler.start.pos == previous) {
+      return ErrorAt(handler.start, absl::StrCat("unexpected '", text.substr(previous, 1), "'"));
+    }
+    previous = handler.start.pos;
+  }
+  return absl::OkStatus();
 }
 
 bool IsDigit(char c, int base) {
@@ -275,7 +314,9 @@ absl::StatusOr<std::vector<std::string>> YamlToJson(std::string_view text) {
   // yaml-cpp reports errors by throwing (YAML::ParserException carries the mark); no exception
   // may leave this function.
   try {
-    std::vector<YAML::Node> documents = YAML::LoadAll(std::string(text));
+    const std::string copy(text);
+    RETURN_IF_ERROR(CheckDocumentsAdvance(copy));
+    std::vector<YAML::Node> documents = YAML::LoadAll(copy);
     Converter converter(16 * text.size() + (size_t{1} << 20));
     std::vector<std::string> out;
     out.reserve(documents.size());

@@ -108,5 +108,12 @@ TEST(YamlToJsonTest, SyntaxErrorsCarryTheMark) {
             "invalid YAML at line 3, column 2: end of map not found");
 }
 
+// yaml-cpp 0.7's LoadAll looped forever, allocating, on these (tests/fuzz/regressions/manifest).
+TEST(YamlToJsonTest, StrayTopLevelCommaIsAnErrorNotAHang) {
+  EXPECT_EQ(ErrorOf(","), "invalid YAML at line 1, column 1: unexpected ','");
+  EXPECT_EQ(ErrorOf("kind: Service\n---\n[a] ,\n"),
+            "invalid YAML at line 3, column 5: unexpected ','");
+}
+
 }  // namespace
 }  // namespace sluice::config
