@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Builds the libFuzzer binaries (clang, ASan+UBSan, -DSLUICE_FUZZ=ON) in build-fuzz/ and runs
+# each for a fixed time on a temporary copy of tests/fuzz/corpus/<name>/ and regressions/<name>/
+# (the tree is never written). Fails on any crash, sanitizer report, leak, timeout or
+# out-of-memory, and prints the saved input's path (under build-fuzz/fuzz-artifacts/).
+#   scripts/fuzz.sh                      every fuzzer, 45 s each
+#   scripts/fuzz.sh -t 600 manifest      one fuzzer for 10 minutes
+# Fixing a finding: add the input to tests/fuzz/regressions/<name>/; every build's ctest then
+# replays it (fuzz_replay_<name>).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+seconds=45
+while getopts "t:" opt; do
+  case "$opt" in
+    t) seconds=$OPTARG ;;
+    *) echo "usage: $0 [-t seconds-per-fuzzer] [fuzzer...]" >&2; exit 2 ;;
+  esac
+done
+shift $((OPTIND - 1))
+names=("$@")
+if ((${#names[@]} == 0)); then
+  for f in tests/fuzz/*_fuzzer.cc; do
+    f=${f##*/}
+    names+=("${f%_fuzzer.cc}")
+  done
+fi
+
+./scripts/install-deps.sh --build-only
+dir=build-fuzz
+cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+  -DCMAKE_C_COMPILER=clang -DSLUICE_FUZZ=ON >/dev/null
+cmake --build "$dir" -j "$(nproc)" --target "${names[@]/%/_fuzzer}"
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failed=()
+for name in "${names[@]}"; do
+  corpus=$work/$name
+  artifacts=$PWD/$dir/fuzz-artifacts/$name/
+  mkdir -p "$corpus" "$artifacts"
+  cp -r "tests/fuzz/corpus/$name/." "$corpus"
+  if [[ -d tests/fuzz/regressions/$name ]]; then
+    cp -r "tests/fuzz/regressions/$name/." "$corpus"
+  fi
+  log=$work/$name.log
+  # -timeout: one input taking this long is a hang (inputs take milliseconds; the margin is for
+  # a busy 2-core machine). -rss_limit_mb also caps single allocations.
+  cmd=("$dir/tests/fuzz/${name}_fuzzer" -max_total_time="$seconds" -timeout=20
+       -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$artifacts" "$corpus")
+  if "${cmd[@]}" >"$log" 2>&1; then
+    done_line=$(grep -E '^#[0-9]+ +DONE' "$log" | tail -n 1)
+    rate=$(grep -E '^stat::average_exec_per_sec' "$log" | awk '{print $2}')
+    echo "fuzz $name: ok in ${seconds}s, ${rate} exec/s: ${done_line}"
+  else
+    tail -n 60 "$log"
+    echo "fuzz $name: FAILED (${cmd[*]})"
+    grep -E 'Test unit written to' "$log" | sed "s/^.*written to /fuzz $name: input saved to /" || true
+    failed+=("$name")
+  fi
+done
+if ((${#failed[@]} > 0)); then
+  echo "fuzz: failed: ${failed[*]}" >&2
+  exit 1
+fi
