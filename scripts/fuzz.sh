@@ -4,7 +4,7 @@
 # each for a fixed time on a temporary copy of tests/fuzz/corpus/<name>/ and regressions/<name>/
 # (the tree is never written). Fails on any crash, sanitizer report, leak, timeout or
 # out-of-memory, and prints the saved input's path (under build-fuzz/fuzz-artifacts/).
-#   scripts/fuzz.sh                      every fuzzer, 45 s each
+#   scripts/fuzz.sh                      every fuzzer for 45 s, one per CPU at a time
 #   scripts/fuzz.sh -t 600 manifest      one fuzzer for 10 minutes
 # Fixing a finding: add the input to tests/fuzz/regressions/<name>/; every build's ctest then
 # replays it (fuzz_replay_<name>).
@@ -33,29 +33,43 @@ cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMP
   -DCMAKE_C_COMPILER=clang -DSLUICE_FUZZ=ON >/dev/null
 cmake --build "$dir" -j "$(nproc)" --target "${names[@]/%/_fuzzer}"
 
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-failed=()
-for name in "${names[@]}"; do
-  corpus=$work/$name
-  artifacts=$PWD/$dir/fuzz-artifacts/$name/
+# One fuzzer; its log and exit status go to $work.
+run_one() {
+  local name=$1 corpus=$work/$1 artifacts=$PWD/$dir/fuzz-artifacts/$1/
   mkdir -p "$corpus" "$artifacts"
   cp -r "tests/fuzz/corpus/$name/." "$corpus"
   if [[ -d tests/fuzz/regressions/$name ]]; then
     cp -r "tests/fuzz/regressions/$name/." "$corpus"
   fi
-  log=$work/$name.log
   # -timeout: one input taking this long is a hang (inputs take milliseconds; the margin is for
-  # a busy 2-core machine). -rss_limit_mb also caps single allocations.
-  cmd=("$dir/tests/fuzz/${name}_fuzzer" -max_total_time="$seconds" -timeout=20
-       -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$artifacts" "$corpus")
-  if "${cmd[@]}" >"$log" 2>&1; then
-    done_line=$(grep -E '^#[0-9]+ +DONE' "$log" | tail -n 1)
-    rate=$(grep -E '^stat::average_exec_per_sec' "$log" | awk '{print $2}')
-    echo "fuzz $name: ok in ${seconds}s, ${rate} exec/s: ${done_line}"
+  # a busy machine). -rss_limit_mb also caps single allocations.
+  local cmd=("$dir/tests/fuzz/${name}_fuzzer" -max_total_time="$seconds" -timeout=20
+    -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$artifacts" "$corpus")
+  echo "${cmd[*]}" >"$work/$name.cmd"
+  local rc=0
+  "${cmd[@]}" >"$work/$name.log" 2>&1 || rc=$?
+  echo "$rc" >"$work/$name.rc"
+}
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# One fuzzer per core at a time: each is single-threaded.
+for name in "${names[@]}"; do
+  while (($(jobs -rp | wc -l) >= $(nproc))); do
+    wait -n || true
+  done
+  run_one "$name" &
+done
+wait
+failed=()
+for name in "${names[@]}"; do
+  log=$work/$name.log
+  if [[ $(cat "$work/$name.rc") == 0 ]]; then
+    rate=$(awk '/^stat::average_exec_per_sec/ {print $2}' "$log")
+    echo "fuzz $name: ok, ${rate} exec/s, $(grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -n 1)"
   else
     tail -n 60 "$log"
-    echo "fuzz $name: FAILED (${cmd[*]})"
+    echo "fuzz $name: FAILED: $(cat "$work/$name.cmd")"
     grep -E 'Test unit written to' "$log" | sed "s/^.*written to /fuzz $name: input saved to /" || true
     failed+=("$name")
   fi
