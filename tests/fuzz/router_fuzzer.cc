@@ -2,7 +2,8 @@
 // Trust boundary: the tunnel server's packet-handling state machine (Router) driven by
 // hostile peers: agents answer dials they were never asked for, reuse connectIDs, close other
 // agents' connections; clients dial, send and close in any order. Packets go through
-// wire::Validate and the same Router calls as AgentStream and ProxyStream make.
+// wire::Validate, then Router::OnAgentPacket as AgentStream does, or the calls ProxyStream
+// makes.
 // Input: records of [op][length][length bytes of a serialized Packet]; op picks the peer:
 //   0-1 agent 0/1 sends, 2-4 frontend 0/1/2 sends, 5 agent (length & 1) leaves or rejoins,
 //   6 frontend (length % 3) goes away, 7 the server stops dialing.
@@ -51,31 +52,12 @@ class FuzzFrontend final : public sluice::server::Frontend {
   int delivered_ = 0;
 };
 
-// As AgentStream::OnReadDone.
-void FromAgent(sluice::server::Router& router, FuzzAgent* agent, Packet packet) {
-  switch (packet.type()) {
-    case DIAL_RSP:
-      router.OnDialResponse(agent, packet);
-      break;
-    case DATA:
-      router.OnAgentData(agent, std::move(packet));
-      break;
-    case CLOSE_RSP:
-      router.OnAgentClose(agent, packet);
-      break;
-    case DRAIN:
-      router.SetDraining(agent);
-      break;
-    default:
-      break;
-  }
-}
-
 // As ProxyStream::OnReadDone (HTTP CONNECT sessions make the same calls).
-void FromFrontend(sluice::server::Router& router, FuzzFrontend* frontend, Packet packet) {
+void FromFrontend(sluice::server::Router& router, FuzzFrontend* frontend, const std::string& client,
+                  Packet packet) {
   switch (packet.type()) {
     case DIAL_REQ:
-      (void)router.Dial(frontend, packet);
+      (void)router.Dial(frontend, packet, client);
       break;
     case CLOSE_REQ:
       (void)router.Close(frontend, packet.closerequest().connectid());
@@ -97,12 +79,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   [[maybe_unused]] static const bool quiet = (google::protobuf::SetLogHandler(nullptr), true);
   sluice::base::Registry registry;
   sluice::server::ServerMetrics metrics(registry);
-  sluice::server::Router router({sluice::server::Strategy::kDefault}, metrics);
+  // Small limits, so that refusals happen: agent b joins only once a leaves, frontends 0 and 1
+  // share a client.
+  sluice::server::Router router(
+      {sluice::server::Strategy::kDefault}, metrics,
+      sluice::server::RouterLimits{.max_pending_dials_per_client = 1, .max_agent_streams = 1});
   std::array<FuzzAgent, 2> agents{FuzzAgent("a"), FuzzAgent("b")};
-  std::array<bool, 2> joined{true, true};
+  std::array<bool, 2> joined{};
   std::array<FuzzFrontend, 3> frontends;
-  for (FuzzAgent& agent : agents) {
-    router.AddAgent(&agent);
+  const std::array<std::string, 3> clients{"10.0.0.1", "10.0.0.1", "10.0.0.2"};
+  for (size_t i = 0; i < agents.size(); ++i) {
+    joined[i] = router.AddAgent(&agents[i]);
   }
   while (size >= 2) {
     const uint8_t op = data[0] % 8;
@@ -113,19 +100,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     size -= 2 + length;
     if (op == 5) {
       const size_t i = length & 1;
-      joined[i] ? router.RemoveAgent(&agents[i]) : router.AddAgent(&agents[i]);
-      joined[i] = !joined[i];
+      if (joined[i]) {
+        router.RemoveAgent(&agents[i]);
+        joined[i] = false;
+      } else {
+        joined[i] = router.AddAgent(&agents[i]);
+      }
     } else if (op == 6) {
       router.RemoveFrontend(&frontends[length % 3]);
     } else if (op == 7) {
       router.StopDialing();
     } else if (parsed && sluice::wire::Validate(packet).ok()) {
       if (op < 2) {
-        if (joined[op]) {  // a stream that left sends nothing more
-          FromAgent(router, &agents[op], std::move(packet));
+        if (joined[op]) {  // a stream that left (or was refused) sends nothing more
+          (void)router.OnAgentPacket(&agents[op], std::move(packet));
         }
       } else {
-        FromFrontend(router, &frontends[op - 2], std::move(packet));
+        FromFrontend(router, &frontends[op - 2], clients[op - 2], std::move(packet));
       }
     }
   }

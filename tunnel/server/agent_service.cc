@@ -169,23 +169,10 @@ void AgentStream::OnReadDone(bool ok) {
     ReadNext();
     return;
   }
-  switch (in_.type()) {
-    case DIAL_RSP:
-      router_.OnDialResponse(this, in_);
-      break;
-    case DATA:
-      router_.OnAgentData(this, std::move(in_));
-      break;
-    case CLOSE_RSP:
-      router_.OnAgentClose(this, in_);
-      break;
-    case DRAIN:
-      LOG(INFO) << "agent " << agent_id_ << " is draining";
-      router_.SetDraining(this);
-      break;
-    default:
-      metrics_.bad_packets.WithLabels({"unexpected_type"}).Inc();
-      VLOG(1) << "agent " << agent_id_ << ": ignored " << wire::TypeName(in_.type());
+  const int type = in_.type();
+  if (!router_.OnAgentPacket(this, std::move(in_))) {
+    metrics_.bad_packets.WithLabels({"unexpected_type"}).Inc();
+    VLOG(1) << "agent " << agent_id_ << ": ignored " << wire::TypeName(type);
   }
   in_.Clear();
   ReadNext();

@@ -241,6 +241,26 @@ void Router::OnAgentData(AgentLink* agent, wire::Packet packet) {
   DeliverOrAbort(it->second, std::move(packet), agent->gate());
 }
 
+bool Router::OnAgentPacket(AgentLink* agent, wire::Packet packet) {
+  switch (packet.type()) {
+    case DIAL_RSP:
+      OnDialResponse(agent, packet);
+      return true;
+    case DATA:
+      OnAgentData(agent, std::move(packet));
+      return true;
+    case CLOSE_RSP:
+      OnAgentClose(agent, packet);
+      return true;
+    case DRAIN:
+      LOG(INFO) << "agent " << agent->agent_id() << " is draining";
+      SetDraining(agent);
+      return true;
+    default:
+      return false;
+  }
+}
+
 void Router::OnAgentClose(AgentLink* agent, const wire::Packet& packet) {
   absl::MutexLock lock(&mu_);
   auto it = established_.find({agent, packet.closeresponse().connectid()});

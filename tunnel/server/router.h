@@ -48,6 +48,9 @@ class Router final {
   void OnDialResponse(AgentLink* agent, const wire::Packet& packet) ABSL_LOCKS_EXCLUDED(mu_);
   void OnAgentData(AgentLink* agent, wire::Packet packet) ABSL_LOCKS_EXCLUDED(mu_);
   void OnAgentClose(AgentLink* agent, const wire::Packet& packet) ABSL_LOCKS_EXCLUDED(mu_);
+  // One packet from `agent`'s stream, already wire::Validate'd, to the handler above for its
+  // type. False for a type agents do not send (the caller counts it).
+  bool OnAgentPacket(AgentLink* agent, wire::Packet packet) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Frontend side. Dial returns an error text for an immediate DIAL_RSP, or "" when the
   // request went to an agent. `client` (ClientOf) is what the pending-dial limit counts by.

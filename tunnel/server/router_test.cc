@@ -118,7 +118,8 @@ TEST_F(RouterTest, StrategiesAndDrain) {
   FakeAgent x("x"), y("y");
   d.AddAgent(&x);
   d.AddAgent(&y);
-  d.SetDraining(&x);
+  ASSERT_TRUE(d.OnAgentPacket(&x, wire::MakeDrain()));
+  EXPECT_FALSE(d.OnAgentPacket(&x, wire::MakeDialRequest("h:1", 1)));  // not an agent's packet
   for (int i = 0; i < 20; ++i) {
     FakeFrontend f;
     ASSERT_EQ(d.Dial(&f, wire::MakeDialRequest("h:1", 100 + i)), "");
