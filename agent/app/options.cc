@@ -391,8 +391,8 @@ absl::Status ParseAgentOptions(int argc, char** argv, base::FlagSet& flags, Agen
       RETURN_IF_ERROR(LoadConfigFile(path, root, flags));
     }
   }
-  const std::string program = std::filesystem::path(argv[0]).filename();
-  if (o.sources.empty() && (kube_proxy_file || program == "kube-proxy" ||
+  // main names the flag set after the binary when it is called as kube-proxy.
+  if (o.sources.empty() && (kube_proxy_file || flags.program() == "kube-proxy" ||
                             !o.kubeconfig.empty() || !o.master.empty())) {
     o.sources.push_back("kube");
   }
