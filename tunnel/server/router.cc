@@ -91,8 +91,9 @@ void Router::RemoveAgent(AgentLink* agent) {
     Frontend* f = p->second;
     const int64_t random = p->first.second;
     p = pending_.erase(p);
-    Unpend(tunnels_[f]);
-    tunnels_.erase(f);
+    auto t = tunnels_.find(f);  // a pending dial always has its tunnel
+    Unpend(t->second);
+    tunnels_.erase(t);
     metrics_.dial_failures.WithLabels({"backend_close"}).Inc();  // upstream's nearest reason
     (void)f->Deliver(wire::MakeDialResponse(random, 0, "agent disconnected before dial response"),
                      nullptr);
