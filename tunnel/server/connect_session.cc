@@ -38,9 +38,9 @@ absl::StatusOr<std::shared_ptr<ConnectSession>> ConnectSession::Create(
   }
   s->pump_ = std::move(*pump);
   std::weak_ptr<ConnectSession> weak = s;
-  s->head_timer_ = loop.AddTimer(absl::Now() + options.header_timeout, [weak] {
+  s->deadline_timer_ = loop.AddTimer(absl::Now() + options.header_timeout, [weak] {
     if (auto self = weak.lock(); self && self->state_ == State::kHead) {
-      self->head_timer_ = 0;
+      self->deadline_timer_ = 0;
       self->metrics_.limited.WithLabels({"header_timeout"}).Inc();
       self->Reply(Plain(408, "Request Timeout"));
     }
@@ -62,8 +62,8 @@ ConnectSession::ConnectSession(wire::IoLoop& loop, HttpConnectFrontend& owner, R
 }
 
 ConnectSession::~ConnectSession() {
-  if (head_timer_ != 0) {
-    loop_.CancelTimer(head_timer_);
+  if (deadline_timer_ != 0) {
+    loop_.CancelTimer(deadline_timer_);
   }
   if (stall_timer_ != 0) {
     loop_.CancelTimer(stall_timer_);
@@ -296,13 +296,13 @@ void ConnectSession::Reply(const std::string& bytes) {
   pump_->CloseAfterFlush();
   // A client that never reads its reply, or never finished the TLS handshake the reply waits
   // for (a slowloris), does not hold the session longer than the head could take.
-  if (head_timer_ != 0) {
-    loop_.CancelTimer(head_timer_);
+  if (deadline_timer_ != 0) {
+    loop_.CancelTimer(deadline_timer_);
   }
   std::weak_ptr<ConnectSession> weak = weak_from_this();
-  head_timer_ = loop_.AddTimer(absl::Now() + options_.header_timeout, [weak] {
+  deadline_timer_ = loop_.AddTimer(absl::Now() + options_.header_timeout, [weak] {
     if (auto self = weak.lock()) {
-      self->head_timer_ = 0;
+      self->deadline_timer_ = 0;
       self->End();
     }
   });

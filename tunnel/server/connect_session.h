@@ -70,7 +70,8 @@ class ConnectSession final : public wire::SocketPump::Callbacks,
   std::unique_ptr<wire::SocketPump> pump_;
   State state_ = State::kHead;
   std::string head_;
-  uint64_t head_timer_ = 0;
+  // Ends the head (408) while the request head is awaited, then the session once it replied.
+  uint64_t deadline_timer_ = 0;
   int64_t connect_id_ = 0;
   size_t in_flight_ = 0;                 // bytes sent to the agent stream, not yet written
   std::atomic<size_t> posted_bytes_{0};  // DATA posted to the loop, not yet queued
