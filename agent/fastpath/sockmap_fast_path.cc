@@ -14,7 +14,7 @@
 namespace sluice::fastpath {
 
 static_assert(sizeof(sluice_limit) == 32, "bpf_abi.h: struct sluice_limit");
-static_assert(sizeof(sluice_count) == 16, "bpf_abi.h: struct sluice_count");
+static_assert(sizeof(sluice_count) == 32, "bpf_abi.h: struct sluice_count");
 static_assert(sizeof(sluice_event) == 16, "bpf_abi.h: struct sluice_event");
 
 namespace {
@@ -90,7 +90,12 @@ absl::StatusOr<SockmapFastPath::Counts> SockmapFastPath::Count(uint64_t cookie) 
   if (bpf_map_lookup_elem(count_fd_, &cookie, &count) != 0) {
     return MapError("lookup", "sluice_count", cookie);
   }
-  return Counts{.redirected = count.redirected, .passed = count.passed};
+  if ((count.flags & SLUICE_SEQ_BROKEN) != 0) {
+    return absl::DataLossError(absl::StrCat(
+        "socket ", cookie, ": the kernel handed the verdict bytes it already had, and they could "
+        "not be cut off"));
+  }
+  return Counts{.redirected = count.redirected, .passed = count.passed, .repeated = count.repeated};
 }
 
 absl::Status SockmapFastPath::Instruct(uint64_t cookie, const Instructions& in) {

@@ -36,6 +36,7 @@ class SockmapFastPath final {
   struct Counts {
     uint64_t redirected = 0;
     uint64_t passed = 0;
+    uint64_t repeated = 0;  // handed over twice by the kernel and cut off (neither of the above)
   };
   // What the program does with them (struct sluice_limit, bpf/include/sluice/bpf_abi.h).
   struct Instructions {
@@ -48,6 +49,7 @@ class SockmapFastPath final {
   // Creates `cookie`'s counters (0) and instructions. Must precede Attach of that socket.
   absl::Status Track(uint64_t cookie, const Instructions& instructions);
   void Untrack(uint64_t cookie);
+  // DataLoss if the kernel repeated bytes the program could not cut off (reset the connection).
   absl::StatusOr<Counts> Count(uint64_t cookie) const;
   // Replaces the instructions, in place (see struct sluice_limit). A verdict already running
   // may still act on the old ones; SockmapLink::Pass waits for it. The program disarms a mark itself when it signals it, so while a

@@ -17,7 +17,13 @@
 struct sluice_count {
 	__u64 redirected; /* sent out of the peer socket */
 	__u64 passed;	  /* left to the agent: queued on the socket itself, read with recv() */
+	__u64 repeated;	  /* handed to the verdict a second time and cut off (see sockmap.bpf.c) */
+	__u32 next_seq;	  /* TCP sequence number just past the last byte the verdict had */
+	__u32 flags;	  /* SLUICE_SEQ_* */
 };
+
+#define SLUICE_SEQ_KNOWN 1  /* next_seq is set */
+#define SLUICE_SEQ_BROKEN 2 /* a repeat could not be cut off: the stream is no longer whole */
 
 /* sluice_limit value: the agent's instructions for a source socket (written only by it).
  * Bytes are redirected while pass == 0 and passed == resume_at; otherwise passed. So the agent
