@@ -151,7 +151,10 @@ absl::StatusOr<Progress> SockmapLink::Measure(Side src, uint64_t user_written) c
   const End& dst = end(Other(src));
   uint64_t queued = 0;
   ASSIGN_OR_RETURN(uint64_t written, BytesWritten(dst.fd, &queued));
-  Progress p{.consumed = counts.redirected, .passed = counts.passed, .dst_queued = queued};
+  Progress p{.consumed = counts.redirected,
+             .passed = counts.passed,
+             .repeated = counts.repeated,
+             .dst_queued = queued};
   const uint64_t base = dst.written_base + user_written;
   p.written = written > base ? written - base : 0;
   return p;

@@ -19,6 +19,7 @@ inline Side Other(Side s) { return s == Side::kClient ? Side::kBackend : Side::k
 struct Progress {
   uint64_t consumed = 0;    // redirected out of the source by the program
   uint64_t passed = 0;      // left by the program on the source for the caller to recv()
+  uint64_t repeated = 0;    // handed to the program a second time by the kernel, cut off
   uint64_t written = 0;     // of the redirected, those in the destination's send queue
   uint64_t dst_queued = 0;  // bytes in the destination's send queue, unacked (SIOCOUTQ)
   // Bytes the kernel holds between the two sockets (in the destination's psock queue),

@@ -46,6 +46,11 @@ DataPathMetrics::DataPathMetrics(base::Registry& r)
       sockmap_pauses(r.AddCounter("sluice_sockmap_pauses_total",
                                   "Times a kernel-pumped direction was paused by flow control")
                          .Get()),
+      sockmap_repeated(r.AddCounter("sluice_sockmap_repeated_bytes_total",
+                                    "Bytes the kernel handed the sockmap program a second time "
+                                    "(a retransmission queued whole), cut off before they "
+                                    "reached the peer; counted when a connection closes")
+                           .Get()),
       udp_flows(r.AddGauge("sluice_udp_flows", "UDP flows open").Get()),
       udp_flows_total(r.AddCounter("sluice_udp_flows_total", "UDP flows created").Get()),
       udp_datagrams(

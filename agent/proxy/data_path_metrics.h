@@ -25,6 +25,7 @@ struct DataPathMetrics {
   base::Family<base::Counter>& sockmap_fallbacks;  // {reason}, at close: enrolment refused
   base::Gauge& sockmap_paused;                     // kernel directions paused by flow control
   base::Counter& sockmap_pauses;
+  base::Counter& sockmap_repeated;  // at close
   base::Gauge& udp_flows;
   base::Counter& udp_flows_total;
   base::Family<base::Counter>& udp_datagrams;  // {direction}

@@ -112,6 +112,8 @@ class SockmapRelay final {
   }
   // Bytes redirected by the kernel, as of the last measurement.
   uint64_t bytes() const { return last_.consumed; }
+  // Bytes the kernel repeated and the program cut off, as of the last measurement.
+  uint64_t repeated() const { return last_.repeated; }
   // Kernel bytes written into the destination, as of the last measurement.
   uint64_t written() const { return last_.written; }
   // Measures; true if bytes moved since the previous call (for the idle timer).

@@ -79,6 +79,9 @@ class TcpSession final : public event::DeferredDeletable {
   // Of those, the bytes the kernel redirected (the rest went through the pumps).
   uint64_t kernel_bytes_to_backend() const { return up_relay_ ? up_relay_->bytes() : 0; }
   uint64_t kernel_bytes_to_client() const { return down_relay_ ? down_relay_->bytes() : 0; }
+  uint64_t kernel_bytes_repeated() const {
+    return (up_relay_ ? up_relay_->repeated() : 0) + (down_relay_ ? down_relay_->repeated() : 0);
+  }
   // kSockmap once a direction was handed to the kernel (even if some bytes went through the
   // pumps).
   Path path() const;

@@ -148,6 +148,7 @@ class Connection final : public event::DeferredDeletable,
         .Inc(static_cast<double>(session.bytes_to_backend() - kernel_up));
     m.path_bytes.WithLabels({user(false), "to_client"})
         .Inc(static_cast<double>(session.bytes_to_client() - kernel_down));
+    m.sockmap_repeated.Inc(static_cast<double>(session.kernel_bytes_repeated()));
   }
 
   void Finish() {
