@@ -7,6 +7,7 @@
 #include "absl/strings/strip.h"
 #include "grpcpp/grpcpp.h"
 
+#include "agent/base/backoff.h"
 #include "agent/base/file.h"
 #include "agent/base/log.h"
 #include "agent/base/status.h"
@@ -140,7 +141,12 @@ bool TunnelAgent::SleepFor(absl::Duration d) {
 }
 
 void TunnelAgent::SyncLoop() {
-  absl::Duration backoff = config_.sync_interval;
+  // Jittered below the interval (never above the cap), so that the agents of every node, cut
+  // off by one server restart, do not all reconnect in the same instant.
+  base::Backoff backoff({.initial = config_.sync_interval,
+                         .max = config_.sync_interval_cap,
+                         .jitter_min = 0.8,
+                         .jitter_max = 1.0});
   size_t next = 0;
   while (true) {
     int have, want;
@@ -155,7 +161,7 @@ void TunnelAgent::SyncLoop() {
       want = server_count_;
     }
     if (have >= want) {
-      backoff = config_.sync_interval;
+      backoff.Reset();
       if (!SleepFor(config_.probe_interval)) {
         return;
       }
@@ -163,13 +169,12 @@ void TunnelAgent::SyncLoop() {
     }
     const std::string& server = config_.servers[next++ % config_.servers.size()];
     if (ConnectOnce(server)) {
-      backoff = config_.sync_interval;
+      backoff.Reset();
       continue;
     }
-    if (!SleepFor(backoff)) {
+    if (!SleepFor(backoff.Next())) {
       return;
     }
-    backoff = std::min(backoff * 2, config_.sync_interval_cap);
   }
 }
 
