@@ -1,18 +1,24 @@
 // SPDX-License-Identifier: Apache-2.0
 // The sockmap mechanism on the real kernel, below the session: probe and self-test, insertion
-// failures, byte integrity through the verdict program, and flow control by detaching. Each
-// test runs in its own network namespace; without CAP_BPF/CAP_NET_ADMIN they skip.
+// failures, byte integrity through the verdict program (also when TCP repeats bytes), and flow
+// control by passing. Each test runs in its own network namespace; without CAP_BPF/CAP_NET_ADMIN
+// they skip.
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 
@@ -24,6 +30,7 @@
 #include "agent/proxy/test_sockets.h"
 #include "tests/testutil/netns.h"
 #include "tests/testutil/process.h"
+#include "tests/testutil/tun_tcp_peer.h"
 
 namespace sluice::fastpath {
 namespace {
@@ -278,6 +285,175 @@ TEST_F(SockmapKernelTest, PauseResumeCyclesUnderLoadKeepEveryByte) {
       << "received " << got.size() << " of " << data.size() << " bytes, first wrong at "
       << (diff.first - got.begin()) << "; " << cycles << " cycles, " << forwarded
       << " forwarded by us, " << end.consumed << " redirected, " << end.passed << " passed";
+}
+
+// A retransmission that repeats the head of what the socket already has: the peer sends stream
+// bytes [0, 1000), then [500, 3000), then [3000, 3100). TCP queues the middle segment whole
+// ("partial packet" in tcp_data_queue); recvmsg skips its first 500 bytes by copied_seq, but the
+// verdict's tcp_read_skb hands it over whole, so the program must cut them (cut_repeat).
+constexpr size_t kFirstEnd = 1000;
+constexpr size_t kRetransmitStart = 500;
+constexpr size_t kRetransmitEnd = 3000;
+constexpr size_t kStreamSize = 3100;
+constexpr uint64_t kRepeated = kFirstEnd - kRetransmitStart;
+// Stream byte 0 at sequence 2^32 - 512, so the repeated bytes straddle the wrap.
+constexpr uint32_t kPeerIsn = 0xfffffdff;
+
+// Bytes compared without printing them: where the first difference is.
+::testing::AssertionResult SameBytes(const std::string& got, const std::string& want) {
+  const auto diff = std::mismatch(got.begin(), got.end(), want.begin(), want.end());
+  if (diff.first == got.end() && diff.second == want.end()) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure() << "received " << got.size() << " of " << want.size()
+                                       << " bytes, first wrong at " << (diff.first - got.begin());
+}
+
+// Reads `n` bytes from a non-blocking socket, or what came within `timeout`. recv is retried
+// every 50 ms even without a poll event, so nothing hinges on poll's view of a psock queue.
+std::string RecvWithin(int fd, size_t n, absl::Duration timeout = absl::Seconds(20)) {
+  std::string out(n, '\0');
+  size_t got = 0;
+  const absl::Time deadline = absl::Now() + timeout;
+  while (got < n && absl::Now() < deadline) {
+    const ssize_t r = recv(fd, &out[got], n - got, MSG_DONTWAIT);
+    if (r > 0) {
+      got += static_cast<size_t>(r);
+    } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
+      break;
+    } else {
+      pollfd p{.fd = fd, .events = POLLIN, .revents = 0};
+      poll(&p, 1, 50);
+    }
+  }
+  out.resize(got);
+  return out;
+}
+
+// A TcpExt counter of the calling thread's network namespace (/proc/net/netstat: a line of
+// names, then a line of values); ~0 if there is none.
+uint64_t TcpExtCounter(const std::string& name) {
+  std::ifstream netstat("/proc/thread-self/net/netstat");
+  std::string names, values;
+  while (std::getline(netstat, names) && std::getline(netstat, values)) {
+    if (names.rfind("TcpExt:", 0) != 0) {
+      continue;
+    }
+    std::istringstream n(names), v(values);
+    std::string key, value;
+    while (n >> key && v >> value) {
+      uint64_t count = 0;
+      if (key == name && absl::SimpleAtoi(value, &count)) {
+        return count;
+      }
+    }
+  }
+  return ~0ULL;
+}
+
+class SockmapRepeatTest : public SockmapKernelTest {
+ protected:
+  void SetUp() override {
+    SockmapKernelTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) {
+      return;
+    }
+    auto peer = testutil::TunTcpPeer::Create();
+    ASSERT_TRUE(peer.ok()) << peer.status();
+    peer_ = std::move(*peer);
+    auto listener = net::ListenTcp(
+        *net::SocketAddress::Parse(absl::StrCat(testutil::TunTcpPeer::kLocalAddress, ":0")), false,
+        4);
+    ASSERT_TRUE(listener.ok()) << listener.status();
+    listener_ = std::move(*listener);
+    auto local = net::LocalAddress(listener_.get());
+    ASSERT_TRUE(local.ok()) << local.status();
+    listen_port_ = local->port();
+  }
+
+  // The kernel's socket of a new connection from the peer's `port`, non-blocking as the agent
+  // accepts it; invalid on failure (reported).
+  base::UniqueFd Accept(uint16_t port, testutil::TunTcpPeer::Flow* flow) {
+    auto f = peer_->Connect(port, listen_port_, kPeerIsn);
+    EXPECT_TRUE(f.ok()) << f.status();
+    pollfd p{.fd = listener_.get(), .events = POLLIN, .revents = 0};
+    if (!f.ok() || poll(&p, 1, 10000) != 1) {
+      ADD_FAILURE() << "no connection to accept";
+      return base::UniqueFd();
+    }
+    *flow = *f;
+    return base::UniqueFd(accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+  }
+
+  // Sends stream_ with its bytes [500, 1000) repeated, each segment once the previous one is
+  // acked (so the kernel sees them in this order).
+  void SendWithRepeatedHead(const testutil::TunTcpPeer::Flow& flow) {
+    const std::string_view stream(stream_);
+    const std::pair<size_t, size_t> segments[] = {
+        {0, kFirstEnd}, {kRetransmitStart, kRetransmitEnd}, {kRetransmitEnd, kStreamSize}};
+    for (auto [from, to] : segments) {
+      const absl::Status sent =
+          peer_->Send(flow, static_cast<uint32_t>(from), stream.substr(from, to - from));
+      ASSERT_TRUE(sent.ok()) << sent;
+      const absl::Status acked = peer_->WaitForAck(flow, static_cast<uint32_t>(to));
+      ASSERT_TRUE(acked.ok()) << acked;
+    }
+  }
+
+  const std::string stream_ = RandomBytes(kStreamSize, 5);
+  std::unique_ptr<testutil::TunTcpPeer> peer_;  // destroyed before the base's namespace
+  base::UniqueFd listener_;
+  uint16_t listen_port_ = 0;
+};
+
+// The twin without the sockmap. The kernel's D-SACK count shows the repeat reached TCP.
+TEST_F(SockmapRepeatTest, PlainSocketReadsRepeatedHeadOnce) {
+  testutil::TunTcpPeer::Flow flow;
+  base::UniqueFd sock = Accept(40001, &flow);
+  ASSERT_TRUE(sock.valid());
+  SendWithRepeatedHead(flow);
+  EXPECT_TRUE(SameBytes(RecvWithin(sock.get(), kStreamSize), stream_));
+  EXPECT_EQ(TcpExtCounter("TCPDSACKOldSent"), 1u);
+}
+
+TEST_F(SockmapRepeatTest, RedirectDeliversRepeatedHeadOnce) {
+  auto fp = Load();
+  ASSERT_NE(fp, nullptr);
+  testutil::TunTcpPeer::Flow flow;
+  base::UniqueFd client = Accept(40002, &flow);
+  ASSERT_TRUE(client.valid());
+  Pair backend = LoopbackPair();
+  auto link = SockmapLink::Enrol(*fp, client.get(), backend.near.get(), 0, 0);
+  ASSERT_TRUE(link.ok()) << link.status();
+  ASSERT_TRUE((*link)->Attach(Side::kClient).ok());
+  SendWithRepeatedHead(flow);
+  EXPECT_TRUE(SameBytes(RecvExactly(backend.far.get(), kStreamSize), stream_));
+  // Counted before the redirect that delivered the last byte.
+  auto counts = fp->Count((*link)->cookie(Side::kClient));
+  ASSERT_TRUE(counts.ok()) << counts.status();
+  EXPECT_EQ(counts->repeated, kRepeated);
+  EXPECT_EQ(counts->redirected, kStreamSize);
+  EXPECT_EQ(counts->passed, 0u);
+}
+
+TEST_F(SockmapRepeatTest, PassingLeavesRepeatedHeadForRecvOnce) {
+  auto fp = Load();
+  ASSERT_NE(fp, nullptr);
+  testutil::TunTcpPeer::Flow flow;
+  base::UniqueFd client = Accept(40003, &flow);
+  ASSERT_TRUE(client.valid());
+  Pair backend = LoopbackPair();
+  auto link = SockmapLink::Enrol(*fp, client.get(), backend.near.get(), 0, 0);
+  ASSERT_TRUE(link.ok()) << link.status();
+  ASSERT_TRUE((*link)->Attach(Side::kClient).ok());
+  ASSERT_TRUE((*link)->Pass(Side::kClient).ok());
+  SendWithRepeatedHead(flow);
+  EXPECT_TRUE(SameBytes(RecvWithin(client.get(), kStreamSize), stream_));
+  auto counts = fp->Count((*link)->cookie(Side::kClient));
+  ASSERT_TRUE(counts.ok()) << counts.status();
+  EXPECT_EQ(counts->repeated, kRepeated);
+  EXPECT_EQ(counts->passed, kStreamSize);
+  EXPECT_EQ(counts->redirected, 0u);
 }
 
 }  // namespace
