@@ -400,6 +400,33 @@ class SockmapRepeatTest : public SockmapKernelTest {
     }
   }
 
+  // Enrolled, the socket gets the same segments; redirected or passed, the stream comes out once
+  // and the program counts the repeated head it cut off.
+  void ExpectRepeatedHeadCutOnce(bool pass, uint16_t port) {
+    auto fp = Load();
+    ASSERT_NE(fp, nullptr);
+    testutil::TunTcpPeer::Flow flow;
+    base::UniqueFd client = Accept(port, &flow);
+    ASSERT_TRUE(client.valid());
+    Pair backend = LoopbackPair();
+    auto link = SockmapLink::Enrol(*fp, client.get(), backend.near.get(), 0, 0);
+    ASSERT_TRUE(link.ok()) << link.status();
+    ASSERT_TRUE((*link)->Attach(Side::kClient).ok());
+    if (pass) {
+      ASSERT_TRUE((*link)->Pass(Side::kClient).ok());
+    }
+    SendWithRepeatedHead(flow);
+    const std::string got =
+        pass ? RecvWithin(client.get(), kStreamSize) : RecvExactly(backend.far.get(), kStreamSize);
+    EXPECT_TRUE(SameBytes(got, stream_));
+    // Counted before the verdict that delivered the last byte returned.
+    auto counts = fp->Count((*link)->cookie(Side::kClient));
+    ASSERT_TRUE(counts.ok()) << counts.status();
+    EXPECT_EQ(counts->repeated, kRepeated);
+    EXPECT_EQ(counts->redirected, pass ? 0u : kStreamSize);
+    EXPECT_EQ(counts->passed, pass ? kStreamSize : 0u);
+  }
+
   const std::string stream_ = RandomBytes(kStreamSize, 5);
   std::unique_ptr<testutil::TunTcpPeer> peer_;  // destroyed before the base's namespace
   base::UniqueFd listener_;
@@ -417,43 +444,11 @@ TEST_F(SockmapRepeatTest, PlainSocketReadsRepeatedHeadOnce) {
 }
 
 TEST_F(SockmapRepeatTest, RedirectDeliversRepeatedHeadOnce) {
-  auto fp = Load();
-  ASSERT_NE(fp, nullptr);
-  testutil::TunTcpPeer::Flow flow;
-  base::UniqueFd client = Accept(40002, &flow);
-  ASSERT_TRUE(client.valid());
-  Pair backend = LoopbackPair();
-  auto link = SockmapLink::Enrol(*fp, client.get(), backend.near.get(), 0, 0);
-  ASSERT_TRUE(link.ok()) << link.status();
-  ASSERT_TRUE((*link)->Attach(Side::kClient).ok());
-  SendWithRepeatedHead(flow);
-  EXPECT_TRUE(SameBytes(RecvExactly(backend.far.get(), kStreamSize), stream_));
-  // Counted before the redirect that delivered the last byte.
-  auto counts = fp->Count((*link)->cookie(Side::kClient));
-  ASSERT_TRUE(counts.ok()) << counts.status();
-  EXPECT_EQ(counts->repeated, kRepeated);
-  EXPECT_EQ(counts->redirected, kStreamSize);
-  EXPECT_EQ(counts->passed, 0u);
+  ExpectRepeatedHeadCutOnce(/*pass=*/false, 40002);
 }
 
 TEST_F(SockmapRepeatTest, PassingLeavesRepeatedHeadForRecvOnce) {
-  auto fp = Load();
-  ASSERT_NE(fp, nullptr);
-  testutil::TunTcpPeer::Flow flow;
-  base::UniqueFd client = Accept(40003, &flow);
-  ASSERT_TRUE(client.valid());
-  Pair backend = LoopbackPair();
-  auto link = SockmapLink::Enrol(*fp, client.get(), backend.near.get(), 0, 0);
-  ASSERT_TRUE(link.ok()) << link.status();
-  ASSERT_TRUE((*link)->Attach(Side::kClient).ok());
-  ASSERT_TRUE((*link)->Pass(Side::kClient).ok());
-  SendWithRepeatedHead(flow);
-  EXPECT_TRUE(SameBytes(RecvWithin(client.get(), kStreamSize), stream_));
-  auto counts = fp->Count((*link)->cookie(Side::kClient));
-  ASSERT_TRUE(counts.ok()) << counts.status();
-  EXPECT_EQ(counts->repeated, kRepeated);
-  EXPECT_EQ(counts->passed, kStreamSize);
-  EXPECT_EQ(counts->redirected, 0u);
+  ExpectRepeatedHeadCutOnce(/*pass=*/true, 40003);
 }
 
 }  // namespace
