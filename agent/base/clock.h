@@ -1,10 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <time.h>
+
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
 namespace sluice::base {
+
+// Time since an arbitrary fixed point (CLOCK_MONOTONIC): for intervals and deadlines, which a
+// step of the wall clock (NTP, an operator) must neither stretch nor cut short. Clock::Now is
+// for what is compared with wall times (timestamps in metrics and annotations).
+inline absl::Duration MonotonicNow() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return absl::DurationFromTimespec(ts);
+}
 
 // The time seam: control-plane logic takes a Clock& so tests can drive time without sleeping.
 // Thread-safe.

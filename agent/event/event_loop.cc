@@ -12,16 +12,11 @@
 #include <string>
 
 #include "agent/base/log.h"
+#include "agent/base/clock.h"
 #include "agent/base/status.h"
 
 namespace sluice::event {
 namespace {
-
-absl::Duration MonotonicClock() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return absl::DurationFromTimespec(ts);
-}
 
 }  // namespace
 
@@ -86,7 +81,7 @@ void Timer::Arm(absl::Duration after) {
   Disarm();
   // A fresh clock read, not the iteration's cached time: a timer armed outside Run(), or late in
   // a long iteration, must not fire early.
-  Key key{MonotonicClock() + std::max(after, absl::ZeroDuration()), loop_.next_timer_seq_++};
+  Key key{base::MonotonicNow() + std::max(after, absl::ZeroDuration()), loop_.next_timer_seq_++};
   pos_ = loop_.timers_.emplace(key, this).first;
   armed_ = true;
 }
@@ -199,7 +194,7 @@ void EventLoop::RunOnce() {
 
 void EventLoop::UpdateTime() {
   now_ = absl::Now();
-  mono_now_ = MonotonicClock();
+  mono_now_ = base::MonotonicNow();
 }
 
 int EventLoop::WaitTimeoutMs() {
@@ -214,7 +209,7 @@ int EventLoop::WaitTimeoutMs() {
   if (timers_.empty()) {
     return -1;
   }
-  absl::Duration wait = timers_.begin()->first.first - MonotonicClock();
+  absl::Duration wait = timers_.begin()->first.first - base::MonotonicNow();
   if (wait <= absl::ZeroDuration()) {
     return 0;
   }

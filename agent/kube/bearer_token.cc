@@ -4,6 +4,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
+#include "agent/base/clock.h"
 #include "agent/base/file.h"
 #include "agent/base/log.h"
 #include "agent/base/status.h"
@@ -33,19 +34,19 @@ absl::Status BearerToken::ReadLocked() {
     return absl::InvalidArgumentError(absl::StrCat("token file ", file_, " is empty"));
   }
   token_ = std::move(token);
-  read_at_ = absl::Now();
+  read_at_ = base::MonotonicNow();
   return absl::OkStatus();
 }
 
 std::string BearerToken::Get() {
   absl::MutexLock lock(&mu_);
-  if (from_file() && absl::Now() - read_at_ >= reload_period_) {
+  if (from_file() && base::MonotonicNow() - read_at_ >= reload_period_) {
     if (absl::Status st = ReadLocked(); !st.ok()) {
       if (!failing_) {
         LOG(WARNING) << "keeping the previous API token: " << st;
       }
       failing_ = true;
-      read_at_ = absl::Now();  // retry after another period, not on every request
+      read_at_ = base::MonotonicNow();  // retry after another period, not on every request
     } else {
       failing_ = false;
     }
@@ -55,7 +56,7 @@ std::string BearerToken::Get() {
 
 void BearerToken::Invalidate() {
   absl::MutexLock lock(&mu_);
-  read_at_ = absl::InfinitePast();
+  read_at_ = -absl::InfiniteDuration();
 }
 
 }  // namespace sluice::kube

@@ -39,7 +39,7 @@ class BearerToken final {
   const absl::Duration reload_period_;
   absl::Mutex mu_;
   std::string token_ ABSL_GUARDED_BY(mu_);
-  absl::Time read_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Duration read_at_ ABSL_GUARDED_BY(mu_) = -absl::InfiniteDuration();  // monotonic
   bool failing_ ABSL_GUARDED_BY(mu_) = false;
 };
 

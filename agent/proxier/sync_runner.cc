@@ -25,11 +25,11 @@ void SyncRunner::Schedule() {
     timer_->Disarm();
     return;
   }
-  timer_->Arm(std::max(absl::ZeroDuration(), due - absl::Now()));
+  timer_->Arm(std::max(absl::ZeroDuration(), due - Now()));
 }
 
 void SyncRunner::Fire() {
-  const absl::Time now = absl::Now();
+  const absl::Time now = Now();
   if (policy_.Due() > now) {
     Schedule();  // woke early (a re-arm raced the timer)
     return;
@@ -40,7 +40,7 @@ void SyncRunner::Fire() {
   } else {
     policy_.Ran(now);
     if (!ran.ok()) {
-      policy_.Failed(absl::Now());
+      policy_.Failed(Now());
     }
   }
   Schedule();

@@ -6,6 +6,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 
+#include "agent/base/clock.h"
 #include "agent/event/event_loop.h"
 #include "agent/proxier/run_policy.h"
 
@@ -26,6 +27,9 @@ class SyncRunner final {
  private:
   void Schedule();
   void Fire();
+  // The loop's monotonic clock as the policy's time line: a step of the wall clock must not
+  // delay (or hurry) every sync by its size.
+  absl::Time Now() const { return absl::UnixEpoch() + base::MonotonicNow(); }
 
   event::EventLoop& loop_;
   RunPolicy policy_;
