@@ -15,7 +15,7 @@
 namespace sluice::agent {
 
 using StreamReactor = grpc::ClientBidiReactor<wire::Packet, wire::Packet>;
-using StreamOutbox = wire::Outbox<StreamReactor>;
+using StreamOutbox = wire::Outbox;
 
 // The agent's side of one server stream: the backend connections that stream carries.
 // Packets from the server are posted here; replies go out through the stream's Outbox, which
