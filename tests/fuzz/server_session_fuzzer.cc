@@ -238,7 +238,7 @@ class FakeStream {
         outbox_(std::make_shared<sluice::agent::StreamOutbox>(
             [this](const Packet* p) { in_flight_ = p; })) {}
 
-  const std::shared_ptr<sluice::agent::StreamOutbox>& outbox() { return outbox_; }
+  const std::shared_ptr<sluice::agent::StreamOutbox>& Outbox() const { return outbox_; }
 
   // Completes the write in flight, if any; true if there was one.
   bool Complete(bool ok) {
@@ -306,7 +306,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   bool reading = true;  // as ServerStream: a read is started unless the gate holds it
   auto gate = std::make_shared<sluice::wire::ReadGate>([&reading] { reading = true; });
   auto session = std::make_shared<sluice::agent::ServerSession>(*loop, backends.resolver, metrics,
-                                                                policy, stream.outbox(), gate);
+                                                                policy, stream.Outbox(), gate);
 
   int packets = 0;
   bool broken = false;
@@ -345,7 +345,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // session is torn down on its loop.
   (void)stream.Complete(false);
   gate->Close();
-  stream.outbox()->Close();
+  stream.Outbox()->Close();
   loop->Post([session] { session->Teardown(); });
   RunUntilIdle(*loop, peers, stream);
   peers.CheckAllClosed();
