@@ -22,6 +22,42 @@ std::string_view Prefix(std::string_view s) { return s.substr(0, kLoggedBytes); 
 
 }  // namespace
 
+absl::StatusOr<ListPage> ParseListPage(
+    simdjson::dom::parser& parser, std::string_view body,
+    absl::FunctionRef<void(const simdjson::dom::element&)> on_item) {
+  simdjson::dom::element list;
+  if (auto error = parser.parse(body.data(), body.size()).get(list)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid JSON: ", simdjson::error_message(error)));
+  }
+  ListPage page;
+  simdjson::dom::element metadata;
+  std::string_view rv;
+  if (list["metadata"].get(metadata) != simdjson::SUCCESS ||
+      metadata["resourceVersion"].get(rv) != simdjson::SUCCESS || rv.empty()) {
+    return absl::InvalidArgumentError("metadata.resourceVersion: required");
+  }
+  std::string_view next;
+  if (auto error = metadata["continue"].get(next);
+      error != simdjson::SUCCESS && error != simdjson::NO_SUCH_FIELD) {
+    return absl::InvalidArgumentError("metadata.continue: must be a string");
+  }
+  simdjson::dom::element items_field;
+  if (list["items"].get(items_field) == simdjson::SUCCESS && !items_field.is_null()) {
+    simdjson::dom::array array;
+    if (items_field.get(array) != simdjson::SUCCESS) {
+      return absl::InvalidArgumentError("items: must be an array");
+    }
+    for (simdjson::dom::element item : array) {
+      on_item(item);
+      ++page.items;
+    }
+  }
+  page.resource_version = std::string(rv);
+  page.continue_token = std::string(next);
+  return page;
+}
+
 std::string QueryEscape(std::string_view value) {
   static constexpr char kHex[] = "0123456789ABCDEF";
   std::string out;
@@ -139,10 +175,17 @@ ListWatcher::Step ListWatcher::List() {
       // An expired continue token is a 410 too: the list starts over from its first page.
       return HttpFailed("list", *result, /*relist=*/true);
     }
-    if (absl::Status st = ParsePage(body, &continue_token, &items); !st.ok()) {
-      LOG(ERROR) << "kube " << resource_.name << ": bad list response: " << st;
+    absl::StatusOr<ListPage> page = ParseListPage(
+        parser_, body, [this](const simdjson::dom::element& item) { handler_.OnListItem(item); });
+    if (!page.ok()) {
+      LOG(ERROR) << "kube " << resource_.name << ": bad list response: " << page.status();
       Error("malformed_list");
       return Step{.relist = true, .delay = backoff_.Next()};
+    }
+    items += page->items;
+    continue_token = std::move(page->continue_token);
+    if (continue_token.empty()) {  // every page carries the snapshot's version
+      resource_version_ = std::move(page->resource_version);
     }
     ++pages;
   } while (!continue_token.empty());
@@ -152,42 +195,6 @@ ListWatcher::Step ListWatcher::List() {
   LOG(INFO) << "kube " << resource_.name << ": listed " << items << " objects (" << pages
             << (pages == 1 ? " page" : " pages") << ") at resourceVersion " << resource_version_;
   return Step{};
-}
-
-absl::Status ListWatcher::ParsePage(std::string_view body, std::string* continue_token,
-                                    size_t* items) {
-  simdjson::dom::element list;
-  if (auto error = parser_.parse(body.data(), body.size()).get(list)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("invalid JSON: ", simdjson::error_message(error)));
-  }
-  simdjson::dom::element metadata;
-  std::string_view rv;
-  if (list["metadata"].get(metadata) != simdjson::SUCCESS ||
-      metadata["resourceVersion"].get(rv) != simdjson::SUCCESS || rv.empty()) {
-    return absl::InvalidArgumentError("metadata.resourceVersion: required");
-  }
-  std::string_view next;
-  if (auto error = metadata["continue"].get(next);
-      error != simdjson::SUCCESS && error != simdjson::NO_SUCH_FIELD) {
-    return absl::InvalidArgumentError("metadata.continue: must be a string");
-  }
-  simdjson::dom::element items_field;
-  if (list["items"].get(items_field) == simdjson::SUCCESS && !items_field.is_null()) {
-    simdjson::dom::array array;
-    if (items_field.get(array) != simdjson::SUCCESS) {
-      return absl::InvalidArgumentError("items: must be an array");
-    }
-    for (simdjson::dom::element item : array) {
-      handler_.OnListItem(item);
-      ++*items;
-    }
-  }
-  *continue_token = std::string(next);
-  if (next.empty()) {
-    resource_version_ = std::string(rv);  // every page carries the snapshot's version
-  }
-  return absl::OkStatus();
 }
 
 ListWatcher::Step ListWatcher::Watch() {
@@ -224,8 +231,7 @@ ListWatcher::Step ListWatcher::WatchEnded(const absl::StatusOr<HttpResponse>& re
   // A server that answers is back: the next retry need not wait out the backoff built up while
   // it was unreachable (an outage would otherwise delay the relist by up to its 30 s cap).
   // Overload answers (429, 5xx) keep backing off.
-  if (stream.answered ||
-      (result.ok() && result->status != 429 && result->status < 500)) {
+  if (stream.answered || (result.ok() && result->status != 429 && result->status < 500)) {
     backoff_.Reset();
   }
   if (result.ok() && result->status == 200) {

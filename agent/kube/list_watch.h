@@ -8,6 +8,7 @@
 #include <string_view>
 #include <thread>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
@@ -104,9 +105,6 @@ class ListWatcher final {
               WatchHandler& handler, std::unique_ptr<HttpClient> client);
   void Run();
   Step List();
-  // Hands one list page's items to the handler; sets *continue_token ("" on the last page) and,
-  // on the last page, resource_version_.
-  absl::Status ParsePage(std::string_view body, std::string* continue_token, size_t* items);
   Step Watch();
   Step WatchEnded(const absl::StatusOr<HttpResponse>& result, const StreamState& stream,
                   bool healthy);
@@ -132,6 +130,19 @@ class ListWatcher final {
   std::string resource_version_;
   int unauthorized_streak_ = 0;
 };
+
+// One page of a list response (a *List object), as an API server sends it.
+struct ListPage {
+  std::string resource_version;  // metadata.resourceVersion: required, the snapshot's version
+  std::string continue_token;    // metadata.continue: "" on the last page
+  size_t items = 0;
+};
+// Parses `body` and hands each of its items to `on_item`, in order; the elements are valid only
+// during the call. An error means the page is unusable (the list starts over), though items may
+// have been handed on already.
+absl::StatusOr<ListPage> ParseListPage(
+    simdjson::dom::parser& parser, std::string_view body,
+    absl::FunctionRef<void(const simdjson::dom::element&)> on_item);
 
 // Percent-encodes a query parameter value (RFC 3986 unreserved characters pass).
 std::string QueryEscape(std::string_view value);

@@ -74,4 +74,16 @@ bool AllowList::Allows(const net::SocketAddress& dest) const {
   return false;
 }
 
+bool AllowList::MayAllowPort(uint16_t port) const {
+  if (rules_.empty()) {
+    return true;
+  }
+  for (const Rule& r : rules_) {
+    if (port >= r.low && port <= r.high) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace sluice::agent

@@ -19,6 +19,9 @@ class AllowList final {
  public:
   static absl::StatusOr<AllowList> Parse(const std::vector<std::string>& entries);
   bool Allows(const net::SocketAddress& dest) const;
+  // Whether some destination on `port` may be allowed: a host name whose port no entry allows
+  // is refused without resolving it, so a denied dial never causes a DNS query.
+  bool MayAllowPort(uint16_t port) const;
   bool allow_all() const { return rules_.empty(); }
 
  private:

@@ -30,6 +30,15 @@ TEST(AllowListTest, CidrsAndPorts) {
   EXPECT_FALSE(l->Allows(A("8.8.8.8:53")));
 }
 
+TEST(AllowListTest, MayAllowPort) {
+  EXPECT_TRUE(AllowList::Parse({}).value().MayAllowPort(22));
+  auto l = AllowList::Parse({"192.168.1.0/24:443", "127.0.0.0/8:8000-9000"}).value();
+  EXPECT_TRUE(l.MayAllowPort(443));
+  EXPECT_TRUE(l.MayAllowPort(8000));
+  EXPECT_FALSE(l.MayAllowPort(22));
+  EXPECT_TRUE(AllowList::Parse({"10.0.0.0/8"}).value().MayAllowPort(22));
+}
+
 TEST(AllowListTest, RejectsGarbage) {
   EXPECT_FALSE(AllowList::Parse({"nope"}).ok());
   EXPECT_FALSE(AllowList::Parse({"10.0.0.0/8:0"}).ok());

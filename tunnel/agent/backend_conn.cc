@@ -18,6 +18,8 @@
 namespace sluice::agent {
 namespace {
 
+constexpr char kNotAllowed[] = "destination not allowed by --allowed-destinations";
+
 // Go's net package prints syscall errors in lower case ("connect: connection refused").
 std::string GoErrno(int err) {
   std::string s = strerror(err);
@@ -92,6 +94,13 @@ void BackendConn::Dial(const std::string& address, std::weak_ptr<BackendConn> se
     Connect(net::SocketAddress(*ip, port));
     return;
   }
+  // What can be checked before resolving is checked first: a refused dial must not cause a
+  // DNS query (its name may carry data out; the resolver may be slow). The address itself is
+  // checked in Connect, once resolved.
+  if (policy_.allow != nullptr && !policy_.allow->MayAllowPort(port)) {
+    FailDial(absl::StrCat("dial tcp ", address, ": ", kNotAllowed));
+    return;
+  }
   wire::IoLoop* loop = &loop_;
   resolver_.Resolve(host, [loop, self, port](absl::StatusOr<net::IpAddress> ip) {
     loop->Post([self, port, ip = std::move(ip)] {
@@ -110,8 +119,7 @@ void BackendConn::Dial(const std::string& address, std::weak_ptr<BackendConn> se
 
 void BackendConn::Connect(const net::SocketAddress& dest) {
   if (policy_.allow != nullptr && !policy_.allow->Allows(dest)) {
-    FailDial(absl::StrCat("dial tcp ", dest.ToString(),
-                          ": destination not allowed by --allowed-destinations"));
+    FailDial(absl::StrCat("dial tcp ", dest.ToString(), ": ", kNotAllowed));
     return;
   }
   sockaddr_storage ss;

@@ -8,6 +8,8 @@
 
 #include "gtest/gtest.h"
 
+#include "tunnel/agent/fake_resolver.h"
+
 namespace sluice::agent {
 namespace {
 
@@ -21,9 +23,11 @@ class Owner final : public BackendConn::Owner {
 };
 
 // Dials `address` on a fresh loop and returns the dial error ("" = connected).
-std::string DialError(const std::string& address, const AllowList* allow = nullptr) {
+std::string DialError(const std::string& address, const AllowList* allow = nullptr,
+                      Resolver* fake = nullptr) {
   auto loop = wire::IoLoop::Create("test").value();
-  Resolver resolver;
+  GetaddrinfoResolver real;
+  Resolver& resolver = fake != nullptr ? *fake : real;
   Owner owner;
   DialPolicy policy;
   policy.timeout = absl::Seconds(2);
@@ -64,6 +68,24 @@ TEST(BackendConnTest, GoStyleErrors) {
   auto allow = AllowList::Parse({"10.0.0.0/8"}).value();
   EXPECT_EQ(DialError(refused, &allow),
             "dial tcp " + refused + ": destination not allowed by --allowed-destinations");
+}
+
+// The allow list is consulted before a name is resolved, as far as it can be: a name on a port
+// no entry allows is refused without a lookup; on an allowed port the resolved address decides.
+TEST(BackendConnTest, DeniedNameIsNeverResolved) {
+  auto allow = AllowList::Parse({"10.0.0.0/8:443"}).value();
+  FakeResolver resolver;
+  resolver.Add("kubelet.internal", *net::IpAddress::Parse("10.1.2.3"));
+  resolver.Add("elsewhere.internal", *net::IpAddress::Parse("192.0.2.1"));
+  EXPECT_EQ(DialError("kubelet.internal:22", &allow, &resolver),
+            "dial tcp kubelet.internal:22: destination not allowed by --allowed-destinations");
+  EXPECT_EQ(DialError("secret.exfil.example:80", &allow, &resolver),
+            "dial tcp secret.exfil.example:80: destination not allowed by "
+            "--allowed-destinations");
+  EXPECT_TRUE(resolver.asked().empty());
+  EXPECT_EQ(DialError("elsewhere.internal:443", &allow, &resolver),
+            "dial tcp 192.0.2.1:443: destination not allowed by --allowed-destinations");
+  EXPECT_EQ(resolver.asked(), std::vector<std::string>{"elsewhere.internal"});
 }
 
 TEST(BackendConnTest, SplitHostPort) {

@@ -29,9 +29,9 @@ absl::StatusOr<net::IpAddress> Lookup(const std::string& host) {
 
 }  // namespace
 
-Resolver::Resolver() : thread_([this] { Run(); }) {}
+GetaddrinfoResolver::GetaddrinfoResolver() : thread_([this] { Run(); }) {}
 
-Resolver::~Resolver() {
+GetaddrinfoResolver::~GetaddrinfoResolver() {
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
@@ -39,12 +39,12 @@ Resolver::~Resolver() {
   thread_.join();
 }
 
-void Resolver::Resolve(std::string host, Done done) {
+void GetaddrinfoResolver::Resolve(std::string host, Done done) {
   absl::MutexLock lock(&mu_);
   queue_.emplace_back(std::move(host), std::move(done));
 }
 
-void Resolver::Run() {
+void GetaddrinfoResolver::Run() {
   while (true) {
     std::pair<std::string, Done> job;
     {

@@ -14,19 +14,32 @@
 
 namespace sluice::agent {
 
-// Resolves host names with getaddrinfo(3), which blocks, on its own thread so the IoLoop never
-// waits for DNS. Results come back through the callback on the resolver thread (callers post
-// them to their loop). Thread-safe; the destructor drops queued lookups and joins.
-class Resolver final {
+// Name resolution for dials: a system seam (DNS), so that tests and fuzzers can dial host
+// names without reaching a real resolver. Implementations: GetaddrinfoResolver, FakeResolver
+// (fake_resolver.h). Thread-safe.
+class Resolver {
  public:
   using Done = absl::AnyInvocable<void(absl::StatusOr<net::IpAddress>)>;
-  Resolver();
-  ~Resolver();
-  Resolver(const Resolver&) = delete;
-  Resolver& operator=(const Resolver&) = delete;
+  virtual ~Resolver() = default;
 
-  // Error texts follow Go's resolver: "lookup <host>: no such host".
-  void Resolve(std::string host, Done done) ABSL_LOCKS_EXCLUDED(mu_);
+  // `done` runs exactly once, on any thread and possibly before Resolve returns (callers post
+  // the result to their loop), unless the resolver is destroyed first. Error texts follow Go's
+  // resolver: "lookup <host>: no such host".
+  virtual void Resolve(std::string host, Done done) = 0;
+};
+
+// Resolves host names with getaddrinfo(3), which blocks, on its own thread so the IoLoop never
+// waits for DNS. Results come back through the callback on the resolver thread. Thread-safe;
+// the destructor drops queued lookups and joins.
+class GetaddrinfoResolver final : public Resolver {
+ public:
+  GetaddrinfoResolver();
+  ~GetaddrinfoResolver() override;
+  GetaddrinfoResolver(const GetaddrinfoResolver&) = delete;
+  GetaddrinfoResolver& operator=(const GetaddrinfoResolver&) = delete;
+
+  // Resolver
+  void Resolve(std::string host, Done done) override ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   void Run();

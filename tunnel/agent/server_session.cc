@@ -78,7 +78,17 @@ void ServerSession::HandleDial(const wire::Packet& p) {
   conn->Dial(req.address(), conn);
 }
 
+bool ServerSession::Owns(const BackendConn& conn) const {
+  auto it = conns_.find(conn.connect_id());
+  return it != conns_.end() && it->second.get() == &conn;
+}
+
 void ServerSession::OnDialDone(BackendConn& conn, const std::string& error) {
+  // A retired connection lives until a later loop turn and may still finish its dial (a
+  // connect that completed before DIAL_CLS was handled): it was cancelled, so say nothing.
+  if (!Owns(conn)) {
+    return;
+  }
   dialing_.erase(conn.random());
   metrics_.dial_duration.Observe(absl::ToDoubleSeconds(absl::Now() - conn.started()));
   if (!error.empty()) {
@@ -96,6 +106,9 @@ void ServerSession::OnDialDone(BackendConn& conn, const std::string& error) {
 }
 
 void ServerSession::OnBackendData(BackendConn& conn, std::string bytes) {
+  if (!Owns(conn)) {
+    return;  // closed toward the server already: no DATA after CLOSE_RSP
+  }
   const size_t n = bytes.size();
   const int64_t id = conn.connect_id();
   conn.Charge(n);
@@ -115,12 +128,18 @@ void ServerSession::OnBackendData(BackendConn& conn, std::string bytes) {
 }
 
 void ServerSession::OnBackendDone(BackendConn& conn, absl::Status reason) {
+  if (!Owns(conn)) {
+    return;
+  }
   VLOG(2) << "connection " << conn.connect_id() << " done: " << reason;
   (void)outbox_->Send(wire::MakeCloseResponse(conn.connect_id(), ""));
   Retire(conn.connect_id());
 }
 
 void ServerSession::OnBackendStalled(BackendConn& conn) {
+  if (!Owns(conn)) {
+    return;
+  }
   metrics_.overflow_closes.Inc();
   (void)outbox_->Send(wire::MakeCloseResponse(conn.connect_id(), "backend stopped reading"));
   Retire(conn.connect_id());
@@ -144,14 +163,11 @@ void ServerSession::HandleData(wire::Packet p) {
 
 void ServerSession::HandleClose(int64_t id) {
   auto it = conns_.find(id);
-  if (it == conns_.end()) {
+  // A connection still dialing has not been given out (its DIAL_RSP is pending), so the server
+  // cannot name it; upstream's agent knows a connection only once dialled. Answering a clean
+  // CLOSE_RSP and dropping the dial left that dial unanswered for ever.
+  if (it == conns_.end() || !it->second->connected()) {
     (void)outbox_->Send(wire::MakeCloseResponse(id, "unknown connectID"));
-    return;
-  }
-  if (!it->second->open()) {
-    (void)outbox_->Send(wire::MakeCloseResponse(id, ""));
-    dialing_.erase(it->second->random());
-    Retire(id);
     return;
   }
   it->second->Close();  // flushes, then OnBackendDone answers CLOSE_RSP

@@ -15,7 +15,7 @@
 namespace sluice::agent {
 
 using StreamReactor = grpc::ClientBidiReactor<wire::Packet, wire::Packet>;
-using StreamOutbox = wire::Outbox<StreamReactor>;
+using StreamOutbox = wire::Outbox;
 
 // The agent's side of one server stream: the backend connections that stream carries.
 // Packets from the server are posted here; replies go out through the stream's Outbox, which
@@ -47,8 +47,11 @@ class ServerSession final : public BackendConn::Owner,
   void HandleData(wire::Packet packet);
   void HandleClose(int64_t connect_id);
   void HandleCloseDial(int64_t random);
-  // Drops the connection on a later loop turn (we may be inside its callback).
+  // Drops the connection on a later loop turn (we may be inside its callback); until then its
+  // callbacks are ignored (see Owns).
   void Retire(int64_t connect_id);
+  // Whether `conn` is still this session's, i.e. not retired.
+  bool Owns(const BackendConn& conn) const;
 
   wire::IoLoop& loop_;
   Resolver& resolver_;

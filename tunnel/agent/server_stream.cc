@@ -22,7 +22,7 @@ ServerStream::ServerStream(TunnelAgent& agent, std::shared_ptr<grpc::Channel> ch
                            const std::string& token, std::promise<bool> ready)
     : agent_(agent),
       stub_(::AgentService::NewStub(channel)),
-      outbox_(std::make_shared<StreamOutbox>(this)),
+      outbox_(std::make_shared<StreamOutbox>([this](const wire::Packet* p) { StartWrite(p); })),
       ready_(std::move(ready)) {
   session_ = std::make_shared<ServerSession>(*agent.loop_, agent.resolver_, agent.metrics_,
                                              agent.policy_, outbox_, gate_);

@@ -80,7 +80,7 @@ class TunnelAgent final {
   DialPolicy policy_;
   std::shared_ptr<grpc::ChannelCredentials> creds_;
   std::unique_ptr<wire::IoLoop> loop_;
-  Resolver resolver_;
+  GetaddrinfoResolver resolver_;
   mutable absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   int live_streams_ ABSL_GUARDED_BY(mu_) = 0;                         // reactors not yet deleted

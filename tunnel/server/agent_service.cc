@@ -26,7 +26,11 @@ class AgentStream final : public Reactor, public AgentLink {
  public:
   AgentStream(grpc::CallbackServerContext* ctx, const AgentServiceOptions& options, Router& router,
               ServerMetrics& metrics)
-      : ctx_(ctx), options_(options), router_(router), metrics_(metrics), outbox_(this) {
+      : ctx_(ctx),
+        options_(options),
+        router_(router),
+        metrics_(metrics),
+        outbox_([this](const wire::Packet* p) { StartWrite(p); }) {
     metrics_.grpc_connections.WithLabels({"Connect"}).Add(1);
     absl::Status st = Authenticate();
     if (st.ok() && options_.reviewer != nullptr) {
@@ -124,7 +128,7 @@ class AgentStream final : public Reactor, public AgentLink {
   const AgentServiceOptions& options_;
   Router& router_;
   ServerMetrics& metrics_;
-  wire::Outbox<Reactor> outbox_;
+  wire::Outbox outbox_;
   absl::Mutex mu_;
   bool reviewing_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;

@@ -28,7 +28,7 @@ class ProxyStream final : public Reactor, public Frontend {
         loop_(loop),
         max_queued_(max_queued),
         client_(std::move(client)),
-        outbox_(this) {
+        outbox_([this](const wire::Packet* p) { StartWrite(p); }) {
     metrics_.grpc_connections.WithLabels({"Proxy"}).Add(1);
     {
       absl::MutexLock lock(&credit_->mu);
@@ -123,7 +123,7 @@ class ProxyStream final : public Reactor, public Frontend {
   wire::IoLoop& loop_;
   const size_t max_queued_;
   const std::string client_;  // ClientOf(peer), for the pending-dial limit
-  wire::Outbox<Reactor> outbox_;
+  wire::Outbox outbox_;
   wire::Packet in_;
   std::shared_ptr<Credit> credit_ = std::make_shared<Credit>();
 };

@@ -6,6 +6,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/time/clock.h"
@@ -16,6 +17,13 @@
 namespace sluice::wire {
 
 absl::StatusOr<std::unique_ptr<IoLoop>> IoLoop::Create(std::string name) {
+  ASSIGN_OR_RETURN(std::unique_ptr<IoLoop> loop, CreateManual());
+  loop->thread_ = std::thread([l = loop.get()] { l->Run(); });
+  pthread_setname_np(loop->thread_.native_handle(), name.substr(0, 15).c_str());
+  return loop;
+}
+
+absl::StatusOr<std::unique_ptr<IoLoop>> IoLoop::CreateManual() {
   base::UniqueFd ep(epoll_create1(EPOLL_CLOEXEC));
   if (!ep) {
     return base::ErrnoStatus(errno, "epoll_create1");
@@ -30,10 +38,7 @@ absl::StatusOr<std::unique_ptr<IoLoop>> IoLoop::Create(std::string name) {
   if (epoll_ctl(ep.get(), EPOLL_CTL_ADD, wake.get(), &ev) != 0) {
     return base::ErrnoStatus(errno, "epoll_ctl(ADD eventfd)");
   }
-  auto loop = std::unique_ptr<IoLoop>(new IoLoop(std::move(ep), std::move(wake)));
-  loop->thread_ = std::thread([l = loop.get()] { l->Run(); });
-  pthread_setname_np(loop->thread_.native_handle(), name.substr(0, 15).c_str());
-  return loop;
+  return std::unique_ptr<IoLoop>(new IoLoop(std::move(ep), std::move(wake)));
 }
 
 IoLoop::IoLoop(base::UniqueFd epoll, base::UniqueFd wake)
@@ -127,7 +132,7 @@ int IoLoop::NextTimeoutMs() const {
   return d <= absl::ZeroDuration() ? 0 : static_cast<int>(absl::ToInt64Milliseconds(d) + 1);
 }
 
-void IoLoop::RunTasks() {
+bool IoLoop::RunTasks() {
   std::vector<Task> tasks;
   {
     absl::MutexLock lock(&mu_);
@@ -136,19 +141,22 @@ void IoLoop::RunTasks() {
   for (auto& t : tasks) {
     t();
   }
+  return !tasks.empty();
 }
 
-void IoLoop::RunTimers() {
+bool IoLoop::RunTimers() {
   const absl::Time now = absl::Now();
+  bool ran = false;
   while (!timers_.empty() && timers_.begin()->first.first <= now) {
     auto node = timers_.extract(timers_.begin());
     timer_index_.erase(node.key().second);
     node.mapped()();
+    ran = true;
   }
+  return ran;
 }
 
 void IoLoop::Run() {
-  epoll_event events[64];
   while (true) {
     {
       absl::MutexLock lock(&mu_);
@@ -156,27 +164,44 @@ void IoLoop::Run() {
         return;
       }
     }
-    const int n = epoll_wait(epoll_.get(), events, 64, NextTimeoutMs());
-    if (n < 0 && errno != EINTR) {
-      LOG(FATAL) << "epoll_wait: " << base::ErrnoStatus(errno, "epoll_wait");
-    }
-    for (int i = 0; i < n; ++i) {
-      const int fd = events[i].data.fd;
-      if (fd == wake_.get()) {
-        uint64_t v;
-        (void)!read(wake_.get(), &v, sizeof(v));
-        continue;
-      }
-      // A handler removed earlier in this batch is skipped (its fd may already be reused
-      // by a new handler, which then simply sees a spurious, harmless readiness check).
-      auto it = handlers_.find(fd);
-      if (it != handlers_.end()) {
-        it->second->OnIoReady(events[i].events);
-      }
-    }
-    RunTasks();
-    RunTimers();
+    Turn(NextTimeoutMs());
   }
+}
+
+bool IoLoop::RunOnce(absl::Duration timeout) {
+  SLUICE_CHECK(!thread_.joinable()) << "RunOnce on a loop that has its own thread";
+  int ms = static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(timeout), 0, 1 << 30));
+  if (const int next = NextTimeoutMs(); next >= 0 && next < ms) {
+    ms = next;
+  }
+  return Turn(ms);
+}
+
+bool IoLoop::Turn(int timeout_ms) {
+  epoll_event events[64];
+  const int n = epoll_wait(epoll_.get(), events, 64, timeout_ms);
+  if (n < 0 && errno != EINTR) {
+    LOG(FATAL) << "epoll_wait: " << base::ErrnoStatus(errno, "epoll_wait");
+  }
+  bool ran = false;
+  for (int i = 0; i < n; ++i) {
+    const int fd = events[i].data.fd;
+    if (fd == wake_.get()) {
+      uint64_t v;
+      (void)!read(wake_.get(), &v, sizeof(v));
+      continue;
+    }
+    // A handler removed earlier in this batch is skipped (its fd may already be reused
+    // by a new handler, which then simply sees a spurious, harmless readiness check).
+    auto it = handlers_.find(fd);
+    if (it != handlers_.end()) {
+      it->second->OnIoReady(events[i].events);
+      ran = true;
+    }
+  }
+  ran |= RunTasks();
+  ran |= RunTimers();
+  return ran;
 }
 
 }  // namespace sluice::wire

@@ -32,6 +32,9 @@ class IoLoop final {
   using Task = absl::AnyInvocable<void()>;
 
   static absl::StatusOr<std::unique_ptr<IoLoop>> Create(std::string name);
+  // A loop without a thread: its owner's thread is the loop thread and turns it with RunOnce,
+  // so a fuzzer or test decides exactly when sockets, tasks and timers are served.
+  static absl::StatusOr<std::unique_ptr<IoLoop>> CreateManual();
   // Stops and joins the thread; tasks still queued are destroyed unrun.
   ~IoLoop();
   IoLoop(const IoLoop&) = delete;
@@ -39,6 +42,9 @@ class IoLoop final {
 
   void Post(Task task) ABSL_LOCKS_EXCLUDED(mu_);
   bool InLoopThread() const { return std::this_thread::get_id() == thread_.get_id(); }
+  // Manual loops only: one turn (ready sockets, then posted tasks, then due timers), waiting
+  // at most `timeout` for a socket or task. Returns whether anything ran.
+  bool RunOnce(absl::Duration timeout);
 
   // Loop thread. The handler must outlive its registration; Remove it before destroying it.
   absl::Status Add(int fd, uint32_t events, Handler* handler);
@@ -51,8 +57,10 @@ class IoLoop final {
  private:
   IoLoop(base::UniqueFd epoll, base::UniqueFd wake);
   void Run();
-  void RunTasks();
-  void RunTimers();
+  // One turn waiting at most `timeout_ms` (-1: until something happens); true if anything ran.
+  bool Turn(int timeout_ms);
+  bool RunTasks();
+  bool RunTimers();
   int NextTimeoutMs() const;
 
   base::UniqueFd epoll_;

@@ -13,13 +13,16 @@
 namespace sluice::wire {
 
 // Serialises writes on one gRPC bidi stream: gRPC allows one outstanding StartWrite, while
-// packets for a stream come from many threads. `Reactor` is a Server- or ClientBidiReactor
-// whose OnWriteDone calls OnWriteDone() here. Never blocks; the queue is bounded by the
+// packets for a stream come from many threads. Never blocks; the queue is bounded by the
 // callers' per-connection accounting (STYLE 3.2 "Tunnel streams"). Thread-safe.
-template <typename Reactor>
 class Outbox final {
  public:
-  explicit Outbox(Reactor* reactor) : reactor_(reactor) {}
+  // Starts one write; called with the Outbox's lock held, so it must not block or call back
+  // into the Outbox. The stream's OnWriteDone calls OnWriteDone() here. Usually a bidi
+  // reactor's StartWrite; a function rather than a reactor type because gRPC's StartWrite is
+  // not virtual, so a fuzzer or test can capture writes only through this.
+  using Writer = absl::AnyInvocable<void(const Packet*)>;
+  explicit Outbox(Writer start_write) : start_write_(std::move(start_write)) {}
   Outbox(const Outbox&) = delete;
   Outbox& operator=(const Outbox&) = delete;
 
@@ -34,7 +37,7 @@ class Outbox final {
     queue_.push_back(Entry{std::move(packet), std::move(on_written)});
     if (!writing_) {
       writing_ = true;
-      reactor_->StartWrite(&queue_.front().packet);
+      start_write_(&queue_.front().packet);
     }
     return true;
   }
@@ -51,7 +54,7 @@ class Outbox final {
         closed_ = true;
       }
       if (!closed_ && !queue_.empty()) {
-        reactor_->StartWrite(&queue_.front().packet);
+        start_write_(&queue_.front().packet);
       } else {
         writing_ = false;
       }
@@ -80,7 +83,7 @@ class Outbox final {
     absl::AnyInvocable<void()> on_written;
   };
 
-  Reactor* const reactor_;
+  Writer start_write_ ABSL_GUARDED_BY(mu_);
   mutable absl::Mutex mu_;
   std::deque<Entry> queue_ ABSL_GUARDED_BY(mu_);
   size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;

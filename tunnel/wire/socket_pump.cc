@@ -48,6 +48,11 @@ bool SocketPump::Write(std::string bytes) {
   if (done_ || closing_) {
     return true;  // the connection is going away; dropping is the documented outcome
   }
+  // An empty DATA packet is legal and means nothing. Queued, it would block the queue: send(2)
+  // of 0 bytes "makes no progress", so the level-triggered EPOLLOUT would spin the loop.
+  if (bytes.empty()) {
+    return true;
+  }
   if (queued_ + bytes.size() > max_queued_) {
     return false;
   }

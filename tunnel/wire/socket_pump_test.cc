@@ -97,5 +97,20 @@ TEST(SocketPumpTest, CloseAfterFlushDeliversQueuedBytes) {
   OnLoop(*loop, [&] { pump.reset(); });
 }
 
+// Found by the server_session fuzzer: an empty chunk stayed at the head of the queue, so
+// nothing after it was sent and EPOLLOUT woke the loop forever.
+TEST(SocketPumpTest, EmptyWriteIsANoOp) {
+  auto loop = IoLoop::CreateManual().value();
+  Pair pair = SocketPair();
+  Recorder rec;
+  auto pump = SocketPump::Create(*loop, std::move(pair.a), rec, 1024).value();
+  EXPECT_TRUE(pump->Write(""));
+  EXPECT_TRUE(pump->Write("hi"));
+  EXPECT_FALSE(loop->RunOnce(absl::ZeroDuration()));  // nothing left to do: idle
+  char buf[4];
+  EXPECT_EQ(read(pair.b.get(), buf, sizeof(buf)), 2);
+  pump.reset();
+}
+
 }  // namespace
 }  // namespace sluice::wire

@@ -1,0 +1,101 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "tunnel/agent/server_session.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+#include "agent/base/metrics.h"
+#include "agent/base/unique_fd.h"
+#include "tunnel/agent/fake_resolver.h"
+
+namespace sluice::agent {
+namespace {
+
+// A listening loopback socket: connects to it complete at once (the backlog accepts them).
+struct Listener {
+  Listener() {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    EXPECT_EQ(bind(fd.get(), reinterpret_cast<sockaddr*>(&a), len), 0);
+    EXPECT_EQ(listen(fd.get(), 16), 0);
+    EXPECT_EQ(getsockname(fd.get(), reinterpret_cast<sockaddr*>(&a), &len), 0);
+    address = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  }
+  base::UniqueFd fd{socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)};
+  std::string address;
+};
+
+// One session on a loop turned by the test; what it writes to the stream is kept in `sent`.
+class ServerSessionTest : public ::testing::Test {
+ protected:
+  ~ServerSessionTest() override {
+    loop_->Post([s = session_] { s->Teardown(); });
+    RunUntilIdle();
+  }
+
+  void RunUntilIdle() {
+    for (int turn = 0; turn < 1000; ++turn) {
+      bool progress = loop_->RunOnce(absl::ZeroDuration());
+      while (const wire::Packet* p = std::exchange(in_flight_, nullptr)) {
+        sent_.push_back(*p);
+        (void)outbox_->OnWriteDone(true);
+        progress = true;
+      }
+      if (!progress) {
+        return;
+      }
+    }
+    ADD_FAILURE() << "the loop never went idle";
+  }
+
+  std::unique_ptr<wire::IoLoop> loop_ = wire::IoLoop::CreateManual().value();
+  base::Registry registry_;
+  AgentMetrics metrics_{registry_};
+  FakeResolver resolver_;
+  DialPolicy policy_;
+  const wire::Packet* in_flight_ = nullptr;
+  std::vector<wire::Packet> sent_;
+  std::shared_ptr<StreamOutbox> outbox_ =
+      std::make_shared<StreamOutbox>([this](const wire::Packet* p) { in_flight_ = p; });
+  std::shared_ptr<ServerSession> session_ =
+      std::make_shared<ServerSession>(*loop_, resolver_, metrics_, policy_, outbox_, nullptr);
+};
+
+// Found with the server_session fuzzer's protocol checks: the connect completed on the turn after
+// DIAL_CLS retired the connection, and the session still answered DIAL_RSP success with a connectID
+// it had already dropped.
+TEST_F(ServerSessionTest, CancelledDialIsNeverAnswered) {
+  Listener backend;
+  session_->Post(wire::MakeDialRequest(backend.address, 7));
+  session_->Post(wire::MakeCloseDial(7));
+  RunUntilIdle();
+  EXPECT_TRUE(sent_.empty()) << sent_.front().ShortDebugString();
+}
+
+// Found with the server_session fuzzer's protocol checks: CLOSE_REQ naming a connectID still
+// dialing was answered with a clean CLOSE_RSP and the dial was dropped, so its DIAL_REQ was never
+// answered.
+TEST_F(ServerSessionTest, CloseRequestForDialingConnectionIsUnknown) {
+  Listener backend;
+  session_->Post(wire::MakeDialRequest(backend.address, 5));
+  session_->Post(wire::MakeCloseRequest(1));
+  RunUntilIdle();
+  ASSERT_EQ(sent_.size(), 2u);
+  EXPECT_EQ(sent_[0].type(), CLOSE_RSP);
+  EXPECT_EQ(sent_[0].closeresponse().connectid(), 1);
+  EXPECT_EQ(sent_[0].closeresponse().error(), "unknown connectID");
+  EXPECT_EQ(sent_[1].type(), DIAL_RSP);
+  EXPECT_EQ(sent_[1].dialresponse().random(), 5);
+  EXPECT_EQ(sent_[1].dialresponse().connectid(), 1);
+  EXPECT_EQ(sent_[1].dialresponse().error(), "");
+}
+
+}  // namespace
+}  // namespace sluice::agent
