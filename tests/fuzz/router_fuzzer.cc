@@ -15,6 +15,7 @@
 #include "google/protobuf/stubs/logging.h"
 
 #include "agent/base/metrics.h"
+#include "tests/fuzz/packet_records.h"
 #include "tunnel/server/router.h"
 
 namespace {
@@ -91,13 +92,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (size_t i = 0; i < agents.size(); ++i) {
     joined[i] = router.AddAgent(&agents[i]);
   }
-  while (size >= 2) {
-    const uint8_t op = data[0] % 8;
-    const size_t length = std::min<size_t>(data[1], size - 2);
-    Packet packet;
-    const bool parsed = packet.ParseFromArray(data + 2, static_cast<int>(length));
-    data += 2 + length;
-    size -= 2 + length;
+  sluice::fuzz::PacketRecord record;
+  while (sluice::fuzz::NextPacketRecord(data, size, record)) {
+    const uint8_t op = record.op % 8;
+    const size_t length = record.length;
+    Packet& packet = record.packet;
     if (op == 5) {
       const size_t i = length & 1;
       if (joined[i]) {
@@ -110,7 +109,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       router.RemoveFrontend(&frontends[length % 3]);
     } else if (op == 7) {
       router.StopDialing();
-    } else if (parsed && sluice::wire::Validate(packet).ok()) {
+    } else if (record.parsed && sluice::wire::Validate(packet).ok()) {
       if (op < 2) {
         if (joined[op]) {  // a stream that left (or was refused) sends nothing more
           (void)router.OnAgentPacket(&agents[op], std::move(packet));

@@ -31,6 +31,7 @@
 
 #include "agent/base/metrics.h"
 #include "agent/base/unique_fd.h"
+#include "tests/fuzz/packet_records.h"
 #include "tunnel/agent/fake_resolver.h"
 #include "tunnel/agent/server_session.h"
 
@@ -310,19 +311,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   int packets = 0;
   bool broken = false;
-  while (size >= 2 && packets < kMaxPackets && !broken) {
-    const uint8_t op = data[0] % 4;
-    const size_t length = std::min<size_t>(data[1], size - 2);
-    Packet packet;
-    const bool parsed = packet.ParseFromArray(data + 2, static_cast<int>(length));
-    data += 2 + length;
-    size -= 2 + length;
+  sluice::fuzz::PacketRecord record;
+  while (packets < kMaxPackets && !broken && sluice::fuzz::NextPacketRecord(data, size, record)) {
+    const uint8_t op = record.op % 4;
+    const size_t length = record.length;
+    Packet& packet = record.packet;
     if (op == 2) {
       peers.Close(static_cast<int>(length % 3));
       RunUntilIdle(*loop, peers, stream);
     } else if (op == 3) {
       broken = true;
-    } else if (parsed && reading) {
+    } else if (record.parsed && reading) {
       ++packets;
       Redirect(packet);
       if (sluice::wire::Validate(packet).ok()) {
