@@ -297,7 +297,7 @@ absl::Status Agent::StartTunnel() {
   if (opts_.tunnel_servers.empty()) {
     return absl::OkStatus();
   }
-  agent::TunnelAgentConfig c;
+  tunnel::agent::TunnelAgentConfig c;
   c.servers = opts_.tunnel_servers;
   c.ca_cert = opts_.tunnel_ca_cert;
   c.agent_cert = opts_.tunnel_cert;
@@ -308,7 +308,7 @@ absl::Status Agent::StartTunnel() {
   c.identifiers =
       opts_.tunnel_identifiers.empty() ? "host=" + opts_.node_name : opts_.tunnel_identifiers;
   c.allowed_destinations = opts_.tunnel_allowed_destinations;
-  ASSIGN_OR_RETURN(tunnel_, agent::TunnelAgent::Create(std::move(c), metrics_));
+  ASSIGN_OR_RETURN(tunnel_, tunnel::agent::TunnelAgent::Create(std::move(c), metrics_));
   LOG(INFO) << "tunnel agent: serving " << absl::StrJoin(opts_.tunnel_servers, ",");
   return absl::OkStatus();
 }

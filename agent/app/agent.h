@@ -78,7 +78,7 @@ class Agent final {
   std::unique_ptr<proxier::SocketBalancing> socket_balancing_;
   std::unique_ptr<sources::SourceMetricFamilies> source_metrics_;
   std::vector<std::unique_ptr<sources::FileSource>> file_sources_;
-  std::unique_ptr<agent::TunnelAgent> tunnel_;
+  std::unique_ptr<tunnel::agent::TunnelAgent> tunnel_;
   std::unique_ptr<event::Timer> drain_timer_;
   std::unique_ptr<sources::KubeSource> kube_source_;
   std::vector<std::unique_ptr<sources::EtcdSource>> etcd_sources_;

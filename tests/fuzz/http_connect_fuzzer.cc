@@ -13,12 +13,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (end == std::string::npos) {
     return 0;
   }
-  const sluice::server::ConnectHead head =
-      sluice::server::ParseConnectHead(input.substr(0, end + 2));
+  const sluice::tunnel::server::ConnectHead head =
+      sluice::tunnel::server::ParseConnectHead(input.substr(0, end + 2));
   if (head.status == 0 && head.authority.empty()) {
     __builtin_trap();  // an accepted head always names a destination
   }
   // The dial error that ConnectErrorReply formats comes from the agent, which is outside too.
-  (void)sluice::server::ConnectErrorReply(input.substr(end + 4));
+  (void)sluice::tunnel::server::ConnectErrorReply(input.substr(end + 4));
   return 0;
 }

@@ -12,13 +12,13 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Invalid UTF-8 in a string field is logged per parse; the log is noise that slows fuzzing.
   [[maybe_unused]] static const bool quiet = (google::protobuf::SetLogHandler(nullptr), true);
-  sluice::wire::Packet packet;
+  sluice::tunnel::wire::Packet packet;
   if (!packet.ParseFromArray(data, static_cast<int>(size))) {
     return 0;
   }
-  (void)sluice::wire::Validate(packet);
-  (void)sluice::wire::TypeName(packet.type());
-  (void)sluice::wire::TypeLabel(packet.type());
-  (void)sluice::wire::PacketBytes(packet);
+  (void)sluice::tunnel::wire::Validate(packet);
+  (void)sluice::tunnel::wire::TypeName(packet.type());
+  (void)sluice::tunnel::wire::TypeLabel(packet.type());
+  (void)sluice::tunnel::wire::PacketBytes(packet);
   return 0;
 }

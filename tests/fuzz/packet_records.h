@@ -16,7 +16,7 @@ struct PacketRecord {
   uint8_t op = 0;
   size_t length = 0;
   bool parsed = false;
-  wire::Packet packet;
+  tunnel::wire::Packet packet;
 };
 
 inline bool NextPacketRecord(const uint8_t*& data, size_t& size, PacketRecord& record) {

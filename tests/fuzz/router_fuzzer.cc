@@ -20,10 +20,10 @@
 
 namespace {
 
-using sluice::server::AgentIdentifiers;
-using sluice::wire::Packet;
+using sluice::tunnel::server::AgentIdentifiers;
+using sluice::tunnel::wire::Packet;
 
-class FuzzAgent final : public sluice::server::AgentLink {
+class FuzzAgent final : public sluice::tunnel::server::AgentLink {
  public:
   explicit FuzzAgent(std::string id) : id_(std::move(id)) {}
   bool SendToAgent(Packet packet, absl::AnyInvocable<void()> on_written) override {
@@ -34,17 +34,17 @@ class FuzzAgent final : public sluice::server::AgentLink {
   }
   const std::string& agent_id() const override { return id_; }
   const AgentIdentifiers& identifiers() const override { return ids_; }
-  std::shared_ptr<sluice::wire::ReadGate> gate() override { return nullptr; }
+  std::shared_ptr<sluice::tunnel::wire::ReadGate> gate() override { return nullptr; }
 
  private:
   std::string id_;
   AgentIdentifiers ids_;
 };
 
-class FuzzFrontend final : public sluice::server::Frontend {
+class FuzzFrontend final : public sluice::tunnel::server::Frontend {
  public:
   // Refuses every fourth packet, so the overflow path runs too.
-  bool Deliver(Packet packet, const std::shared_ptr<sluice::wire::ReadGate>& gate) override {
+  bool Deliver(Packet packet, const std::shared_ptr<sluice::tunnel::wire::ReadGate>& gate) override {
     return ++delivered_ % 4 != 0;
   }
   void Abort(const std::string& why) override {}
@@ -54,7 +54,7 @@ class FuzzFrontend final : public sluice::server::Frontend {
 };
 
 // As ProxyStream::OnReadDone (HTTP CONNECT sessions make the same calls).
-void FromFrontend(sluice::server::Router& router, FuzzFrontend* frontend, const std::string& client,
+void FromFrontend(sluice::tunnel::server::Router& router, FuzzFrontend* frontend, const std::string& client,
                   Packet packet) {
   switch (packet.type()) {
     case DIAL_REQ:
@@ -79,12 +79,12 @@ void FromFrontend(sluice::server::Router& router, FuzzFrontend* frontend, const 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   [[maybe_unused]] static const bool quiet = (google::protobuf::SetLogHandler(nullptr), true);
   sluice::base::Registry registry;
-  sluice::server::ServerMetrics metrics(registry);
+  sluice::tunnel::server::ServerMetrics metrics(registry);
   // Small limits, so that refusals happen: agent b joins only once a leaves, frontends 0 and 1
   // share a client.
-  sluice::server::Router router(
-      {sluice::server::Strategy::kDefault}, metrics,
-      sluice::server::RouterLimits{.max_pending_dials_per_client = 1, .max_agent_streams = 1});
+  sluice::tunnel::server::Router router(
+      {sluice::tunnel::server::Strategy::kDefault}, metrics,
+      sluice::tunnel::server::RouterLimits{.max_pending_dials_per_client = 1, .max_agent_streams = 1});
   std::array<FuzzAgent, 2> agents{FuzzAgent("a"), FuzzAgent("b")};
   std::array<bool, 2> joined{};
   std::array<FuzzFrontend, 3> frontends;
@@ -109,7 +109,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       router.RemoveFrontend(&frontends[length % 3]);
     } else if (op == 7) {
       router.StopDialing();
-    } else if (record.parsed && sluice::wire::Validate(packet).ok()) {
+    } else if (record.parsed && sluice::tunnel::wire::Validate(packet).ok()) {
       if (op < 2) {
         if (joined[op]) {  // a stream that left (or was refused) sends nothing more
           (void)router.OnAgentPacket(&agents[op], std::move(packet));

@@ -38,7 +38,7 @@
 namespace {
 
 using sluice::base::UniqueFd;
-using sluice::wire::Packet;
+using sluice::tunnel::wire::Packet;
 
 // An input that keeps the loop busy this many turns is a livelock, not a slow input.
 constexpr int kMaxBusyTurns = 2000;
@@ -56,8 +56,8 @@ enum Kind { kEcho = 0, kCloser = 1, kSink = 2, kRefused = 3, kKinds = 4 };
 struct Backends {
   std::array<UniqueFd, kKinds> sockets;
   std::array<uint16_t, kKinds> ports{};
-  sluice::agent::AllowList allow;
-  sluice::agent::FakeResolver resolver;
+  sluice::tunnel::agent::AllowList allow;
+  sluice::tunnel::agent::FakeResolver resolver;
 };
 
 Backends& Shared() {
@@ -80,7 +80,7 @@ Backends& Shared() {
       b->sockets[k] = std::move(fd);
       allowed.push_back("127.0.0.1/32:" + std::to_string(b->ports[k]));
     }
-    b->allow = sluice::agent::AllowList::Parse(allowed).value();
+    b->allow = sluice::tunnel::agent::AllowList::Parse(allowed).value();
     b->resolver.Add("backend", *sluice::net::IpAddress::Parse("127.0.0.1"));
     b->resolver.Add("remote", *sluice::net::IpAddress::Parse("192.0.2.1"));
     return b;
@@ -236,10 +236,10 @@ class FakeStream {
  public:
   explicit FakeStream(Checker& checker)
       : checker_(checker),
-        outbox_(std::make_shared<sluice::agent::StreamOutbox>(
+        outbox_(std::make_shared<sluice::tunnel::agent::StreamOutbox>(
             [this](const Packet* p) { in_flight_ = p; })) {}
 
-  const std::shared_ptr<sluice::agent::StreamOutbox>& Outbox() const { return outbox_; }
+  const std::shared_ptr<sluice::tunnel::agent::StreamOutbox>& Outbox() const { return outbox_; }
 
   // Completes the write in flight, if any; true if there was one.
   bool Complete(bool ok) {
@@ -257,11 +257,11 @@ class FakeStream {
  private:
   Checker& checker_;
   const Packet* in_flight_ = nullptr;
-  std::shared_ptr<sluice::agent::StreamOutbox> outbox_;
+  std::shared_ptr<sluice::tunnel::agent::StreamOutbox> outbox_;
 };
 
 // Turns the loop, serves the backends and completes writes until nothing happens.
-void RunUntilIdle(sluice::wire::IoLoop& loop, Peers& peers, FakeStream& stream) {
+void RunUntilIdle(sluice::tunnel::wire::IoLoop& loop, Peers& peers, FakeStream& stream) {
   for (int turns = 0;; ++turns) {
     if (turns == kMaxBusyTurns) {
       Violation("the loop never went idle");
@@ -282,7 +282,7 @@ void Redirect(Packet& p) {
   std::string host;
   uint16_t port = 0;
   if (p.type() != DIAL_REQ ||
-      !sluice::agent::SplitHostPort(p.dialrequest().address(), &host, &port) || port < 1 ||
+      !sluice::tunnel::agent::SplitHostPort(p.dialrequest().address(), &host, &port) || port < 1 ||
       port > kKinds) {
     return;
   }
@@ -296,17 +296,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   [[maybe_unused]] static const bool quiet = (google::protobuf::SetLogHandler(nullptr), true);
   Backends& backends = Shared();
   sluice::base::Registry registry;
-  sluice::agent::AgentMetrics metrics(registry);
-  sluice::agent::DialPolicy policy;
+  sluice::tunnel::agent::AgentMetrics metrics(registry);
+  sluice::tunnel::agent::DialPolicy policy;
   policy.allow = &backends.allow;
   policy.max_queued = 64 << 10;
-  auto loop = sluice::wire::IoLoop::CreateManual().value();
+  auto loop = sluice::tunnel::wire::IoLoop::CreateManual().value();
   Checker checker;
   Peers peers;
   FakeStream stream(checker);
   bool reading = true;  // as ServerStream: a read is started unless the gate holds it
-  auto gate = std::make_shared<sluice::wire::ReadGate>([&reading] { reading = true; });
-  auto session = std::make_shared<sluice::agent::ServerSession>(*loop, backends.resolver, metrics,
+  auto gate = std::make_shared<sluice::tunnel::wire::ReadGate>([&reading] { reading = true; });
+  auto session = std::make_shared<sluice::tunnel::agent::ServerSession>(*loop, backends.resolver, metrics,
                                                                 policy, stream.Outbox(), gate);
 
   int packets = 0;
@@ -324,7 +324,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     } else if (record.parsed && reading) {
       ++packets;
       Redirect(packet);
-      if (sluice::wire::Validate(packet).ok()) {
+      if (sluice::tunnel::wire::Validate(packet).ok()) {
         checker.FromServer(packet);
       }
       reading = false;

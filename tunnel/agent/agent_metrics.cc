@@ -3,7 +3,7 @@
 
 #include <string>
 
-namespace sluice::agent {
+namespace sluice::tunnel::agent {
 namespace {
 // Names, HELP texts, labels and buckets are upstream proxy-agent's (v0.31,
 // pkg/agent/metrics), so dashboards and alerts written for it keep working; the list is
@@ -39,4 +39,4 @@ AgentMetrics::AgentMetrics(base::Registry& r)
                                    "read its bounded queue.")
                           .Get()) {}
 
-}  // namespace sluice::agent
+}  // namespace sluice::tunnel::agent

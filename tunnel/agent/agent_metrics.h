@@ -3,7 +3,7 @@
 
 #include "agent/base/metrics.h"
 
-namespace sluice::agent {
+namespace sluice::tunnel::agent {
 
 // The agent's Prometheus metrics: upstream proxy-agent's, plus sluice's own under
 // sluice_tunnel_agent_. Thread-safe.
@@ -19,4 +19,4 @@ struct AgentMetrics {
   base::Counter& overflow_closes;            // sluice extension
 };
 
-}  // namespace sluice::agent
+}  // namespace sluice::tunnel::agent

@@ -7,7 +7,7 @@
 
 #include "agent/base/strings.h"
 
-namespace sluice::agent {
+namespace sluice::tunnel::agent {
 namespace {
 
 bool ParsePorts(std::string_view text, uint16_t* low, uint16_t* high) {
@@ -86,4 +86,4 @@ bool AllowList::MayAllowPort(uint16_t port) const {
   return false;
 }
 
-}  // namespace sluice::agent
+}  // namespace sluice::tunnel::agent

@@ -9,7 +9,7 @@
 
 #include "agent/net/address.h"
 
-namespace sluice::agent {
+namespace sluice::tunnel::agent {
 
 // Destinations the agent may dial (--allowed-destinations). Entries are "CIDR",
 // "CIDR:PORT" or "CIDR:LOW-HIGH"; IPv6 CIDRs with ports are bracketed: "[fd00::/8]:443".
@@ -33,4 +33,4 @@ class AllowList final {
   std::vector<Rule> rules_;
 };
 
-}  // namespace sluice::agent
+}  // namespace sluice::tunnel::agent

@@ -3,7 +3,7 @@
 
 #include "gtest/gtest.h"
 
-namespace sluice::agent {
+namespace sluice::tunnel::agent {
 namespace {
 
 net::SocketAddress A(const char* s) { return *net::SocketAddress::Parse(s); }
@@ -47,4 +47,4 @@ TEST(AllowListTest, RejectsGarbage) {
 }
 
 }  // namespace
-}  // namespace sluice::agent
+}  // namespace sluice::tunnel::agent

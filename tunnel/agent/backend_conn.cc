@@ -15,7 +15,7 @@
 
 #include "tunnel/wire/packet.h"
 
-namespace sluice::agent {
+namespace sluice::tunnel::agent {
 namespace {
 
 constexpr char kNotAllowed[] = "destination not allowed by --allowed-destinations";
@@ -246,4 +246,4 @@ void BackendConn::OnSocketDone(absl::Status reason) {
   owner_.OnBackendDone(*this, std::move(reason));
 }
 
-}  // namespace sluice::agent
+}  // namespace sluice::tunnel::agent

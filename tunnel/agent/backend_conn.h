@@ -16,7 +16,7 @@
 #include "tunnel/wire/read_gate.h"
 #include "tunnel/wire/socket_pump.h"
 
-namespace sluice::agent {
+namespace sluice::tunnel::agent {
 
 struct DialPolicy {
   absl::Duration timeout = absl::Seconds(5);
@@ -98,4 +98,4 @@ class BackendConn final : public wire::IoLoop::Handler, public wire::SocketPump:
 // "host:port" / "[v6]:port" -> host, port. False if malformed.
 bool SplitHostPort(const std::string& address, std::string* host, uint16_t* port);
 
-}  // namespace sluice::agent
+}  // namespace sluice::tunnel::agent

@@ -10,7 +10,7 @@
 
 #include "tunnel/agent/fake_resolver.h"
 
-namespace sluice::agent {
+namespace sluice::tunnel::agent {
 namespace {
 
 class Owner final : public BackendConn::Owner {
@@ -99,4 +99,4 @@ TEST(BackendConnTest, SplitHostPort) {
 }
 
 }  // namespace
-}  // namespace sluice::agent
+}  // namespace sluice::tunnel::agent

@@ -11,7 +11,7 @@
 
 #include "tunnel/agent/resolver.h"
 
-namespace sluice::agent {
+namespace sluice::tunnel::agent {
 
 // A Resolver that answers from a table, before Resolve returns, and records every name it was
 // asked for: dials in unit tests and fuzzers never reach DNS. Unknown names fail as
@@ -47,4 +47,4 @@ class FakeResolver final : public Resolver {
   std::vector<std::string> asked_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace sluice::agent
+}  // namespace sluice::tunnel::agent

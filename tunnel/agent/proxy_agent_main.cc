@@ -18,7 +18,7 @@
 #include "tunnel/wire/status_server.h"
 #include "tunnel/wire/upstream_flags.h"
 
-namespace sluice::agent {
+namespace sluice::tunnel::agent {
 namespace {
 
 struct ProxyAgentFlags {
@@ -226,6 +226,6 @@ int Run(int argc, char** argv) {
 }
 
 }  // namespace
-}  // namespace sluice::agent
+}  // namespace sluice::tunnel::agent
 
-int main(int argc, char** argv) { return sluice::agent::Run(argc, argv); }
+int main(int argc, char** argv) { return sluice::tunnel::agent::Run(argc, argv); }

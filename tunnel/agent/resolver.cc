@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace sluice::agent {
+namespace sluice::tunnel::agent {
 namespace {
 
 absl::StatusOr<net::IpAddress> Lookup(const std::string& host) {
@@ -61,4 +61,4 @@ void GetaddrinfoResolver::Run() {
   }
 }
 
-}  // namespace sluice::agent
+}  // namespace sluice::tunnel::agent

@@ -12,7 +12,7 @@
 
 #include "agent/net/address.h"
 
-namespace sluice::agent {
+namespace sluice::tunnel::agent {
 
 // Name resolution for dials: a system seam (DNS), so that tests and fuzzers can dial host
 // names without reaching a real resolver. Implementations: GetaddrinfoResolver, FakeResolver
@@ -49,4 +49,4 @@ class GetaddrinfoResolver final : public Resolver {
   std::thread thread_;
 };
 
-}  // namespace sluice::agent
+}  // namespace sluice::tunnel::agent

@@ -5,7 +5,7 @@
 
 #include "agent/base/log.h"
 
-namespace sluice::agent {
+namespace sluice::tunnel::agent {
 
 ServerSession::ServerSession(wire::IoLoop& loop, Resolver& resolver, AgentMetrics& metrics,
                              const DialPolicy& policy, std::shared_ptr<StreamOutbox> outbox,
@@ -196,4 +196,4 @@ void ServerSession::Retire(int64_t id) {
   loop_.Post([conn = std::move(conn)] {});  // destroyed on a later turn, outside its callbacks
 }
 
-}  // namespace sluice::agent
+}  // namespace sluice::tunnel::agent

@@ -12,7 +12,7 @@
 #include "tunnel/agent/backend_conn.h"
 #include "tunnel/wire/outbox.h"
 
-namespace sluice::agent {
+namespace sluice::tunnel::agent {
 
 using StreamReactor = grpc::ClientBidiReactor<wire::Packet, wire::Packet>;
 using StreamOutbox = wire::Outbox;
@@ -65,4 +65,4 @@ class ServerSession final : public BackendConn::Owner,
   bool torn_down_ = false;
 };
 
-}  // namespace sluice::agent
+}  // namespace sluice::tunnel::agent

@@ -13,7 +13,7 @@
 #include "agent/base/unique_fd.h"
 #include "tunnel/agent/fake_resolver.h"
 
-namespace sluice::agent {
+namespace sluice::tunnel::agent {
 namespace {
 
 // A listening loopback socket: connects to it complete at once (the backlog accepts them).
@@ -98,4 +98,4 @@ TEST_F(ServerSessionTest, CloseRequestForDialingConnectionIsUnknown) {
 }
 
 }  // namespace
-}  // namespace sluice::agent
+}  // namespace sluice::tunnel::agent

@@ -6,7 +6,7 @@
 #include "agent/base/log.h"
 #include "tunnel/agent/tunnel_agent.h"
 
-namespace sluice::agent {
+namespace sluice::tunnel::agent {
 namespace {
 
 std::string Header(const grpc::ClientContext& ctx, const char* name) {
@@ -114,4 +114,4 @@ void ServerStream::Resolve(bool ready) {
   }
 }
 
-}  // namespace sluice::agent
+}  // namespace sluice::tunnel::agent

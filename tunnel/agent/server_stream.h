@@ -12,7 +12,7 @@
 #include "tunnel/agent/server_session.h"
 #include "tunnel/wire/read_gate.h"
 
-namespace sluice::agent {
+namespace sluice::tunnel::agent {
 
 class TunnelAgent;
 
@@ -55,4 +55,4 @@ class ServerStream final : public StreamReactor {
   bool hold_removed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-}  // namespace sluice::agent
+}  // namespace sluice::tunnel::agent

@@ -14,7 +14,7 @@
 #include "tunnel/agent/server_stream.h"
 #include "tunnel/wire/credentials.h"
 
-namespace sluice::agent {
+namespace sluice::tunnel::agent {
 namespace {
 
 // Upstream servers answer pings more often than every 30 s with GOAWAY(too_many_pings).
@@ -220,4 +220,4 @@ bool TunnelAgent::ConnectOnce(const std::string& server) {
   return fresh.get();
 }
 
-}  // namespace sluice::agent
+}  // namespace sluice::tunnel::agent

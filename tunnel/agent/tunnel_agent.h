@@ -21,7 +21,7 @@
 #include "tunnel/agent/resolver.h"
 #include "tunnel/wire/io_loop.h"
 
-namespace sluice::agent {
+namespace sluice::tunnel::agent {
 
 class ServerStream;
 
@@ -97,4 +97,4 @@ class TunnelAgent final {
   friend class ServerStream;
 };
 
-}  // namespace sluice::agent
+}  // namespace sluice::tunnel::agent

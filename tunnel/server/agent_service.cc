@@ -10,7 +10,7 @@
 #include "agent/base/log.h"
 #include "tunnel/wire/outbox.h"
 
-namespace sluice::server {
+namespace sluice::tunnel::server {
 namespace {
 
 using Reactor = grpc::ServerBidiReactor<wire::Packet, wire::Packet>;
@@ -218,4 +218,4 @@ grpc::ServerBidiReactor<wire::Packet, wire::Packet>* AgentService::Connect(
   return new AgentStream(context, options_, router_, metrics_);
 }
 
-}  // namespace sluice::server
+}  // namespace sluice::tunnel::server

@@ -11,7 +11,7 @@
 #include "tunnel/server/server_metrics.h"
 #include "tunnel/server/token_review.h"
 
-namespace sluice::server {
+namespace sluice::tunnel::server {
 
 // Static bearer tokens for agents outside Kubernetes. File format: one token per line,
 // optionally "token,agent-id" to bind it to one agent ID; blank lines and # comments ignored.
@@ -48,4 +48,4 @@ class AgentService final : public ::AgentService::CallbackService {
   ServerMetrics& metrics_;
 };
 
-}  // namespace sluice::server
+}  // namespace sluice::tunnel::server

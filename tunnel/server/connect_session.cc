@@ -8,7 +8,7 @@
 #include "agent/base/log.h"
 #include "tunnel/wire/packet.h"
 
-namespace sluice::server {
+namespace sluice::tunnel::server {
 namespace {
 constexpr char kEstablished[] = "HTTP/1.1 200 Connection Established\r\n\r\n";
 
@@ -323,4 +323,4 @@ void ConnectSession::End() {
   owner_.Retire(this);
 }
 
-}  // namespace sluice::server
+}  // namespace sluice::tunnel::server

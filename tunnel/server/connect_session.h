@@ -15,7 +15,7 @@
 #include "tunnel/wire/read_gate.h"
 #include "tunnel/wire/socket_pump.h"
 
-namespace sluice::server {
+namespace sluice::tunnel::server {
 
 // One HTTP CONNECT client: reads the request head, dials through the Router, then pumps raw
 // bytes as DATA packets. Owned by HttpConnectFrontend; gRPC threads reach it only through
@@ -82,4 +82,4 @@ class ConnectSession final : public wire::SocketPump::Callbacks,
   absl::Time hold_since_;
 };
 
-}  // namespace sluice::server
+}  // namespace sluice::tunnel::server

@@ -16,7 +16,7 @@
 #include "agent/net/address.h"
 #include "tunnel/server/connect_session.h"
 
-namespace sluice::server {
+namespace sluice::tunnel::server {
 
 ConnectHead ParseConnectHead(const std::string& head) {
   const size_t eol = head.find("\r\n");
@@ -124,4 +124,4 @@ void HttpConnectFrontend::Retire(ConnectSession* session) {
   loop_.Post([this, session] { sessions_.erase(session); });
 }
 
-}  // namespace sluice::server
+}  // namespace sluice::tunnel::server

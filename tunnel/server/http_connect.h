@@ -16,7 +16,7 @@
 #include "tunnel/wire/io_loop.h"
 #include "tunnel/wire/tls.h"
 
-namespace sluice::server {
+namespace sluice::tunnel::server {
 
 class ConnectSession;
 
@@ -67,4 +67,4 @@ class HttpConnectFrontend final : public wire::IoLoop::Handler {
   std::mt19937_64 rng_{std::random_device{}()};
 };
 
-}  // namespace sluice::server
+}  // namespace sluice::tunnel::server

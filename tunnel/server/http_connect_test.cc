@@ -3,7 +3,7 @@
 
 #include "gtest/gtest.h"
 
-namespace sluice::server {
+namespace sluice::tunnel::server {
 namespace {
 
 TEST(HttpConnectTest, ParsesHead) {
@@ -26,4 +26,4 @@ TEST(HttpConnectTest, ErrorReplies) {
 }
 
 }  // namespace
-}  // namespace sluice::server
+}  // namespace sluice::tunnel::server

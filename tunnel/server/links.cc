@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_split.h"
 
-namespace sluice::server {
+namespace sluice::tunnel::server {
 namespace {
 
 int Hex(char c) {
@@ -57,4 +57,4 @@ AgentIdentifiers ParseAgentIdentifiers(const std::string& query) {
   return ids;
 }
 
-}  // namespace sluice::server
+}  // namespace sluice::tunnel::server

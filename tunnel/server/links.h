@@ -10,7 +10,7 @@
 #include "tunnel/wire/packet.h"
 #include "tunnel/wire/read_gate.h"
 
-namespace sluice::server {
+namespace sluice::tunnel::server {
 
 // What an agent advertised in its `agentidentifiers` header.
 struct AgentIdentifiers {
@@ -49,4 +49,4 @@ class Frontend {
   virtual void Abort(const std::string& why) = 0;
 };
 
-}  // namespace sluice::server
+}  // namespace sluice::tunnel::server

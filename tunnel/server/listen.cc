@@ -15,7 +15,7 @@
 
 #include "agent/base/status.h"
 
-namespace sluice::server {
+namespace sluice::tunnel::server {
 
 absl::StatusOr<base::UniqueFd> ListenTcp(const std::string& host, int port) {
   addrinfo hints{};
@@ -80,4 +80,4 @@ absl::StatusOr<base::UniqueFd> ListenUnix(const std::string& path, bool delete_e
   return fd;
 }
 
-}  // namespace sluice::server
+}  // namespace sluice::tunnel::server

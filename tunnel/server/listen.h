@@ -7,7 +7,7 @@
 
 #include "agent/base/unique_fd.h"
 
-namespace sluice::server {
+namespace sluice::tunnel::server {
 
 // A non-blocking listening TCP socket on host:port ("" = all addresses, port 0 = any).
 absl::StatusOr<base::UniqueFd> ListenTcp(const std::string& host, int port);
@@ -20,4 +20,4 @@ absl::Status PrepareUnixPath(const std::string& path, bool delete_existing);
 // access control, as upstream).
 absl::StatusOr<base::UniqueFd> ListenUnix(const std::string& path, bool delete_existing);
 
-}  // namespace sluice::server
+}  // namespace sluice::tunnel::server

@@ -27,7 +27,7 @@
 #include "tunnel/wire/status_server.h"
 #include "tunnel/wire/tls.h"
 
-namespace sluice::server {
+namespace sluice::tunnel::server {
 namespace {
 
 std::string HostPort(const std::string& host, int64_t port) {
@@ -308,6 +308,6 @@ int Run(int argc, char** argv) {
 }
 
 }  // namespace
-}  // namespace sluice::server
+}  // namespace sluice::tunnel::server
 
-int main(int argc, char** argv) { return sluice::server::Run(argc, argv); }
+int main(int argc, char** argv) { return sluice::tunnel::server::Run(argc, argv); }

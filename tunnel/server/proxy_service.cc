@@ -12,7 +12,7 @@
 #include "tunnel/wire/outbox.h"
 #include "tunnel/wire/read_gate.h"
 
-namespace sluice::server {
+namespace sluice::tunnel::server {
 namespace {
 
 using Reactor = grpc::ServerBidiReactor<wire::Packet, wire::Packet>;
@@ -266,4 +266,4 @@ grpc::ServerBidiReactor<wire::Packet, wire::Packet>* ProxyService::Proxy(
   return new ProxyStream(router_, metrics_, loop_, max_queued_, ClientOf(context->peer()));
 }
 
-}  // namespace sluice::server
+}  // namespace sluice::tunnel::server

@@ -7,7 +7,7 @@
 #include "tunnel/server/server_metrics.h"
 #include "tunnel/wire/io_loop.h"
 
-namespace sluice::server {
+namespace sluice::tunnel::server {
 
 // ProxyService/Proxy for gRPC frontends (kube-apiserver): one reactor per stream, one dial
 // per stream (proxy_service.cc). `loop` runs deferred finishes. Thread-safe.
@@ -26,4 +26,4 @@ class ProxyService final : public ::ProxyService::CallbackService {
   const size_t max_queued_;
 };
 
-}  // namespace sluice::server
+}  // namespace sluice::tunnel::server

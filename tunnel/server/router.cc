@@ -9,7 +9,7 @@
 
 #include "agent/base/log.h"
 
-namespace sluice::server {
+namespace sluice::tunnel::server {
 namespace {
 
 // "host:port" or "[v6]:port" -> host without brackets.
@@ -356,4 +356,4 @@ void Router::UpdateGauges() {
   metrics_.established.Set(static_cast<double>(established_.size()));
 }
 
-}  // namespace sluice::server
+}  // namespace sluice::tunnel::server

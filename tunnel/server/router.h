@@ -16,7 +16,7 @@
 #include "tunnel/server/links.h"
 #include "tunnel/server/server_metrics.h"
 
-namespace sluice::server {
+namespace sluice::tunnel::server {
 
 enum class Strategy { kDefault, kDestHost, kDefaultRoute };
 
@@ -110,4 +110,4 @@ class Router final {
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace sluice::server
+}  // namespace sluice::tunnel::server

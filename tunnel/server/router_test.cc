@@ -5,7 +5,7 @@
 
 #include "gtest/gtest.h"
 
-namespace sluice::server {
+namespace sluice::tunnel::server {
 namespace {
 
 class FakeAgent final : public AgentLink {
@@ -177,4 +177,4 @@ TEST(ClientOfTest, PeersCountByAddressNotPort) {
 }
 
 }  // namespace
-}  // namespace sluice::server
+}  // namespace sluice::tunnel::server

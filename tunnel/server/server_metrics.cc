@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tunnel/server/server_metrics.h"
 
-namespace sluice::server {
+namespace sluice::tunnel::server {
 namespace {
 // Names, HELP texts, labels and buckets are upstream proxy-server's (v0.31,
 // pkg/server/metrics), so dashboards and alerts written for it keep working; the list is
@@ -51,4 +51,4 @@ ServerMetrics::ServerMetrics(base::Registry& r)
                            "pending_dials_per_client, agents, header_bytes, header_timeout.",
                            {"limit"})) {}
 
-}  // namespace sluice::server
+}  // namespace sluice::tunnel::server

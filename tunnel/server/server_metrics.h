@@ -5,7 +5,7 @@
 
 #include "agent/base/metrics.h"
 
-namespace sluice::server {
+namespace sluice::tunnel::server {
 
 // The server's Prometheus metrics: upstream proxy-server's (so existing dashboards keep
 // working), plus sluice's own under sluice_tunnel_server_. Thread-safe.
@@ -25,4 +25,4 @@ struct ServerMetrics {
   base::Family<base::Counter>& limited;      // {limit}, sluice extension
 };
 
-}  // namespace sluice::server
+}  // namespace sluice::tunnel::server

@@ -9,7 +9,7 @@
 #include "agent/base/log.h"
 #include "tunnel/wire/cipher_suites.h"
 
-namespace sluice::server {
+namespace sluice::tunnel::server {
 
 void RegisterServerFlags(base::FlagSet& f, ServerOptions& o) {
   f.String("mode", &o.mode, "Frontend protocol: grpc or http-connect.");
@@ -159,4 +159,4 @@ void WarnIgnoredServerFlags(const base::FlagSet& flags, const ServerOptions& o) 
   }
 }
 
-}  // namespace sluice::server
+}  // namespace sluice::tunnel::server

@@ -11,7 +11,7 @@
 #include "agent/base/flags.h"
 #include "tunnel/wire/upstream_flags.h"
 
-namespace sluice::server {
+namespace sluice::tunnel::server {
 
 // sluice-tunnel-server's configuration. Flag names and defaults are upstream proxy-server's
 // (v0.31, plus klog's), so existing manifests work; sluice-only flags are marked in their help.
@@ -65,4 +65,4 @@ absl::Status ValidateServerOptions(ServerOptions& o);
 // Logs once for each upstream flag that was set but means nothing to sluice.
 void WarnIgnoredServerFlags(const base::FlagSet& flags, const ServerOptions& o);
 
-}  // namespace sluice::server
+}  // namespace sluice::tunnel::server

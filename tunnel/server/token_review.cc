@@ -15,7 +15,7 @@
 #include "agent/base/strings.h"
 #include "agent/kube/list_watch.h"
 
-namespace sluice::server {
+namespace sluice::tunnel::server {
 namespace {
 
 constexpr char kTokenReviews[] = "/apis/authentication.k8s.io/v1/tokenreviews";
@@ -210,4 +210,4 @@ absl::Status TokenReviewer::Verdict(std::string_view response, const TokenReview
   return absl::OkStatus();
 }
 
-}  // namespace sluice::server
+}  // namespace sluice::tunnel::server

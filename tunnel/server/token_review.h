@@ -18,7 +18,7 @@
 #include "agent/kube/client_config.h"
 #include "agent/kube/http_client.h"
 
-namespace sluice::server {
+namespace sluice::tunnel::server {
 
 struct TokenReviewOptions {
   std::string agent_namespace;
@@ -92,4 +92,4 @@ class TokenReviewer final {
   std::thread thread_;
 };
 
-}  // namespace sluice::server
+}  // namespace sluice::tunnel::server

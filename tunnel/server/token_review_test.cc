@@ -5,7 +5,7 @@
 #include "gtest/gtest.h"
 #include "simdjson.h"
 
-namespace sluice::server {
+namespace sluice::tunnel::server {
 namespace {
 
 const TokenReviewOptions kOptions{.agent_namespace = "kube-system",
@@ -111,4 +111,4 @@ TEST(RequestRateTest, BurstThenQps) {
 }
 
 }  // namespace
-}  // namespace sluice::server
+}  // namespace sluice::tunnel::server

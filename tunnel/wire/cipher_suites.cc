@@ -10,7 +10,7 @@
 
 #include "agent/base/strings.h"
 
-namespace sluice::wire {
+namespace sluice::tunnel::wire {
 namespace {
 
 // Go's secure suites (crypto/tls CipherSuites()) and their OpenSSL names; "" for TLS 1.3.
@@ -53,4 +53,4 @@ absl::StatusOr<std::string> OpenSslCipherList(const std::vector<std::string>& go
   return out;
 }
 
-}  // namespace sluice::wire
+}  // namespace sluice::tunnel::wire

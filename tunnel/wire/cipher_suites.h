@@ -6,7 +6,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace sluice::wire {
+namespace sluice::tunnel::wire {
 
 // Upstream proxy-server's --cipher-suites takes Go crypto/tls names (those tls.CipherSuites()
 // lists, i.e. not the insecure ones); this turns them into an OpenSSL TLS 1.2 cipher list
@@ -15,4 +15,4 @@ namespace sluice::wire {
 // upstream's message. An empty result means "the library's default list".
 absl::StatusOr<std::string> OpenSslCipherList(const std::vector<std::string>& go_names);
 
-}  // namespace sluice::wire
+}  // namespace sluice::tunnel::wire

@@ -3,7 +3,7 @@
 
 #include "gtest/gtest.h"
 
-namespace sluice::wire {
+namespace sluice::tunnel::wire {
 namespace {
 
 TEST(CipherSuitesTest, GoNamesBecomeAnOpenSslList) {
@@ -17,4 +17,4 @@ TEST(CipherSuitesTest, GoNamesBecomeAnOpenSslList) {
 }
 
 }  // namespace
-}  // namespace sluice::wire
+}  // namespace sluice::tunnel::wire

@@ -4,7 +4,7 @@
 #include "agent/base/file.h"
 #include "agent/base/status.h"
 
-namespace sluice::wire {
+namespace sluice::tunnel::wire {
 namespace {
 
 constexpr size_t kMaxPem = 1 << 20;
@@ -47,4 +47,4 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientTls(const std::s
   return grpc::SslCredentials(options);
 }
 
-}  // namespace sluice::wire
+}  // namespace sluice::tunnel::wire

@@ -8,7 +8,7 @@
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/security/server_credentials.h"
 
-namespace sluice::wire {
+namespace sluice::tunnel::wire {
 
 // TLS for a gRPC listener from PEM files. A non-empty `client_ca` requires and verifies
 // client certificates (mTLS). Errors name the file that failed.
@@ -22,4 +22,4 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientTls(const std::s
                                                                     const std::string& cert,
                                                                     const std::string& key);
 
-}  // namespace sluice::wire
+}  // namespace sluice::tunnel::wire

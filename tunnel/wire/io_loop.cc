@@ -14,7 +14,7 @@
 #include "agent/base/log.h"
 #include "agent/base/status.h"
 
-namespace sluice::wire {
+namespace sluice::tunnel::wire {
 
 absl::StatusOr<std::unique_ptr<IoLoop>> IoLoop::Create(std::string name) {
   ASSIGN_OR_RETURN(std::unique_ptr<IoLoop> loop, CreateManual());
@@ -204,4 +204,4 @@ bool IoLoop::Turn(int timeout_ms) {
   return ran;
 }
 
-}  // namespace sluice::wire
+}  // namespace sluice::tunnel::wire

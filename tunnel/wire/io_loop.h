@@ -16,7 +16,7 @@
 
 #include "agent/base/unique_fd.h"
 
-namespace sluice::wire {
+namespace sluice::tunnel::wire {
 
 // A small level-triggered epoll loop on its own thread, owning the tunnel's sockets. gRPC
 // threads hand work to it with Post, so bytes reach sockets only from this thread (STYLE 3.2).
@@ -76,4 +76,4 @@ class IoLoop final {
   uint64_t next_timer_ = 1;
 };
 
-}  // namespace sluice::wire
+}  // namespace sluice::tunnel::wire

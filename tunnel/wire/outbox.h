@@ -10,7 +10,7 @@
 
 #include "tunnel/wire/packet.h"
 
-namespace sluice::wire {
+namespace sluice::tunnel::wire {
 
 // Serialises writes on one gRPC bidi stream: gRPC allows one outstanding StartWrite, while
 // packets for a stream come from many threads. Never blocks; the queue is bounded by the
@@ -91,4 +91,4 @@ class Outbox final {
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-}  // namespace sluice::wire
+}  // namespace sluice::tunnel::wire

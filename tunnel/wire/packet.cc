@@ -9,7 +9,7 @@
 
 #include "agent/base/strings.h"
 
-namespace sluice::wire {
+namespace sluice::tunnel::wire {
 
 void TuneMalloc() {
   mallopt(M_MMAP_THRESHOLD, 4 << 20);  // fixed: DATA chunks never take the mmap path
@@ -120,4 +120,4 @@ absl::Status Validate(const Packet& p) {
 
 size_t PacketBytes(const Packet& p) { return 64 + (p.type() == DATA ? p.data().data().size() : 0); }
 
-}  // namespace sluice::wire
+}  // namespace sluice::tunnel::wire

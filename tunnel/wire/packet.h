@@ -11,7 +11,7 @@
 
 // Builders and checks for Konnectivity packets. The generated types live in the global
 // namespace because the upstream protos declare no package (the RPC paths depend on it).
-namespace sluice::wire {
+namespace sluice::tunnel::wire {
 
 using Packet = ::Packet;
 
@@ -57,4 +57,4 @@ absl::Status Validate(const Packet& packet);
 // Approximate bytes a packet holds in memory, for queue accounting.
 size_t PacketBytes(const Packet& packet);
 
-}  // namespace sluice::wire
+}  // namespace sluice::tunnel::wire

@@ -3,7 +3,7 @@
 
 #include "gtest/gtest.h"
 
-namespace sluice::wire {
+namespace sluice::tunnel::wire {
 namespace {
 
 TEST(PacketTest, BuildersSetTypeAndPayload) {
@@ -44,4 +44,4 @@ TEST(PacketTest, RejectsMismatchedPayloadAndBadIds) {
 }
 
 }  // namespace
-}  // namespace sluice::wire
+}  // namespace sluice::tunnel::wire

@@ -9,7 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
-namespace sluice::wire {
+namespace sluice::tunnel::wire {
 
 // Per-connection backpressure where the protocol has none. Konnectivity has no per-connection
 // window, so when one tunnelled connection's receiver falls behind (its queue passes the high
@@ -95,4 +95,4 @@ class GateHold final {
   std::shared_ptr<ReadGate> gate_;
 };
 
-}  // namespace sluice::wire
+}  // namespace sluice::tunnel::wire

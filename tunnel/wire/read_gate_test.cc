@@ -3,7 +3,7 @@
 
 #include "gtest/gtest.h"
 
-namespace sluice::wire {
+namespace sluice::tunnel::wire {
 namespace {
 
 TEST(ReadGateTest, HoldsParksAndResumes) {
@@ -42,4 +42,4 @@ TEST(ReadGateTest, CloseStopsReadsAndClaimsOnce) {
 }
 
 }  // namespace
-}  // namespace sluice::wire
+}  // namespace sluice::tunnel::wire

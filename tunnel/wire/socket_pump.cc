@@ -15,7 +15,7 @@
 #include "agent/base/status.h"
 #include "tunnel/wire/packet.h"
 
-namespace sluice::wire {
+namespace sluice::tunnel::wire {
 
 absl::StatusOr<std::unique_ptr<SocketPump>> SocketPump::Create(IoLoop& loop, base::UniqueFd fd,
                                                                Callbacks& callbacks,
@@ -258,4 +258,4 @@ void SocketPump::Finish(absl::Status reason) {
   callbacks_.OnSocketDone(std::move(reason));
 }
 
-}  // namespace sluice::wire
+}  // namespace sluice::tunnel::wire

@@ -14,7 +14,7 @@
 #include "tunnel/wire/io_loop.h"
 #include "tunnel/wire/tls.h"
 
-namespace sluice::wire {
+namespace sluice::tunnel::wire {
 
 // Moves bytes between one non-blocking TCP (or Unix) socket and its tunnel: reads arrive as
 // chunks through Callbacks, writes queue up to a bound. Owns the fd. Thread: the IoLoop's.
@@ -81,4 +81,4 @@ class SocketPump final : public IoLoop::Handler {
   bool write_wants_read_ = false;
 };
 
-}  // namespace sluice::wire
+}  // namespace sluice::tunnel::wire

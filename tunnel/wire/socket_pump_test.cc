@@ -9,7 +9,7 @@
 
 #include "gtest/gtest.h"
 
-namespace sluice::wire {
+namespace sluice::tunnel::wire {
 namespace {
 
 class Recorder final : public SocketPump::Callbacks {
@@ -113,4 +113,4 @@ TEST(SocketPumpTest, EmptyWriteIsANoOp) {
 }
 
 }  // namespace
-}  // namespace sluice::wire
+}  // namespace sluice::tunnel::wire

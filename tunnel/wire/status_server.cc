@@ -4,7 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "httplib.h"
 
-namespace sluice::wire {
+namespace sluice::tunnel::wire {
 
 absl::StatusOr<std::unique_ptr<StatusServer>> StatusServer::Create(const std::string& host,
                                                                    int port,
@@ -49,4 +49,4 @@ StatusServer::~StatusServer() {
   }
 }
 
-}  // namespace sluice::wire
+}  // namespace sluice::tunnel::wire

@@ -14,7 +14,7 @@ namespace httplib {
 class Server;
 }
 
-namespace sluice::wire {
+namespace sluice::tunnel::wire {
 
 // A tiny HTTP server for /healthz, /readyz and /metrics on one port. Handlers run on its
 // threads and must be thread-safe. Owns one listener thread.
@@ -42,4 +42,4 @@ class StatusServer final {
   int port_ = 0;
 };
 
-}  // namespace sluice::wire
+}  // namespace sluice::tunnel::wire

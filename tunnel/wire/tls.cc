@@ -5,7 +5,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
-namespace sluice::wire {
+namespace sluice::tunnel::wire {
 namespace {
 
 std::string OpenSslError() {
@@ -108,4 +108,4 @@ void TlsConn::Shutdown() {
   ERR_clear_error();
 }
 
-}  // namespace sluice::wire
+}  // namespace sluice::tunnel::wire

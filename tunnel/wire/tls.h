@@ -9,7 +9,7 @@
 typedef struct ssl_ctx_st SSL_CTX;
 typedef struct ssl_st SSL;
 
-namespace sluice::wire {
+namespace sluice::tunnel::wire {
 
 // Server-side TLS settings for the HTTP CONNECT frontend over TCP (gRPC listeners use gRPC's
 // own TLS). A non-empty `client_ca` requires a client certificate signed by it (mTLS).
@@ -57,4 +57,4 @@ class TlsConn final {
   std::string last_error_;
 };
 
-}  // namespace sluice::wire
+}  // namespace sluice::tunnel::wire

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tunnel/wire/upstream_flags.h"
 
-namespace sluice::wire {
+namespace sluice::tunnel::wire {
 
 void WarnIgnoredFlags(const base::FlagSet& flags, std::span<const base::IgnoredFlag> own) {
   // Those not registered by one binary are never Changed there.
@@ -14,4 +14,4 @@ void WarnIgnoredFlags(const base::FlagSet& flags, std::span<const base::IgnoredF
   base::WarnIgnoredFlags(flags, "upstream Konnectivity", own, kIgnoredByBoth);
 }
 
-}  // namespace sluice::wire
+}  // namespace sluice::tunnel::wire

@@ -6,10 +6,10 @@
 #include "agent/base/flags.h"
 #include "agent/base/klog.h"
 
-namespace sluice::wire {
+namespace sluice::tunnel::wire {
 
 // One warning per upstream Konnectivity flag set to a non-default value that sluice ignores:
 // `own` (one binary's) and those both binaries ignore (profiling, channel sizes) and klog's.
 void WarnIgnoredFlags(const base::FlagSet& flags, std::span<const base::IgnoredFlag> own);
 
-}  // namespace sluice::wire
+}  // namespace sluice::tunnel::wire
