@@ -84,18 +84,49 @@ constexpr NotApplying kNotApplying[] = {
 // the configuration object, which the file then overwrites whole). Logging flags,
 // --hostname-override, --master, --cleanup, --write-config-to and --init-only still apply.
 constexpr const char* kOverridden[] = {
-    "feature-gates", "kubeconfig", "kube-api-content-type", "kube-api-burst", "kube-api-qps",
-    "bind-address", "healthz-bind-address", "metrics-bind-address", "bind-address-hard-fail",
-    "profiling", "show-hidden-metrics-for-version", "proxy-mode", "iptables-masquerade-bit",
-    "masquerade-all", "iptables-localhost-nodeports", "iptables-sync-period",
-    "iptables-min-sync-period", "ipvs-sync-period", "ipvs-min-sync-period", "ipvs-scheduler",
-    "ipvs-exclude-cidrs", "ipvs-strict-arp", "ipvs-tcp-timeout", "ipvs-tcpfin-timeout",
-    "ipvs-udp-timeout", "detect-local-mode", "pod-bridge-interface",
-    "pod-interface-name-prefix", "cluster-cidr", "nodeport-addresses", "oom-score-adj",
-    "conntrack-max-per-core", "conntrack-min", "conntrack-tcp-timeout-established",
-    "conntrack-tcp-timeout-close-wait", "conntrack-tcp-be-liberal", "conntrack-udp-timeout",
-    "conntrack-udp-timeout-stream", "config-sync-period", "healthz-port", "metrics-port",
-    "proxy-port-range", "udp-timeout",
+    "feature-gates",
+    "kubeconfig",
+    "kube-api-content-type",
+    "kube-api-burst",
+    "kube-api-qps",
+    "bind-address",
+    "healthz-bind-address",
+    "metrics-bind-address",
+    "bind-address-hard-fail",
+    "profiling",
+    "show-hidden-metrics-for-version",
+    "proxy-mode",
+    "iptables-masquerade-bit",
+    "masquerade-all",
+    "iptables-localhost-nodeports",
+    "iptables-sync-period",
+    "iptables-min-sync-period",
+    "ipvs-sync-period",
+    "ipvs-min-sync-period",
+    "ipvs-scheduler",
+    "ipvs-exclude-cidrs",
+    "ipvs-strict-arp",
+    "ipvs-tcp-timeout",
+    "ipvs-tcpfin-timeout",
+    "ipvs-udp-timeout",
+    "detect-local-mode",
+    "pod-bridge-interface",
+    "pod-interface-name-prefix",
+    "cluster-cidr",
+    "nodeport-addresses",
+    "oom-score-adj",
+    "conntrack-max-per-core",
+    "conntrack-min",
+    "conntrack-tcp-timeout-established",
+    "conntrack-tcp-timeout-close-wait",
+    "conntrack-tcp-be-liberal",
+    "conntrack-udp-timeout",
+    "conntrack-udp-timeout-stream",
+    "config-sync-period",
+    "healthz-port",
+    "metrics-port",
+    "proxy-port-range",
+    "udp-timeout",
 };
 
 // One KubeProxyConfiguration field: the flag it stands for, or (flag empty) a field without
@@ -173,8 +204,16 @@ constexpr Field kFields[] = {
 };
 // Sections whose keys are fields of their own.
 constexpr const char* kSections[] = {
-    "clientConnection", "logging", "logging.options", "logging.options.json",
-    "logging.options.text", "iptables", "ipvs", "nftables", "winkernel", "detectLocal",
+    "clientConnection",
+    "logging",
+    "logging.options",
+    "logging.options.json",
+    "logging.options.text",
+    "iptables",
+    "ipvs",
+    "nftables",
+    "winkernel",
+    "detectLocal",
     "conntrack",
 };
 
@@ -224,9 +263,8 @@ class Loader {
       }
       const Field* field = FindField(path);
       if (field == nullptr) {
-        return absl::InvalidArgumentError(absl::StrCat(Where(file_, kv.first),
-                                                       ": unknown field \"", path,
-                                                       "\" in KubeProxyConfiguration"));
+        return absl::InvalidArgumentError(absl::StrCat(Where(file_, kv.first), ": unknown field \"",
+                                                       path, "\" in KubeProxyConfiguration"));
       }
       RETURN_IF_ERROR(Value(*field, kv.second));
     }
@@ -239,7 +277,8 @@ class Loader {
       return absl::OkStatus();
     }
     std::vector<std::string> values;
-    if (std::string_view(field.path) == "featureGates" || std::string_view(field.path) == "logging.vmodule") {
+    if (std::string_view(field.path) == "featureGates" ||
+        std::string_view(field.path) == "logging.vmodule") {
       RETURN_IF_ERROR(Pairs(field, node, values));
     } else if (node.IsSequence()) {
       for (const auto& item : node) {
@@ -274,13 +313,13 @@ class Loader {
                                                        ": not a duration: \"", values[0], "\""));
       }
       (std::string_view(field.path) == "nftables.syncPeriod" ? k_.nftables_sync_period
-                                           : k_.nftables_min_sync_period) = d;
+                                                             : k_.nftables_min_sync_period) = d;
       return absl::OkStatus();
     }
     if (*field.flag == '\0') {
       k_.not_applied.push_back(absl::StrCat("--config ", file_, ": ", field.path, "=",
-                                            absl::StrJoin(values, ","), " has no effect: ",
-                                            field.why));
+                                            absl::StrJoin(values, ","),
+                                            " has no effect: ", field.why));
       return absl::OkStatus();
     }
     for (const std::string& v : values) {
@@ -295,8 +334,7 @@ class Loader {
 
   // featureGates {Name: bool} -> "Name=bool"; logging.vmodule [{filePattern, verbosity}] ->
   // "pattern=N".
-  absl::Status Pairs(const Field& field, const YAML::Node& node,
-                     std::vector<std::string>& out) {
+  absl::Status Pairs(const Field& field, const YAML::Node& node, std::vector<std::string>& out) {
     const bool gates = std::string_view(field.path) == "featureGates";
     std::vector<std::string> pairs;
     if (gates && node.IsMap()) {
@@ -314,8 +352,8 @@ class Loader {
                                      item["verbosity"].as<std::string>("")));
       }
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          Where(file_, node), ": ", field.path, gates ? ": want a mapping" : ": want a list"));
+      return absl::InvalidArgumentError(absl::StrCat(Where(file_, node), ": ", field.path,
+                                                     gates ? ": want a mapping" : ": want a list"));
     }
     if (!pairs.empty()) {
       out.push_back(absl::StrJoin(pairs, ","));
@@ -392,17 +430,13 @@ void RegisterKubeProxyFlags(base::FlagSet& f, KubeProxyFlags& k) {
   f.Duration("ipvs-min-sync-period", &k.ipvs_min_sync_period,
              "(kube-proxy) --min-sync-period with --proxy-mode=ipvs");
   f.String("ipvs-scheduler", &k.ipvs_scheduler, "(kube-proxy) Accepted; reported, no effect");
-  f.List("ipvs-exclude-cidrs", &k.ipvs_exclude_cidrs,
-         "(kube-proxy) Accepted; reported, no effect");
+  f.List("ipvs-exclude-cidrs", &k.ipvs_exclude_cidrs, "(kube-proxy) Accepted; reported, no effect");
   f.Bool("ipvs-strict-arp", &k.ipvs_strict_arp, "(kube-proxy) Accepted; reported, no effect");
-  f.Duration("ipvs-tcp-timeout", &k.ipvs_tcp_timeout,
-             "(kube-proxy) Accepted; reported, no effect");
+  f.Duration("ipvs-tcp-timeout", &k.ipvs_tcp_timeout, "(kube-proxy) Accepted; reported, no effect");
   f.Duration("ipvs-tcpfin-timeout", &k.ipvs_tcpfin_timeout,
              "(kube-proxy) Accepted; reported, no effect");
-  f.Duration("ipvs-udp-timeout", &k.ipvs_udp_timeout,
-             "(kube-proxy) Accepted; reported, no effect");
-  f.String("detect-local-mode", &k.detect_local_mode,
-           "(kube-proxy) Accepted; reported, no effect");
+  f.Duration("ipvs-udp-timeout", &k.ipvs_udp_timeout, "(kube-proxy) Accepted; reported, no effect");
+  f.String("detect-local-mode", &k.detect_local_mode, "(kube-proxy) Accepted; reported, no effect");
   f.String("pod-bridge-interface", &k.pod_bridge_interface,
            "(kube-proxy) Accepted; reported, no effect");
   f.String("pod-interface-name-prefix", &k.pod_interface_name_prefix,
@@ -471,8 +505,7 @@ absl::Status LoadKubeProxyConfiguration(const std::string& path, const YAML::Nod
   return Loader(path, flags, k).Section(root, "");
 }
 
-absl::Status ResolveKubeProxyFlags(AgentOptions& o, const base::FlagSet& flags,
-                                   bool config_file) {
+absl::Status ResolveKubeProxyFlags(AgentOptions& o, const base::FlagSet& flags, bool config_file) {
   KubeProxyFlags& k = o.kube_proxy;
   RETURN_IF_ERROR(CheckFeatureGates(k.feature_gates));
   if (k.oom_score_adj < -1000 || k.oom_score_adj > 1000) {
@@ -480,8 +513,8 @@ absl::Status ResolveKubeProxyFlags(AgentOptions& o, const base::FlagSet& flags,
   }
   auto bind_ip = net::IpAddress::Parse(k.bind_address);
   if (!bind_ip) {
-    return absl::InvalidArgumentError(absl::StrCat("invalid value \"", k.bind_address,
-                                                   "\" for flag --bind-address: want an IP"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid value \"", k.bind_address, "\" for flag --bind-address: want an IP"));
   }
   // kube-proxy's sync periods are per mode; sluice's own flags win when given.
   const bool ipvs = k.proxy_mode == "ipvs";
@@ -513,14 +546,14 @@ absl::Status ResolveKubeProxyFlags(AgentOptions& o, const base::FlagSet& flags,
     o.metrics_bind_address = "[::1]:10249";
   }
   const bool ports_apply = !config_file && k.write_config_to.empty();
-  o.healthz_bind_address = ports_apply && k.healthz_port == 0
-                               ? ""
-                               : AppendPortIfNeeded(o.healthz_bind_address,
-                                                    ports_apply ? k.healthz_port : 10256);
-  o.metrics_bind_address = ports_apply && k.metrics_port == 0
-                               ? ""
-                               : AppendPortIfNeeded(o.metrics_bind_address,
-                                                    ports_apply ? k.metrics_port : 10249);
+  o.healthz_bind_address =
+      ports_apply && k.healthz_port == 0
+          ? ""
+          : AppendPortIfNeeded(o.healthz_bind_address, ports_apply ? k.healthz_port : 10256);
+  o.metrics_bind_address =
+      ports_apply && k.metrics_port == 0
+          ? ""
+          : AppendPortIfNeeded(o.metrics_bind_address, ports_apply ? k.metrics_port : 10249);
   // NodePort address keywords (kube-proxy 1.29+).
   std::vector<std::string> cidrs;
   for (const std::string& a : o.nodeport_addresses) {

@@ -89,15 +89,17 @@ TEST_F(KubeProxyConfigTest, UnknownFieldsAndVersionsAreErrorsWithFileLineAndKey)
   st = Parse({"--config=" + Kpc("iptables: 5\n")});
   EXPECT_TRUE(absl::StrContains(st.message(), "iptables: want a mapping")) << st;
   st = Parse({"--config=" + Kpc("iptables:\n  syncPeriod: often\n")});
-  EXPECT_TRUE(absl::StrContains(st.message(), "line 4: iptables.syncPeriod: invalid value "
-                                              "\"often\" for flag --iptables-sync-period"))
+  EXPECT_TRUE(absl::StrContains(st.message(),
+                                "line 4: iptables.syncPeriod: invalid value "
+                                "\"often\" for flag --iptables-sync-period"))
       << st;
   const std::string v2 = dir_ + "/v2.conf";
   std::ofstream(v2) << "apiVersion: kubeproxy.config.k8s.io/v1alpha2\nkind: "
                        "KubeProxyConfiguration\n";
   st = Parse({"--config=" + v2});
-  EXPECT_TRUE(absl::StrContains(st.message(), "apiVersion \"kubeproxy.config.k8s.io/v1alpha2\" is "
-                                              "not supported"))
+  EXPECT_TRUE(absl::StrContains(st.message(),
+                                "apiVersion \"kubeproxy.config.k8s.io/v1alpha2\" is "
+                                "not supported"))
       << st;
 }
 
@@ -205,8 +207,7 @@ TEST_F(KubeProxyConfigTest, EveryFieldIsMappedOrReported) {
        ""},
       {"conntrack:\n  maxPerCore: 0\n", nullptr, "--conntrack-max-per-core"},
       {"conntrack:\n  min: 5\n", nullptr, "--conntrack-min"},
-      {"conntrack:\n  tcpEstablishedTimeout: 1h\n", nullptr,
-       "--conntrack-tcp-timeout-established"},
+      {"conntrack:\n  tcpEstablishedTimeout: 1h\n", nullptr, "--conntrack-tcp-timeout-established"},
       {"conntrack:\n  tcpCloseWaitTimeout: 1m\n", nullptr, "--conntrack-tcp-timeout-close-wait"},
       {"conntrack:\n  tcpBeLiberal: true\n", nullptr, "--conntrack-tcp-be-liberal"},
       {"conntrack:\n  udpTimeout: 30s\n", nullptr, "--conntrack-udp-timeout"},
@@ -235,7 +236,8 @@ TEST_F(KubeProxyConfigTest, EveryFieldIsMappedOrReported) {
 // are reported when set to something other than their default (klog's unsupported ones by
 // base::WarnIgnoredFlags at start, see klog_test.cc, so never in not_applied).
 TEST_F(KubeProxyConfigTest, EveryKubeProxyFlagIsAccepted) {
-  const std::vector<std::pair<std::string, bool>> flags = {  // flag=value, reported
+  const std::vector<std::pair<std::string, bool>> flags = {
+      // flag=value, reported
       {"--feature-gates=Foo=true,Bar=false", true},
       {"--kube-api-content-type=application/json", true},
       {"--kube-api-qps=50", true},
@@ -321,9 +323,9 @@ TEST_F(KubeProxyConfigTest, DeprecatedPortFlagsAndTheirInteractionWithConfig) {
   ASSERT_TRUE(Parse({"--source=file:" + dir_, "--healthz-port=0", "--metrics-port=0"}).ok());
   EXPECT_EQ(opts_.healthz_bind_address, "");  // 0 disables, as in kube-proxy
   EXPECT_EQ(opts_.metrics_bind_address, "");
-  ASSERT_TRUE(Parse({"--source=file:" + dir_, "--healthz-bind-address=127.0.0.1",
-                     "--healthz-port=12345"})
-                  .ok());
+  ASSERT_TRUE(
+      Parse({"--source=file:" + dir_, "--healthz-bind-address=127.0.0.1", "--healthz-port=12345"})
+          .ok());
   EXPECT_EQ(opts_.healthz_bind_address, "127.0.0.1:12345");
   // With --config the deprecated ports are ignored, and reported.
   ASSERT_TRUE(Parse({"--config=" + Kpc(""), "--healthz-port=0"}).ok());
@@ -355,12 +357,12 @@ TEST_F(KubeProxyConfigTest, FileOverridesKubeProxyFlagsButNotOthers) {
 
 // --write-config-to writes what sluice runs with; reading it back gives the same settings.
 TEST_F(KubeProxyConfigTest, WrittenConfigurationReadsBackTheSame) {
-  const std::string in = Kpc(
-      "bindAddress: 10.0.0.5\nhealthzBindAddress: 10.0.0.5:1\nmetricsBindAddress: "
-      "10.0.0.5:2\nhostnameOverride: w1\nclientConnection:\n  kubeconfig: /k\n  qps: 7\n"
-      "iptables:\n  syncPeriod: 40s\n  minSyncPeriod: 3s\n  masqueradeAll: true\n"
-      "nodePortAddresses: [10.0.0.0/8]\noomScoreAdj: -10\nfeatureGates:\n  Foo: true\n"
-      "logging:\n  verbosity: 2\nconntrack:\n  maxPerCore: 0\n");
+  const std::string in =
+      Kpc("bindAddress: 10.0.0.5\nhealthzBindAddress: 10.0.0.5:1\nmetricsBindAddress: "
+          "10.0.0.5:2\nhostnameOverride: w1\nclientConnection:\n  kubeconfig: /k\n  qps: 7\n"
+          "iptables:\n  syncPeriod: 40s\n  minSyncPeriod: 3s\n  masqueradeAll: true\n"
+          "nodePortAddresses: [10.0.0.0/8]\noomScoreAdj: -10\nfeatureGates:\n  Foo: true\n"
+          "logging:\n  verbosity: 2\nconntrack:\n  maxPerCore: 0\n");
   const std::string out = dir_ + "/written.yaml";
   ASSERT_TRUE(Parse({"--config=" + in, "--write-config-to=" + out}).ok());
   ASSERT_TRUE(WriteKubeProxyConfiguration(opts_, out).ok());

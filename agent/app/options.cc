@@ -187,8 +187,7 @@ std::string ScalarText(const YAML::Node& node) { return node.as<std::string>(); 
 
 }  // namespace
 
-absl::Status LoadConfigFile(const std::string& path, const YAML::Node& root,
-                            base::FlagSet& flags) {
+absl::Status LoadConfigFile(const std::string& path, const YAML::Node& root, base::FlagSet& flags) {
   if (root.IsNull()) {
     return absl::OkStatus();
   }
@@ -383,9 +382,10 @@ absl::Status ParseAgentOptions(int argc, char** argv, base::FlagSet& flags, Agen
         return true;
       }));
       for (const std::string& name : overridden) {
-        o.kube_proxy.not_applied.push_back(absl::StrCat(
-            "--", name, " is ignored: the --config KubeProxyConfiguration file sets it (as in "
-            "kube-proxy)"));
+        o.kube_proxy.not_applied.push_back(
+            absl::StrCat("--", name,
+                         " is ignored: the --config KubeProxyConfiguration file sets it (as in "
+                         "kube-proxy)"));
       }
     } else {
       RETURN_IF_ERROR(LoadConfigFile(path, root, flags));

@@ -91,8 +91,7 @@ void RegisterFlags(base::FlagSet& flags, AgentOptions& opts);
 // Loads a flat --config file: a YAML mapping of flag names (any spelling: sync-period,
 // sync_period, syncPeriod) to values or lists. Command-line flags win. Unknown keys are errors
 // naming the key and file.
-absl::Status LoadConfigFile(const std::string& path, const YAML::Node& root,
-                            base::FlagSet& flags);
+absl::Status LoadConfigFile(const std::string& path, const YAML::Node& root, base::FlagSet& flags);
 
 // Checks values that flag types cannot (addresses, sources, periods) and fills derived fields.
 absl::Status Validate(AgentOptions& opts);

@@ -144,8 +144,8 @@ absl::StatusOr<std::unique_ptr<LogOutput>> LogOutput::Start(const KlogFlags& k,
       new LogOutput(k, threshold, std::move(file), std::move(saved), std::move(read_end)));
 }
 
-LogOutput::LogOutput(const KlogFlags& k, int threshold, UniqueFd file,
-                     UniqueFd saved_stderr, UniqueFd pipe_read)
+LogOutput::LogOutput(const KlogFlags& k, int threshold, UniqueFd file, UniqueFd saved_stderr,
+                     UniqueFd pipe_read)
     : to_file_(file.valid()),
       also_stderr_(k.alsologtostderr),
       skip_headers_(k.skip_headers),

@@ -11,14 +11,12 @@
 #include <cstring>
 #include <string>
 
-#include "agent/base/log.h"
 #include "agent/base/clock.h"
+#include "agent/base/log.h"
 #include "agent/base/status.h"
 
 namespace sluice::event {
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 // ---- FileEvent ----
 

@@ -91,9 +91,10 @@ absl::StatusOr<SockmapFastPath::Counts> SockmapFastPath::Count(uint64_t cookie) 
     return MapError("lookup", "sluice_count", cookie);
   }
   if ((count.flags & SLUICE_SEQ_BROKEN) != 0) {
-    return absl::DataLossError(absl::StrCat(
-        "socket ", cookie, ": the kernel handed the verdict bytes it already had, and they could "
-        "not be cut off"));
+    return absl::DataLossError(
+        absl::StrCat("socket ", cookie,
+                     ": the kernel handed the verdict bytes it already had, and they could "
+                     "not be cut off"));
   }
   return Counts{.redirected = count.redirected, .passed = count.passed, .repeated = count.repeated};
 }

@@ -52,8 +52,9 @@ class SockmapFastPath final {
   // DataLoss if the kernel repeated bytes the program could not cut off (reset the connection).
   absl::StatusOr<Counts> Count(uint64_t cookie) const;
   // Replaces the instructions, in place (see struct sluice_limit). A verdict already running
-  // may still act on the old ones; SockmapLink::Pass waits for it. The program disarms a mark itself when it signals it, so while a
-  // mark is armed and the socket attached, re-arm only in reaction to its signal.
+  // may still act on the old ones; SockmapLink::Pass waits for it. The program disarms a mark
+  // itself when it signals it, so while a mark is armed and the socket attached, re-arm only in
+  // reaction to its signal.
   absl::Status Instruct(uint64_t cookie, const Instructions& instructions);
   // Insertions fail with errno EOPNOTSUPP for a socket that is not ESTABLISHED.
   absl::Status AddPeer(uint64_t src_cookie, int peer_fd);

@@ -221,8 +221,8 @@ absl::StatusOr<HttpResponse> HttpClient::Request(const char* method, const std::
     if (curl_slist_append(headers.get(), "Content-Type: application/json") == nullptr) {
       return absl::ResourceExhaustedError("curl_slist_append failed");
     }
-    RETURN_IF_ERROR(SLUICE_SETOPT(e, CURLOPT_POSTFIELDSIZE_LARGE,
-                                  static_cast<curl_off_t>(body->size())));
+    RETURN_IF_ERROR(
+        SLUICE_SETOPT(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body->size())));
     RETURN_IF_ERROR(SLUICE_SETOPT(e, CURLOPT_COPYPOSTFIELDS, body->c_str()));
   } else {
     RETURN_IF_ERROR(SLUICE_SETOPT(e, CURLOPT_HTTPGET, 1L));

@@ -79,11 +79,10 @@ void SocketBalancing::Build(const ServicePortName& port, const ServicePortInfo* 
         // for an external address of an externalTrafficPolicy: Local service where the
         // ClusterIP's goes (its "short-circuit"), so it works without an endpoint here.
         const bool short_circuit = info->external_policy == config::TrafficPolicy::kLocal;
-        svc = is_external ? side(name, external,
-                                 short_circuit ? info->cluster_endpoints
-                                               : info->external_endpoints,
-                                 v4)
-                          : side(name, cluster, info->cluster_endpoints, v4);
+        svc = is_external
+                  ? side(name, external,
+                         short_circuit ? info->cluster_endpoints : info->external_endpoints, v4)
+                  : side(name, cluster, info->cluster_endpoints, v4);
       }
       out.emplace_back(std::move(name), std::move(svc));
     }

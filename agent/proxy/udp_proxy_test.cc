@@ -182,9 +182,9 @@ TEST_F(UdpProxyTest, InterleavedClientsInOneBatchKeepTheirFlowsAndOrder) {
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();
   loop_->Post([released] { released.wait(); });
-  const std::vector<std::pair<int, std::string>> sends = {
-      {a.get(), "a1"}, {a.get(), "a2"}, {b.get(), "b1"}, {a.get(), "a3"}, {b.get(), "b2"},
-      {b.get(), "b3"}};
+  const std::vector<std::pair<int, std::string>> sends = {{a.get(), "a1"}, {a.get(), "a2"},
+                                                          {b.get(), "b1"}, {a.get(), "a3"},
+                                                          {b.get(), "b2"}, {b.get(), "b3"}};
   for (const auto& [fd, payload] : sends) {
     SendTo(fd, payload, service_);
   }

@@ -18,7 +18,7 @@ struct SourceMetricFamilies {
   base::Family<base::Counter>& relists;  // full re-reads after the first (410, compaction)
   base::Family<base::Gauge>& objects;
   base::Family<base::Gauge>& last_sync;
-  base::Family<base::Counter>& events;   // by {source, type}: watch events received
+  base::Family<base::Counter>& events;  // by {source, type}: watch events received
 };
 
 // One source's children of those families.

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // NetlinkVipManager against the real kernel, inside a network namespace of the test's own.
 #include <arpa/inet.h>
-#include <netinet/in.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -86,7 +86,8 @@ testing::AssertionResult Connectable(const net::IpAddress& ip, bool freebind = f
   int rc = -1;
   for (int tries = 0; rc < 0 && tries < 500; ++tries) {
     if (tries > 0) {
-      if (errno != ENETUNREACH) break;
+      if (errno != ENETUNREACH)
+        break;
       usleep(10'000);
     }
     client.Reset(socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -342,8 +343,7 @@ TEST_F(NetlinkVipManagerTest, LocalRangesReplaceAddressesInside) {
                              Shell({"ip", "-6", "-d", "route", "show", "table", "local"});
   EXPECT_THAT(routes, HasSubstr("local 10.96.0.0/16 dev lo proto 83 scope host")) << routes;
   EXPECT_THAT(routes, HasSubstr("local fd00:96::/112 dev lo proto 83")) << routes;
-  ASSERT_TRUE(
-      manager_->Reconcile({Ip("10.96.0.21"), Ip("fd00:96::21"), Ip("10.97.0.5")}).ok());
+  ASSERT_TRUE(manager_->Reconcile({Ip("10.96.0.21"), Ip("fd00:96::21"), Ip("10.97.0.5")}).ok());
   EXPECT_EQ(AddressLine("10.96.0.21", "lo"), "");  // the earlier run's address is gone
   EXPECT_EQ(AddressLine("fd00:96::21", "lo"), "");
   EXPECT_NE(AddressLine("10.97.0.5", "lo"), "");  // outside every range

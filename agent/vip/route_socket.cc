@@ -46,8 +46,8 @@ int OnAddressMessage(nl_msg* msg, void* arg) {
   if (local == nullptr) {
     return NL_SKIP;
   }
-  std::optional<net::IpAddress> ip = net::IpAddress::FromBytes(
-      ifa->ifa_family, nla_data(local), static_cast<size_t>(nla_len(local)));
+  std::optional<net::IpAddress> ip = net::IpAddress::FromBytes(ifa->ifa_family, nla_data(local),
+                                                               static_cast<size_t>(nla_len(local)));
   if (!ip) {
     return NL_SKIP;
   }
@@ -85,8 +85,7 @@ absl::StatusOr<RtnlAddrPtr> MakeAddr(int ifindex, const net::IpAddress& ip, int 
 }
 
 // A table-local `local` route for range via ifindex: the key the kernel matches on.
-absl::StatusOr<RtnlRoutePtr> MakeLocalRoute(int ifindex, const net::Cidr& range,
-                                            uint8_t protocol) {
+absl::StatusOr<RtnlRoutePtr> MakeLocalRoute(int ifindex, const net::Cidr& range, uint8_t protocol) {
   const net::IpAddress& base = range.base();
   RtnlRoutePtr route(rtnl_route_alloc());
   NlAddrPtr dst(
@@ -253,19 +252,18 @@ absl::Status RouteSocket::DeleteAddress(const KernelAddress& address) {
 absl::Status RouteSocket::AddLocalRoute(int ifindex, const net::Cidr& range, uint8_t protocol) {
   ASSIGN_OR_RETURN(RtnlRoutePtr route, MakeLocalRoute(ifindex, range, protocol));
   if (int err = rtnl_route_add(sock_.get(), route.get(), NLM_F_CREATE | NLM_F_EXCL); err < 0) {
-    return NlStatus(err, absl::StrCat("add local route ", range.ToString(), " (ifindex ", ifindex,
-                                      ")"));
+    return NlStatus(err,
+                    absl::StrCat("add local route ", range.ToString(), " (ifindex ", ifindex, ")"));
   }
   return absl::OkStatus();
 }
 
-absl::Status RouteSocket::DeleteLocalRoute(int ifindex, const net::Cidr& range,
-                                           uint8_t protocol) {
+absl::Status RouteSocket::DeleteLocalRoute(int ifindex, const net::Cidr& range, uint8_t protocol) {
   ASSIGN_OR_RETURN(RtnlRoutePtr route, MakeLocalRoute(ifindex, range, protocol));
   if (int err = rtnl_route_delete(sock_.get(), route.get(), 0); err < 0) {
     // The kernel answers ESRCH (NLE_OBJ_NOTFOUND) for a route that is not there.
-    return NlStatus(err, absl::StrCat("delete local route ", range.ToString(), " (ifindex ",
-                                      ifindex, ")"));
+    return NlStatus(
+        err, absl::StrCat("delete local route ", range.ToString(), " (ifindex ", ifindex, ")"));
   }
   return absl::OkStatus();
 }

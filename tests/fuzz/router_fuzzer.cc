@@ -44,7 +44,8 @@ class FuzzAgent final : public sluice::tunnel::server::AgentLink {
 class FuzzFrontend final : public sluice::tunnel::server::Frontend {
  public:
   // Refuses every fourth packet, so the overflow path runs too.
-  bool Deliver(Packet packet, const std::shared_ptr<sluice::tunnel::wire::ReadGate>& gate) override {
+  bool Deliver(Packet packet,
+               const std::shared_ptr<sluice::tunnel::wire::ReadGate>& gate) override {
     return ++delivered_ % 4 != 0;
   }
   void Abort(const std::string& why) override {}
@@ -54,8 +55,8 @@ class FuzzFrontend final : public sluice::tunnel::server::Frontend {
 };
 
 // As ProxyStream::OnReadDone (HTTP CONNECT sessions make the same calls).
-void FromFrontend(sluice::tunnel::server::Router& router, FuzzFrontend* frontend, const std::string& client,
-                  Packet packet) {
+void FromFrontend(sluice::tunnel::server::Router& router, FuzzFrontend* frontend,
+                  const std::string& client, Packet packet) {
   switch (packet.type()) {
     case DIAL_REQ:
       (void)router.Dial(frontend, packet, client);
@@ -84,7 +85,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // share a client.
   sluice::tunnel::server::Router router(
       {sluice::tunnel::server::Strategy::kDefault}, metrics,
-      sluice::tunnel::server::RouterLimits{.max_pending_dials_per_client = 1, .max_agent_streams = 1});
+      sluice::tunnel::server::RouterLimits{.max_pending_dials_per_client = 1,
+                                           .max_agent_streams = 1});
   std::array<FuzzAgent, 2> agents{FuzzAgent("a"), FuzzAgent("b")};
   std::array<bool, 2> joined{};
   std::array<FuzzFrontend, 3> frontends;

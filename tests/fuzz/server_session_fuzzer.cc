@@ -306,8 +306,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FakeStream stream(checker);
   bool reading = true;  // as ServerStream: a read is started unless the gate holds it
   auto gate = std::make_shared<sluice::tunnel::wire::ReadGate>([&reading] { reading = true; });
-  auto session = std::make_shared<sluice::tunnel::agent::ServerSession>(*loop, backends.resolver, metrics,
-                                                                policy, stream.Outbox(), gate);
+  auto session = std::make_shared<sluice::tunnel::agent::ServerSession>(
+      *loop, backends.resolver, metrics, policy, stream.Outbox(), gate);
 
   int packets = 0;
   bool broken = false;

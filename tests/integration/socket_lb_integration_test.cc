@@ -167,11 +167,10 @@ TEST_F(SocketLbTest, InternalTrafficPolicyLocalAndTerminatingFallback) {
 // kube-proxy's short-circuit does, even with no endpoint here.
 TEST_F(SocketLbTest, LocalClientsOfAnExternalTrafficPolicyLocalServiceReachEveryEndpoint) {
   StartBackends();
-  Write("web.yaml",
-        ServiceYaml("web", {"10.96.0.10"}, kHttp,
-                    "  type: LoadBalancer\n  externalTrafficPolicy: Local\n") +
-            "status:\n  loadBalancer:\n    ingress:\n    - ip: 10.97.0.5\n---\n" +
-            Slice("web", {{"127.0.0.3", "node2"}}));
+  Write("web.yaml", ServiceYaml("web", {"10.96.0.10"}, kHttp,
+                                "  type: LoadBalancer\n  externalTrafficPolicy: Local\n") +
+                        "status:\n  loadBalancer:\n    ingress:\n    - ip: 10.97.0.5\n---\n" +
+                        Slice("web", {{"127.0.0.3", "node2"}}));
   StartAgent();
   ASSERT_TRUE(WaitSocketLb("tcp/10.97.0.5:80")) << Get("/debug/services");
   for (int i = 0; i < 3; ++i) {
@@ -359,10 +358,9 @@ TEST_F(SocketLbTest, OffAndCleanupRemoveThePins) {
   std::string out;
   const std::string kube_proxy =
       (std::filesystem::path(SLUICE_AGENT_BINARY).parent_path() / "kube-proxy").string();
-  EXPECT_EQ(testutil::RunCommand(
-                {kube_proxy, "--cleanup", "--bpf-root=" + bpffs_->path(), "--vip-interface=lo",
-                 "--service-cluster-ip-range=10.97.0.0/16"},
-                &out),
+  EXPECT_EQ(testutil::RunCommand({kube_proxy, "--cleanup", "--bpf-root=" + bpffs_->path(),
+                                  "--vip-interface=lo", "--service-cluster-ip-range=10.97.0.0/16"},
+                                 &out),
             0)
       << out;
   EXPECT_EQ(pins(), 0);

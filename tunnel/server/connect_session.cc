@@ -20,8 +20,7 @@ std::string Plain(int code, const char* reason) {
 
 absl::StatusOr<std::shared_ptr<ConnectSession>> ConnectSession::Create(
     wire::IoLoop& loop, base::UniqueFd fd, HttpConnectFrontend& owner, Router& router,
-    ServerMetrics& metrics, const HttpConnectOptions& options, int64_t random,
-    std::string client) {
+    ServerMetrics& metrics, const HttpConnectOptions& options, int64_t random, std::string client) {
   auto s = std::shared_ptr<ConnectSession>(
       new ConnectSession(loop, owner, router, metrics, options, random, std::move(client)));
   std::unique_ptr<wire::TlsConn> tls;

@@ -162,22 +162,21 @@ struct StatusServers {
 absl::StatusOr<StatusServers> StartStatusServers(const ServerOptions& o, Router& router,
                                                  base::Registry& registry) {
   StatusServers s;
-  ASSIGN_OR_RETURN(
-      s.health, wire::StatusServer::Create(o.health_bind_address, static_cast<int>(o.health_port),
-                                           {{"/healthz",
-                                             [] {
-                                               return wire::StatusServer::Reply{200, "ok"};
-                                             }},
-                                            {"/readyz", [&router] {
-                                               if (router.stopped_dialing()) {
-                                                 return wire::StatusServer::Reply{
-                                                     500, "shutting down"};
-                                               }
-                                               return router.ReadyAgents() > 0
-                                                          ? wire::StatusServer::Reply{200, "ok"}
-                                                          : wire::StatusServer::Reply{
-                                                                500, "no agent connected"};
-                                             }}}));
+  ASSIGN_OR_RETURN(s.health, wire::StatusServer::Create(
+                                 o.health_bind_address, static_cast<int>(o.health_port),
+                                 {{"/healthz",
+                                   [] {
+                                     return wire::StatusServer::Reply{200, "ok"};
+                                   }},
+                                  {"/readyz", [&router] {
+                                     if (router.stopped_dialing()) {
+                                       return wire::StatusServer::Reply{500, "shutting down"};
+                                     }
+                                     return router.ReadyAgents() > 0
+                                                ? wire::StatusServer::Reply{200, "ok"}
+                                                : wire::StatusServer::Reply{500,
+                                                                            "no agent connected"};
+                                   }}}));
   ASSIGN_OR_RETURN(s.admin,
                    wire::StatusServer::Create(o.admin_bind_address, static_cast<int>(o.admin_port),
                                               {{"/metrics", [&registry] {
@@ -211,12 +210,12 @@ int Serve(const ServerOptions& o, std::vector<Strategy> strategies, const TokenF
           const sigset_t& sigs) {
   base::Registry registry;
   ServerMetrics metrics(registry);
-  Router router(std::move(strategies), metrics,
-                RouterLimits{
-                    .max_pending_dials_per_client =
-                        static_cast<size_t>(o.max_pending_dials_per_client),
-                    .max_agent_streams = static_cast<size_t>(o.max_agents),
-                });
+  Router router(
+      std::move(strategies), metrics,
+      RouterLimits{
+          .max_pending_dials_per_client = static_cast<size_t>(o.max_pending_dials_per_client),
+          .max_agent_streams = static_cast<size_t>(o.max_agents),
+      });
   auto loop = wire::IoLoop::Create("tunnel-io");
   if (!loop.ok()) {
     LOG(ERROR) << loop.status();

@@ -331,9 +331,8 @@ TEST_F(KubeSourceTest, AnAnswerAfterAnOutageRelistsAtOnce) {
   ASSERT_TRUE(WaitFor([&] { return HasService("ns/b"); }, absl::Seconds(30)));
   std::vector<ApiRequest> all = api_->Requests(kServices);
   // The watch right before the relist is the expired one.
-  auto relist = std::find_if(all.rbegin(), all.rend(), [](const ApiRequest& r) {
-    return !r.watch() && r.status == 200;
-  });
+  auto relist = std::find_if(all.rbegin(), all.rend(),
+                             [](const ApiRequest& r) { return !r.watch() && r.status == 200; });
   ASSERT_NE(relist, all.rend());
   auto expired = std::find_if(relist, all.rend(), [](const ApiRequest& r) { return r.watch(); });
   ASSERT_NE(expired, all.rend());
