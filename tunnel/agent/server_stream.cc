@@ -38,7 +38,6 @@ ServerStream::ServerStream(TunnelAgent& agent, std::shared_ptr<grpc::Channel> ch
   // ClientBidiReactor::AddHold). Released once the read side ends and the Outbox is closed.
   AddHold();
   StartRead(&in_);
-  StartCall();
 }
 
 void ServerStream::OnReadInitialMetadataDone(bool ok) {

@@ -21,9 +21,13 @@ class TunnelAgent;
 // here blocks a gRPC thread. Reactions run on gRPC threads.
 class ServerStream final : public StreamReactor {
  public:
-  // Starts the call. `ready` gets true once initial metadata named a new server.
+  // Prepares the call; Start() starts it. `ready` gets true once initial metadata named a new
+  // server.
   ServerStream(TunnelAgent& agent, std::shared_ptr<grpc::Channel> channel, const std::string& token,
                std::promise<bool> ready);
+  // Separate from construction so that the owner can list the stream under its lock first
+  // and start it without holding a lock across gRPC. A Cancel() before it still ends the call.
+  void Start() { StartCall(); }
 
   void Cancel() { context_.TryCancel(); }
   ServerSession& session() { return *session_; }

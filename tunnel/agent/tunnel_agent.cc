@@ -201,13 +201,13 @@ bool TunnelAgent::ConnectOnce(const std::string& server) {
   std::future<bool> fresh = ready.get_future();
   ServerStream* stream;
   {
-    // Held across construction so OnStreamDone cannot run before the stream is listed.
     absl::MutexLock lock(&mu_);
     ++live_streams_;
-    stream = new ServerStream(*this, channel, token, std::move(ready));  // owns itself
+    stream = new ServerStream(*this, channel, token, std::move(ready));  // owns itself once started
     all_.insert(stream);
     channels_[stream] = std::move(channel);
   }
+  stream->Start();  // listed first, so OnStreamDone always finds it
   if (fresh.wait_for(std::chrono::milliseconds(absl::ToInt64Milliseconds(kMetadataTimeout))) !=
       std::future_status::ready) {
     LOG(WARNING) << "proxy server " << server << ": no serverid header within " << kMetadataTimeout;
