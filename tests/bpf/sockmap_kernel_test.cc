@@ -52,6 +52,16 @@ std::string RandomBytes(size_t n, uint64_t seed) {
   return s;
 }
 
+// Bytes compared without printing them: where the first difference is.
+::testing::AssertionResult SameBytes(const std::string& got, const std::string& want) {
+  const auto diff = std::mismatch(got.begin(), got.end(), want.begin(), want.end());
+  if (diff.first == got.end() && diff.second == want.end()) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure() << "received " << got.size() << " of " << want.size()
+                                       << " bytes, first wrong at " << (diff.first - got.begin());
+}
+
 std::string RecvExactly(int fd, size_t n) {
   std::string out(n, '\0');
   size_t got = 0;
@@ -280,11 +290,8 @@ TEST_F(SockmapKernelTest, PauseResumeCyclesUnderLoadKeepEveryByte) {
   std::move(join).Invoke();
   EXPECT_GT(forwarded, 0u);  // the first cycle passed bytes through us
   const Progress end = measure();
-  const auto diff = std::mismatch(got.begin(), got.end(), data.begin());
-  EXPECT_TRUE(got.size() == data.size() && diff.first == got.end())
-      << "received " << got.size() << " of " << data.size() << " bytes, first wrong at "
-      << (diff.first - got.begin()) << "; " << cycles << " cycles, " << forwarded
-      << " forwarded by us, " << end.consumed << " redirected, " << end.passed << " passed";
+  EXPECT_TRUE(SameBytes(got, data)) << cycles << " cycles, " << forwarded << " forwarded by us, "
+                                    << end.consumed << " redirected, " << end.passed << " passed";
 }
 
 // A retransmission that repeats the head of what the socket already has: the peer sends stream
@@ -298,16 +305,6 @@ constexpr size_t kStreamSize = 3100;
 constexpr uint64_t kRepeated = kFirstEnd - kRetransmitStart;
 // Stream byte 0 at sequence 2^32 - 512, so the repeated bytes straddle the wrap.
 constexpr uint32_t kPeerIsn = 0xfffffdff;
-
-// Bytes compared without printing them: where the first difference is.
-::testing::AssertionResult SameBytes(const std::string& got, const std::string& want) {
-  const auto diff = std::mismatch(got.begin(), got.end(), want.begin(), want.end());
-  if (diff.first == got.end() && diff.second == want.end()) {
-    return ::testing::AssertionSuccess();
-  }
-  return ::testing::AssertionFailure() << "received " << got.size() << " of " << want.size()
-                                       << " bytes, first wrong at " << (diff.first - got.begin());
-}
 
 // Reads `n` bytes from a non-blocking socket, or what came within `timeout`. recv is retried
 // every 50 ms even without a poll event, so nothing hinges on poll's view of a psock queue.
