@@ -59,7 +59,7 @@ BackendConn::BackendConn(wire::IoLoop& loop, Resolver& resolver, Owner& owner,
                          const DialPolicy& policy, int64_t connect_id, int64_t random)
     : loop_(loop),
       resolver_(resolver),
-      owner_(owner),
+      owner_(&owner),
       policy_(policy),
       connect_id_(connect_id),
       random_(random),
@@ -160,7 +160,7 @@ void BackendConn::OnIoReady(uint32_t) {
   loop_.CancelTimer(timer_);
   timer_ = 0;
   dial_reported_ = true;
-  owner_.OnDialDone(*this, "");
+  owner_->OnDialDone(*this, "");
 }
 
 void BackendConn::FailDial(const std::string& error) {
@@ -176,7 +176,7 @@ void BackendConn::FailDial(const std::string& error) {
     loop_.Remove(connecting_.get());
     connecting_.Reset();
   }
-  owner_.OnDialDone(*this, error);
+  owner_->OnDialDone(*this, error);
 }
 
 bool BackendConn::Write(std::string bytes, const std::shared_ptr<wire::ReadGate>& gate) {
@@ -204,7 +204,7 @@ void BackendConn::CheckStall() {
       std::max(pump_->last_write(), hold_since_) + wire::ReadGate::kStallGrace;
   if (absl::Now() >= deadline) {
     // From a timer, never from inside Write: the owner retires us.
-    owner_.OnBackendStalled(*this);
+    owner_->OnBackendStalled(*this);
     return;
   }
   stall_timer_ = loop_.AddTimer(std::max(deadline, absl::Now() + absl::Milliseconds(100)),
@@ -216,6 +216,18 @@ void BackendConn::OnSocketDrained() {
   if (stall_timer_ != 0) {
     loop_.CancelTimer(std::exchange(stall_timer_, 0));
   }
+}
+
+void BackendConn::Abandon() {
+  // Reports to nobody.
+  class Silent final : public Owner {
+    void OnDialDone(BackendConn&, const std::string&) override {}
+    void OnBackendData(BackendConn&, std::string) override {}
+    void OnBackendDone(BackendConn&, absl::Status) override {}
+    void OnBackendStalled(BackendConn&) override {}
+  };
+  static Silent silent;
+  owner_ = &silent;
 }
 
 void BackendConn::Close() {
@@ -239,11 +251,13 @@ void BackendConn::Credit(size_t n) {
   }
 }
 
-void BackendConn::OnSocketData(std::string bytes) { owner_.OnBackendData(*this, std::move(bytes)); }
+void BackendConn::OnSocketData(std::string bytes) {
+  owner_->OnBackendData(*this, std::move(bytes));
+}
 
 void BackendConn::OnSocketDone(absl::Status reason) {
   hold_.Release();
-  owner_.OnBackendDone(*this, std::move(reason));
+  owner_->OnBackendDone(*this, std::move(reason));
 }
 
 }  // namespace sluice::tunnel::agent

@@ -54,6 +54,9 @@ class BackendConn final : public wire::IoLoop::Handler, public wire::SocketPump:
   bool Write(std::string bytes, const std::shared_ptr<wire::ReadGate>& gate);
   // Flushes queued bytes, then closes; OnBackendDone follows.
   void Close();
+  // The owner has let go (the connection is destroyed on a later loop turn): from now on
+  // nothing that happens to it is reported.
+  void Abandon();
   // Bytes we sent upstream were written by gRPC (flow control credit).
   void Credit(size_t n);
   void Charge(size_t n);
@@ -78,7 +81,7 @@ class BackendConn final : public wire::IoLoop::Handler, public wire::SocketPump:
 
   wire::IoLoop& loop_;
   Resolver& resolver_;
-  Owner& owner_;
+  Owner* owner_;  // a silent one once abandoned
   const DialPolicy policy_;
   const int64_t connect_id_;
   const int64_t random_;

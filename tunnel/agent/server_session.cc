@@ -78,17 +78,7 @@ void ServerSession::HandleDial(const wire::Packet& p) {
   conn->Dial(req.address(), conn);
 }
 
-bool ServerSession::Owns(const BackendConn& conn) const {
-  auto it = conns_.find(conn.connect_id());
-  return it != conns_.end() && it->second.get() == &conn;
-}
-
 void ServerSession::OnDialDone(BackendConn& conn, const std::string& error) {
-  // A retired connection lives until a later loop turn and may still finish its dial (a
-  // connect that completed before DIAL_CLS was handled): it was cancelled, so say nothing.
-  if (!Owns(conn)) {
-    return;
-  }
   dialing_.erase(conn.random());
   metrics_.dial_duration.Observe(absl::ToDoubleSeconds(absl::Now() - conn.started()));
   if (!error.empty()) {
@@ -106,9 +96,6 @@ void ServerSession::OnDialDone(BackendConn& conn, const std::string& error) {
 }
 
 void ServerSession::OnBackendData(BackendConn& conn, std::string bytes) {
-  if (!Owns(conn)) {
-    return;  // closed toward the server already: no DATA after CLOSE_RSP
-  }
   const size_t n = bytes.size();
   const int64_t id = conn.connect_id();
   conn.Charge(n);
@@ -128,18 +115,12 @@ void ServerSession::OnBackendData(BackendConn& conn, std::string bytes) {
 }
 
 void ServerSession::OnBackendDone(BackendConn& conn, absl::Status reason) {
-  if (!Owns(conn)) {
-    return;
-  }
   VLOG(2) << "connection " << conn.connect_id() << " done: " << reason;
   (void)outbox_->Send(wire::MakeCloseResponse(conn.connect_id(), ""));
   Retire(conn.connect_id());
 }
 
 void ServerSession::OnBackendStalled(BackendConn& conn) {
-  if (!Owns(conn)) {
-    return;
-  }
   metrics_.overflow_closes.Inc();
   (void)outbox_->Send(wire::MakeCloseResponse(conn.connect_id(), "backend stopped reading"));
   Retire(conn.connect_id());
@@ -190,6 +171,10 @@ void ServerSession::Retire(int64_t id) {
   }
   std::shared_ptr<BackendConn> conn = std::move(it->second);
   conns_.erase(it);
+  // It lives until a later loop turn and may still finish its dial (a connect that completed
+  // before DIAL_CLS was handled) or read: the server has been told, or cancelled it, so none of
+  // that may reach it (no DIAL_RSP after DIAL_CLS, no DATA after CLOSE_RSP).
+  conn->Abandon();
   if (conn->connected()) {
     metrics_.open_endpoint_connections.Add(-1);
   }

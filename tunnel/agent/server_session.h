@@ -47,11 +47,9 @@ class ServerSession final : public BackendConn::Owner,
   void HandleData(wire::Packet packet);
   void HandleClose(int64_t connect_id);
   void HandleCloseDial(int64_t random);
-  // Drops the connection on a later loop turn (we may be inside its callback); until then its
-  // callbacks are ignored (see Owns).
+  // Drops the connection on a later loop turn (we may be inside its callback); until then it
+  // reports nothing (BackendConn::Abandon).
   void Retire(int64_t connect_id);
-  // Whether `conn` is still this session's, i.e. not retired.
-  bool Owns(const BackendConn& conn) const;
 
   wire::IoLoop& loop_;
   Resolver& resolver_;
