@@ -15,7 +15,7 @@
 #include "agent/base/file.h"
 #include "agent/base/log.h"
 #include "agent/base/status.h"
-#include "agent/fastpath/probe.h"
+#include "agent/proxy/sockmap_probe.h"
 #include "agent/socklb/cgroup.h"
 #include "agent/socklb/probe.h"
 #include "agent/vip/netlink_vip_manager.h"
@@ -50,7 +50,7 @@ absl::Status Agent::ChooseDataPath(int workers) {
     in_use.WithLabels({"splice"}).Set(1);
     return absl::OkStatus();
   }
-  fastpath::ProbeResult probe = fastpath::ProbeSockmap({.rings = static_cast<uint32_t>(workers)});
+  proxy::ProbeResult probe = proxy::ProbeSockmap({.rings = static_cast<uint32_t>(workers)});
   if (probe.fast_path == nullptr) {
     if (opts_.datapath == "sockmap") {
       return base::Annotate(probe.status,

@@ -7,25 +7,10 @@
 
 #include "absl/status/statusor.h"
 
+#include "agent/fastpath/kernel_link.h"
 #include "agent/fastpath/sockmap_fast_path.h"
 
 namespace sluice::fastpath {
-
-// The two sockets of a proxied connection. A direction is named by its source side.
-enum class Side { kClient = 0, kBackend = 1 };
-inline Side Other(Side s) { return s == Side::kClient ? Side::kBackend : Side::kClient; }
-
-// Where one direction's bytes are, all counted since enrolment.
-struct Progress {
-  uint64_t consumed = 0;    // redirected out of the source by the program
-  uint64_t passed = 0;      // left by the program on the source for the caller to recv()
-  uint64_t repeated = 0;    // handed to the program a second time by the kernel, cut off
-  uint64_t written = 0;     // of the redirected, those in the destination's send queue
-  uint64_t dst_queued = 0;  // bytes in the destination's send queue, unacked (SIOCOUTQ)
-  // Bytes the kernel holds between the two sockets (in the destination's psock queue),
-  // beyond what TCP buffers bound.
-  uint64_t in_flight() const { return consumed > written ? consumed - written : 0; }
-};
 
 // Why a connection stays on (or returns to) splice, for sluice_sockmap_fallbacks_total.
 enum class Fallback {
@@ -53,7 +38,7 @@ Fallback FallbackFor(const absl::Status& enrol_error);
 //     when no bytes are in flight (Progress::in_flight() == 0) and no more can arrive, or when
 //     the connection is being reset: removing a socket from the maps discards its psock queue.
 // Thread: owning worker loop (the bpf(2) calls themselves are thread-safe).
-class SockmapLink final {
+class SockmapLink final : public KernelLink {
  public:
   // Neither socket is owned; both must stay open while the link exists. The marks signal the
   // worker's ring after `first_mark` bytes per direction. Fails, with nothing left in the maps,
@@ -62,7 +47,7 @@ class SockmapLink final {
   static absl::StatusOr<std::unique_ptr<SockmapLink>> Enrol(SockmapFastPath& fast_path,
                                                             int client_fd, int backend_fd,
                                                             uint32_t ring, uint64_t first_mark);
-  ~SockmapLink();
+  ~SockmapLink() override;
   SockmapLink(const SockmapLink&) = delete;
   SockmapLink& operator=(const SockmapLink&) = delete;
 
@@ -70,25 +55,26 @@ class SockmapLink final {
   bool attached(Side src) const { return end(src).attached; }
   uint64_t cookie(Side s) const { return end(s).cookie; }
 
+  // KernelLink
   // Attaches `src` and kicks it. Fails (errno EOPNOTSUPP) once `src` left ESTABLISHED.
-  absl::Status Attach(Side src);
+  absl::Status Attach(Side src) override;
   // `user_written`: bytes the caller itself wrote to the destination since enrolment.
-  absl::StatusOr<Progress> Measure(Side src, uint64_t user_written) const;
+  absl::StatusOr<Progress> Measure(Side src, uint64_t user_written) const override;
   // Re-arms the mark of `src` (see SockmapFastPath::Instruct).
-  absl::Status SetMark(Side src, uint64_t notify_at);
+  absl::Status SetMark(Side src, uint64_t notify_at) override;
   // The program leaves `src`'s bytes on it for the caller to recv() from now on: when Pass
   // returns, every verdict that redirected under the old instructions has finished and is
   // counted in Progress::consumed (see Kick), so in_flight() == 0 then means nothing more of
   // `src` reaches the destination behind the caller's back.
-  absl::Status Pass(Side src);
+  absl::Status Pass(Side src) override;
   // Redirects again from the next skb on once `passed` equals `forwarded` (the bytes the caller
   // read from `src` and wrote to the destination since enrolment), arms the mark at
   // `notify_at`, and kicks `src`.
-  absl::Status Resume(Side src, uint64_t forwarded, uint64_t notify_at);
+  absl::Status Resume(Side src, uint64_t forwarded, uint64_t notify_at) override;
   // Runs the verdict over bytes waiting in `src`'s receive queue (SO_RCVLOWAT). It takes the
   // socket lock, which every verdict run on `src` holds (softirq or backlog), so it also waits
   // for a run in progress on another CPU.
-  absl::Status Kick(Side src);
+  absl::Status Kick(Side src) override;
 
  private:
   struct End {

@@ -25,9 +25,9 @@ const char* SockmapStateName(SockmapRelay::State state) {
   return "unknown";
 }
 
-SockmapRelay::SockmapRelay(fastpath::SockmapLink& link, fastpath::Side src, SplicePump& pump,
-                           SockmapContext& context)
-    : link_(link), src_(src), pump_(pump), context_(context), pump_base_(pump.bytes()) {}
+SockmapRelay::SockmapRelay(fastpath::KernelLink& link, fastpath::Side src, SplicePump& pump,
+                           SockmapFlow& flow)
+    : link_(link), src_(src), pump_(pump), flow_(flow), pump_base_(pump.bytes()) {}
 
 SockmapRelay::~SockmapRelay() { SetPaused(false); }
 
@@ -36,9 +36,9 @@ void SockmapRelay::SetPaused(bool paused) {
     return;
   }
   counted_paused_ = paused;
-  context_.paused.Add(paused ? 1 : -1);
+  flow_.paused.Add(paused ? 1 : -1);
   if (paused) {
-    context_.pauses.Inc();
+    flow_.pauses.Inc();
   }
 }
 
@@ -73,11 +73,11 @@ SockmapRelay::Next SockmapRelay::OnSignal() {
   if (!Measure()) {
     return Next::kFailed;
   }
-  if (last_.in_flight() > context_.marks.high) {
+  if (last_.in_flight() > flow_.marks.high) {
     return Pause();
   }
   // Next signal once the kernel could hold `high` bytes if the destination wrote nothing more.
-  if (absl::Status st = link_.SetMark(src_, last_.written + context_.marks.high); !st.ok()) {
+  if (absl::Status st = link_.SetMark(src_, last_.written + flow_.marks.high); !st.ok()) {
     VLOG(2) << "sockmap mark: " << st;
     return Next::kFailed;
   }
@@ -126,11 +126,10 @@ SockmapRelay::Next SockmapRelay::OnPumpIdle() {
     SetPaused(false);
     return Next::kNothing;
   }
-  if (last_.dst_queued > context_.marks.low) {
+  if (last_.dst_queued > flow_.marks.low) {
     return Next::kPoll;  // resuming now would pause again at once
   }
-  if (absl::Status st = link_.Resume(src_, forwarded, last_.written + context_.marks.high);
-      !st.ok()) {
+  if (absl::Status st = link_.Resume(src_, forwarded, last_.written + flow_.marks.high); !st.ok()) {
     VLOG(2) << "sockmap resume: " << st;
     return Next::kFailed;
   }

@@ -3,17 +3,11 @@
 
 #include <cstdint>
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/time/time.h"
-
 #include "agent/base/metrics.h"
-#include "agent/fastpath/sockmap_fast_path.h"
-#include "agent/fastpath/sockmap_link.h"
+#include "agent/fastpath/kernel_link.h"
 #include "agent/proxy/splice_pump.h"
 
 namespace sluice::proxy {
-
-class TcpSession;
 
 // Flow control of one kernel-pumped direction, in bytes held in the destination's psock queue
 // (Progress::in_flight): above `high` the program stops redirecting and leaves the source's
@@ -27,37 +21,12 @@ struct SockmapWatermarks {
   uint64_t low = uint64_t{512} << 10;
 };
 
-// Which connections go through the kernel. Enrolment costs about twenty bpf(2) and setsockopt
-// calls per connection, and removal as many, so measured on loopback (2 vCPUs, 16 clients
-// fetching 1 KiB over HTTP/1.0) short connections ran at ~4.5k conn/s on sockmap against
-// ~6.7k on splice, while bulk streams and long request/response connections gained (4-stream
-// bulk 11.8 vs 5.6 Gbit/s, 64 B ping-pong p50 30 vs 56 us). The rule:
-//   - a listener whose connections average `bytes` or more (ConnectionSizes; unknown counts as
-//     big) enrols each new connection at once, before any byte is read;
-//   - other connections start on splice and are promoted once they have moved `bytes` or been
-//     open for `age`. A direction then attaches only when its pump holds no byte and its last
-//     read emptied the socket: the verdict takes whole skbs from the receive queue
-//     (tcp_read_skb ignores how much of the head skb was read), so attaching after a partial
-//     read would send that skb's head twice. A pump that never catches up keeps its direction.
-// docs/architecture.md, "Sockmap fast path", has the numbers.
-struct SockmapPromotion {
-  uint64_t bytes = uint64_t{64} << 10;
-  absl::Duration age = absl::Milliseconds(50);
-};
-
-// A worker's share of the fast path, handed to each of its sessions.
-// Thread: owning worker loop.
-struct SockmapContext {
-  fastpath::SockmapFastPath& fast_path;
-  uint32_t ring;  // this worker's ring index
+// What a worker's relays share: the watermarks and the pause metrics.
+// Thread: owning worker loop (the metrics are atomics read by the admin server).
+struct SockmapFlow {
   SockmapWatermarks marks;
-  SockmapPromotion promotion;
   base::Gauge& paused;    // directions paused now, all workers
   base::Counter& pauses;  // pauses so far
-  // Ring signals name a source socket: its session, registered while enrolled.
-  absl::flat_hash_map<uint64_t, TcpSession*> sessions;
-  // Routes a ring signal to its session (none: the connection has closed since).
-  void Dispatch(uint64_t cookie);
 };
 
 // One direction of an enrolled connection, between its SplicePump and the kernel. States:
@@ -89,8 +58,7 @@ class SockmapRelay final {
   };
 
   // `pump` is the direction's pump (not owned); bytes it wrote before now are not forwarded.
-  SockmapRelay(fastpath::SockmapLink& link, fastpath::Side src, SplicePump& pump,
-               SockmapContext& context);
+  SockmapRelay(fastpath::KernelLink& link, fastpath::Side src, SplicePump& pump, SockmapFlow& flow);
   ~SockmapRelay();
   SockmapRelay(const SockmapRelay&) = delete;
   SockmapRelay& operator=(const SockmapRelay&) = delete;
@@ -126,10 +94,10 @@ class SockmapRelay final {
   Next StartForwarding();
   void SetPaused(bool paused);
 
-  fastpath::SockmapLink& link_;
+  fastpath::KernelLink& link_;
   const fastpath::Side src_;
   SplicePump& pump_;
-  SockmapContext& context_;
+  SockmapFlow& flow_;
   const uint64_t pump_base_;     // pump bytes at enrolment (the link's written base)
   uint64_t pump_at_attach_ = 0;  // pump bytes when the kernel took over (passed bytes after)
   State state_ = State::kPending;

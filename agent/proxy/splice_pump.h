@@ -56,6 +56,8 @@ class SplicePump final {
   Result Pump();
 
   Path path() const { return path_; }
+  // Whether Pump() reported kEof: the direction has ended.
+  bool finished() const { return eof_reported_; }
   // Bytes written to dst.
   uint64_t bytes() const { return bytes_; }
   // Bytes read from src and not yet written to dst.

@@ -70,9 +70,9 @@ class TcpSessionTest : public ::testing::TestWithParam<Mode>, public TcpSessionC
     sockmap_ = std::unique_ptr<SockmapContext>(
         new SockmapContext{.fast_path = *fast_path_,
                            .ring = 0,
-                           .marks = marks_,
-                           .paused = registry_.AddGauge("paused", "").Get(),
-                           .pauses = registry_.AddCounter("pauses", "").Get()});
+                           .flow = {.marks = marks_,
+                                    .paused = registry_.AddGauge("paused", "").Get(),
+                                    .pauses = registry_.AddCounter("pauses", "").Get()}});
     ring_ = std::move(*fastpath::FlowRing::Create(
         *fast_path_, 0, [this](uint64_t cookie, uint64_t) { sockmap_->Dispatch(cookie); }));
     ring_event_ =
@@ -413,7 +413,7 @@ TEST_P(SockmapSessionTest, ClientThatAlreadySentFinStaysOnSplice) {
 // A backend that stalls: the kernel-pumped direction pauses above the high watermark, resumes
 // below the low one, and the client's FIN during a pause hands the rest to the pump.
 TEST_P(SockmapSessionTest, SlowBackendPausesResumesAndDrainsOnFin) {
-  sockmap_->marks = {.high = 256 << 10, .low = 64 << 10};
+  sockmap_->flow.marks = {.high = 256 << 10, .low = 64 << 10};
   StartSession();
   const std::string data = RandomBytes(24 << 20, 5);
   std::string at_backend;
@@ -427,7 +427,7 @@ TEST_P(SockmapSessionTest, SlowBackendPausesResumesAndDrainsOnFin) {
     // backend that does not read (its buffers hold far less than 24 MiB). The deadline only
     // stops a broken pause from hanging the test; the pause count below then fails it.
     const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    while (sockmap_->pauses.Value() == 0 && absl::Now() < deadline) {
+    while (sockmap_->flow.pauses.Value() == 0 && absl::Now() < deadline) {
       absl::SleepFor(absl::Milliseconds(1));
     }
     char buf[64 << 10];
@@ -454,8 +454,8 @@ TEST_P(SockmapSessionTest, SlowBackendPausesResumesAndDrainsOnFin) {
     ADD_FAILURE() << "first difference at byte " << i << " of " << data.size() << "; kernel "
                   << kernel_to_backend_;
   }
-  EXPECT_GT(sockmap_->pauses.Value(), 0);
-  EXPECT_EQ(sockmap_->paused.Value(), 0);
+  EXPECT_GT(sockmap_->flow.pauses.Value(), 0);
+  EXPECT_EQ(sockmap_->flow.paused.Value(), 0);
   EXPECT_GT(kernel_to_backend_, 0u);
 }
 

@@ -192,13 +192,13 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(int id, const Options& op
 }
 
 absl::Status Worker::StartSockmap() {
-  sockmap_ =
-      std::unique_ptr<SockmapContext>(new SockmapContext{.fast_path = *options_.sockmap,
-                                                         .ring = static_cast<uint32_t>(id_),
-                                                         .marks = options_.sockmap_marks,
-                                                         .promotion = options_.sockmap_promotion,
-                                                         .paused = metrics_.sockmap_paused,
-                                                         .pauses = metrics_.sockmap_pauses});
+  sockmap_ = std::unique_ptr<SockmapContext>(
+      new SockmapContext{.fast_path = *options_.sockmap,
+                         .ring = static_cast<uint32_t>(id_),
+                         .flow = {.marks = options_.sockmap_marks,
+                                  .paused = metrics_.sockmap_paused,
+                                  .pauses = metrics_.sockmap_pauses},
+                         .promotion = options_.sockmap_promotion});
   ASSIGN_OR_RETURN(ring_, fastpath::FlowRing::Create(
                               *options_.sockmap, sockmap_->ring,
                               [this](uint64_t cookie, uint64_t) { sockmap_->Dispatch(cookie); }));

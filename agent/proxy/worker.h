@@ -16,7 +16,7 @@
 #include "agent/proxy/data_path_metrics.h"
 #include "agent/proxy/pipe_pool.h"
 #include "agent/proxy/route_table.h"
-#include "agent/proxy/sockmap_relay.h"
+#include "agent/proxy/sockmap_session.h"
 #include "agent/proxy/tcp_session.h"
 #include "agent/proxy/udp_proxy.h"
 

@@ -23,10 +23,10 @@
 #include "gtest/gtest.h"
 
 #include "agent/fastpath/flow_ring.h"
-#include "agent/fastpath/probe.h"
 #include "agent/fastpath/sockmap_fast_path.h"
 #include "agent/fastpath/sockmap_link.h"
 #include "agent/net/socket.h"
+#include "agent/proxy/sockmap_probe.h"
 #include "agent/proxy/test_sockets.h"
 #include "tests/testutil/netns.h"
 #include "tests/testutil/process.h"
@@ -95,11 +95,12 @@ class SockmapKernelTest : public ::testing::Test {
 };
 
 TEST_F(SockmapKernelTest, ProbeAndSelfTestPass) {
-  ProbeResult r = ProbeSockmap({.max_connections = 16, .rings = 2});
+  proxy::ProbeResult r = proxy::ProbeSockmap({.max_connections = 16, .rings = 2});
   ASSERT_TRUE(r.status.ok()) << r.reason << ": " << r.status;
   ASSERT_NE(r.fast_path, nullptr);
   // The self-test can run again on the same maps: it leaves nothing behind.
-  EXPECT_TRUE(SelfTest(*r.fast_path).ok());
+  absl::Status again = proxy::SockmapSelfTest(*r.fast_path);
+  EXPECT_TRUE(again.ok()) << again;
 }
 
 TEST_F(SockmapKernelTest, ClientThatAlreadySentFinIsRefusedAndLeavesNothing) {

@@ -12,7 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "httplib.h"
 
-#include "agent/fastpath/probe.h"
+#include "agent/proxy/sockmap_probe.h"
 #include "agent/socklb/socket_lb.h"
 
 namespace sluice::testing {
@@ -115,7 +115,7 @@ void AgentTest::UseDatapath(const std::string& path) {
     return;
   }
   if (path == "sockmap") {
-    fastpath::ProbeResult probe = fastpath::ProbeSockmap({.max_connections = 4, .rings = 1});
+    proxy::ProbeResult probe = proxy::ProbeSockmap({.max_connections = 4, .rings = 1});
     if (probe.reason == "permission" || probe.reason == "unsupported") {
       GTEST_SKIP() << "sockmap fast path unavailable here: " << probe.status;
     }
