@@ -128,8 +128,9 @@ TEST_F(BackendDialerTest, EndpointThatNeverAnswersTimesOutAndTheNextIsTried) {
 
 TEST_F(BackendDialerTest, EveryEndpointRefusingRetriesAfterABackoffUntilTheBudgetIsSpent) {
   base::UniqueFd closed = Bound(/*listen=*/false);
-  // A budget that outlasts the first 250 ms backoff but not the second (500 ms).
-  Dial(InOrder({AddressOf(closed)}), absl::Milliseconds(600));
+  // Backoffs of 250, 500 and 1000 ms: two rounds fit in the budget even on a busy machine, the
+  // fourth does not.
+  Dial(InOrder({AddressOf(closed)}), absl::Milliseconds(1200));
   EXPECT_TRUE(gave_up_);
   EXPECT_FALSE(backend_.valid());
   ASSERT_GE(failures_.size(), 2u);  // the first round, and at least one after the backoff
