@@ -13,6 +13,7 @@
 #include <string_view>
 #include <thread>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
@@ -160,54 +161,83 @@ absl::Status RunBackend(int fd, const SockmapFlow& flow, absl::Time deadline, ui
 }
 
 // Owns the session and keeps what it reported when it closed.
-class Connection final : public TcpSessionCallbacks {
- public:
-  explicit Connection(event::EventLoop& loop) : loop_(loop) {}
+struct Connection final : public TcpSessionCallbacks {
+  explicit Connection(event::EventLoop& loop) : loop(loop) {}
 
   void Abort() {
-    if (session_ != nullptr) {
-      session_->Abort();
+    if (session != nullptr) {
+      session->Abort();
     }
   }
 
   // TcpSessionCallbacks
-  void OnSessionClosed(TcpSession& session, CloseReason reason) override {
-    reason_ = reason;
-    to_backend_ = session.bytes_to_backend();
-    to_client_ = session.bytes_to_client();
-    kernel_to_backend_ = session.kernel_bytes_to_backend();
-    kernel_to_client_ = session.kernel_bytes_to_client();
-    loop_.DeferDelete(std::move(session_));
-    loop_.Stop();
+  void OnSessionClosed(TcpSession& closed, CloseReason why) override {
+    reason = why;
+    to_backend = closed.bytes_to_backend();
+    to_client = closed.bytes_to_client();
+    kernel_to_backend = closed.kernel_bytes_to_backend();
+    kernel_to_client = closed.kernel_bytes_to_client();
+    loop.DeferDelete(std::move(session));
+    loop.Stop();
   }
 
-  event::EventLoop& loop_;
-  std::unique_ptr<TcpSession> session_;
-  std::optional<CloseReason> reason_;
-  uint64_t to_backend_ = 0, to_client_ = 0, kernel_to_backend_ = 0, kernel_to_client_ = 0;
+  event::EventLoop& loop;
+  std::unique_ptr<TcpSession> session;
+  std::optional<CloseReason> reason;
+  uint64_t to_backend = 0, to_client = 0, kernel_to_backend = 0, kernel_to_client = 0;
 };
 
 // After the run: what the session counted against what the peers saw.
 absl::Status CheckCounts(const Connection& c, uint64_t sent, uint64_t received,
                          const SockmapFlow& flow) {
-  if (c.reason_ != CloseReason::kDone) {
+  if (c.reason != CloseReason::kDone) {
     return Fail(absl::StrCat("the connection ended with ",
-                             c.reason_ ? CloseReasonName(*c.reason_) : "nothing"));
+                             c.reason ? CloseReasonName(*c.reason) : "nothing"));
   }
   const uint64_t reply = sizeof(kReply) - 1;
-  if (received != sent || c.to_backend_ != sent || c.to_client_ != reply) {
+  if (received != sent || c.to_backend != sent || c.to_client != reply) {
     return Fail(absl::StrCat("client sent ", sent, ", backend got ", received, ", session counted ",
-                             c.to_backend_, " and ", c.to_client_, " of ", reply));
+                             c.to_backend, " and ", c.to_client, " of ", reply));
   }
   // The early bytes and the reply went through the verdict; so did all that was not passed.
-  if (c.kernel_to_backend_ < kEarly || c.kernel_to_client_ != reply) {
-    return Fail(absl::StrCat("the kernel redirected ", c.kernel_to_backend_, " and ",
-                             c.kernel_to_client_, " bytes"));
+  if (c.kernel_to_backend < kEarly || c.kernel_to_client != reply) {
+    return Fail(absl::StrCat("the kernel redirected ", c.kernel_to_backend, " and ",
+                             c.kernel_to_client, " bytes"));
   }
   if (flow.paused.Value() != 0) {
     return Fail("a direction still counts as paused");
   }
   return absl::OkStatus();
+}
+
+// Runs the peers against the session until it closes, then checks what everyone counted.
+absl::Status Exchange(event::EventLoop& loop, Connection& conn, int client_fd, int backend_fd,
+                      const SockmapFlow& flow) {
+  std::unique_ptr<event::Timer> watchdog = loop.CreateTimer([&conn] { conn.Abort(); });
+  watchdog->Arm(kDeadline);
+  const absl::Time deadline = absl::Now() + kDeadline;
+  uint64_t sent = kEarly, received = 0;
+  absl::Status client_status, backend_status;
+  // A peer that fails resets the connection, which ends the other peer and the loop.
+  auto abort = [&] { loop.Post([&conn] { conn.Abort(); }); };
+  std::thread client_peer([&] {
+    client_status = RunClient(client_fd, flow, deadline, sent);
+    if (!client_status.ok()) {
+      abort();
+    }
+  });
+  std::thread backend_peer([&] {
+    backend_status = RunBackend(backend_fd, flow, deadline, received);
+    if (!backend_status.ok()) {
+      abort();
+    }
+  });
+  loop.Run();  // until the session closes
+  client_peer.join();
+  backend_peer.join();
+  RETURN_IF_ERROR(client_status);
+  RETURN_IF_ERROR(backend_status);
+  return CheckCounts(conn, sent, received, flow);
 }
 
 }  // namespace
@@ -239,44 +269,20 @@ absl::Status SockmapSelfTest(fastpath::SockmapFastPath& fast_path) {
   }
   PipePool pool(PipePool::Options{});
   Connection conn(*loop);
-  ASSIGN_OR_RETURN(conn.session_,
+  ASSIGN_OR_RETURN(conn.session,
                    TcpSession::Create(*loop, pool, std::move(client.near), std::move(backend.near),
                                       TcpSession::Options{}, conn, &context,
                                       /*sockmap_at_start=*/true));
-  if (auto fallback = conn.session_->fallback()) {
+  if (auto fallback = conn.session->fallback()) {
     return Fail(
         absl::StrCat("enrolling an established connection: ", fastpath::FallbackName(*fallback)));
   }
   for (bool up : {true, false}) {
-    if (std::string state = conn.session_->DirectionState(up); state != "attached") {
+    if (std::string state = conn.session->DirectionState(up); state != "attached") {
       return Fail(absl::StrCat("attaching an established socket: the direction is ", state));
     }
   }
-  std::unique_ptr<event::Timer> watchdog = loop->CreateTimer([&conn] { conn.Abort(); });
-  watchdog->Arm(kDeadline);
-  const absl::Time deadline = absl::Now() + kDeadline;
-  uint64_t sent = kEarly, received = 0;
-  absl::Status client_status, backend_status;
-  // A peer that fails resets the connection, which ends the other peer and the loop.
-  auto abort = [&] { loop->Post([&conn] { conn.Abort(); }); };
-  std::thread client_peer([&] {
-    client_status = RunClient(client.far.get(), context.flow, deadline, sent);
-    if (!client_status.ok()) {
-      abort();
-    }
-  });
-  std::thread backend_peer([&] {
-    backend_status = RunBackend(backend.far.get(), context.flow, deadline, received);
-    if (!backend_status.ok()) {
-      abort();
-    }
-  });
-  loop->Run();  // until the session closes
-  client_peer.join();
-  backend_peer.join();
-  RETURN_IF_ERROR(client_status);
-  RETURN_IF_ERROR(backend_status);
-  return CheckCounts(conn, sent, received, context.flow);
+  return Exchange(*loop, conn, client.far.get(), backend.far.get(), context.flow);
 }
 
 ProbeResult ProbeSockmap(const fastpath::SockmapFastPath::Options& options) {
