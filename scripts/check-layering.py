@@ -24,7 +24,7 @@ LAYERS = {
     "agent/vip": {"agent/base", "agent/net"},
     "agent/config": {"agent/base", "agent/net"},
     # Data path: sockets, BPF objects and the per-connection state machines.
-    "agent/fastpath": {"agent/base", "agent/net", "bpf"},
+    "agent/fastpath": {"agent/base", "bpf"},
     "agent/socklb": {"agent/base", "agent/net", "agent/fastpath", "bpf"},
     "agent/proxy": {"agent/base", "agent/net", "agent/event", "agent/fastpath"},
     # Control plane: turns the merged config into data-path and kernel state.
