@@ -17,7 +17,7 @@ namespace sluice::tunnel::agent {
 class TunnelAgent;
 
 // One AgentService/Connect stream to a proxy server. Owns itself: deleted in OnDone. Packets
-// read go to its ServerSession on the IoLoop; writes go through the shared Outbox, so nothing
+// read go to its ServerSession on the tunnel loop; writes go through the shared Outbox, so nothing
 // here blocks a gRPC thread. Reactions run on gRPC threads.
 class ServerStream final : public StreamReactor {
  public:

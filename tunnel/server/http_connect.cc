@@ -62,17 +62,24 @@ std::string ConnectErrorReply(const std::string& err) {
 }
 
 absl::StatusOr<std::unique_ptr<HttpConnectFrontend>> HttpConnectFrontend::Create(
-    wire::IoLoop& loop, base::UniqueFd listener, Router& router, ServerMetrics& metrics,
+    event::EventLoop& loop, base::UniqueFd listener, Router& router, ServerMetrics& metrics,
     HttpConnectOptions options) {
   auto f = std::unique_ptr<HttpConnectFrontend>(
       new HttpConnectFrontend(loop, std::move(listener), router, metrics, options));
   std::promise<absl::Status> added;
-  loop.Post([&] { added.set_value(loop.Add(f->listener_.get(), EPOLLIN, f.get())); });
+  loop.Post([&] {
+    auto watch =
+        loop.Watch(f->listener_.get(), EPOLLIN, [raw = f.get()](uint32_t) { raw->Accept(); });
+    if (watch.ok()) {
+      f->accept_watch_ = std::move(*watch);
+    }
+    added.set_value(watch.status());
+  });
   RETURN_IF_ERROR(added.get_future().get());
   return f;
 }
 
-HttpConnectFrontend::HttpConnectFrontend(wire::IoLoop& loop, base::UniqueFd listener,
+HttpConnectFrontend::HttpConnectFrontend(event::EventLoop& loop, base::UniqueFd listener,
                                          Router& router, ServerMetrics& metrics,
                                          HttpConnectOptions options)
     : loop_(loop),
@@ -84,7 +91,7 @@ HttpConnectFrontend::HttpConnectFrontend(wire::IoLoop& loop, base::UniqueFd list
 HttpConnectFrontend::~HttpConnectFrontend() {
   std::promise<void> done;
   loop_.Post([&] {
-    loop_.Remove(listener_.get());
+    accept_watch_.reset();
     for (auto& [raw, session] : sessions_) {
       session->Shutdown();
     }
@@ -94,7 +101,7 @@ HttpConnectFrontend::~HttpConnectFrontend() {
   done.get_future().wait();
 }
 
-void HttpConnectFrontend::OnIoReady(uint32_t) {
+void HttpConnectFrontend::Accept() {
   for (int i = 0; i < 64; ++i) {
     sockaddr_storage peer{};
     socklen_t len = sizeof(peer);

@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "absl/synchronization/mutex.h"
-#include "absl/time/clock.h"
 
 #include "agent/base/log.h"
 #include "tunnel/wire/outbox.h"
@@ -21,7 +20,7 @@ using Reactor = grpc::ServerBidiReactor<wire::Packet, wire::Packet>;
 // Deliver/Abort on whichever thread the Router runs.
 class ProxyStream final : public Reactor, public Frontend {
  public:
-  ProxyStream(Router& router, ServerMetrics& metrics, wire::IoLoop& loop, size_t max_queued,
+  ProxyStream(Router& router, ServerMetrics& metrics, event::EventLoop& loop, size_t max_queued,
               std::string client)
       : router_(router),
         metrics_(metrics),
@@ -74,7 +73,7 @@ class ProxyStream final : public Reactor, public Frontend {
     (void)outbox_.OnWriteDone(ok);
     const bool drained = outbox_.queued_bytes() < max_queued_ / 8;
     absl::MutexLock lock(&credit_->mu);
-    credit_->last_write = absl::Now();
+    credit_->last_write = loop_.clock().MonotonicNow();
     if (drained) {
       credit_->hold.Release();  // the agent stream may read again
     }
@@ -91,15 +90,25 @@ class ProxyStream final : public Reactor, public Frontend {
   // Shared with write hooks and deferred tasks. `owner` is non-null until Finish is claimed;
   // whoever resets it calls Finish, so nothing touches the reactor after that.
   struct Credit {
+    explicit Credit(event::EventLoop& l) : loop(l) {}
+    // The last reference may drop on a gRPC thread; the timer belongs to the loop's.
+    ~Credit() {
+      if (stall_timer != nullptr) {
+        loop.Post([t = std::move(stall_timer)] {});
+      }
+    }
+    event::EventLoop& loop;
+    std::unique_ptr<event::Timer> stall_timer;  // loop thread; made by the first CheckStall
     absl::Mutex mu;
     size_t in_flight ABSL_GUARDED_BY(mu) = 0;
     bool read_parked ABSL_GUARDED_BY(mu) = false;
     ProxyStream* owner ABSL_GUARDED_BY(mu) = nullptr;
-    wire::GateHold hold ABSL_GUARDED_BY(mu);    // on the agent stream while we are congested
-    absl::Time last_write ABSL_GUARDED_BY(mu);  // last write gRPC completed toward the client
+    wire::GateHold hold ABSL_GUARDED_BY(mu);  // on the agent stream while we are congested
+    // Last write gRPC completed toward the client, on the loop's monotonic clock.
+    absl::Duration last_write ABSL_GUARDED_BY(mu);
   };
   void HoldAgent(const std::shared_ptr<wire::ReadGate>& gate);
-  static void CheckStall(wire::IoLoop* loop, std::shared_ptr<Credit> credit);
+  static void CheckStall(std::shared_ptr<Credit> credit);
   static void Release(const std::shared_ptr<Credit>& credit, size_t n);
 
   void Dispatch();
@@ -120,12 +129,12 @@ class ProxyStream final : public Reactor, public Frontend {
 
   Router& router_;
   ServerMetrics& metrics_;
-  wire::IoLoop& loop_;
+  event::EventLoop& loop_;
   const size_t max_queued_;
   const std::string client_;  // ClientOf(peer), for the pending-dial limit
   wire::Outbox outbox_;
   wire::Packet in_;
-  std::shared_ptr<Credit> credit_ = std::make_shared<Credit>();
+  std::shared_ptr<Credit> credit_ = std::make_shared<Credit>(loop_);
 };
 
 // Our client reads slower than the agent sends: slow the agent stream down (hold its reads)
@@ -138,31 +147,39 @@ void ProxyStream::HoldAgent(const std::shared_ptr<wire::ReadGate>& gate) {
       return;
     }
     credit_->hold.Take(gate);
-    credit_->last_write = absl::Now();
+    credit_->last_write = loop_.clock().MonotonicNow();
   }
-  wire::IoLoop* loop = &loop_;
-  loop_.Post([loop, credit = credit_] { CheckStall(loop, credit); });
+  loop_.Post([credit = credit_] { CheckStall(credit); });
 }
 
 // Loop thread, while holding: no write completed toward the client for kStallGrace means it
 // stopped reading; finish the stream (claiming Finish through `credit`).
-void ProxyStream::CheckStall(wire::IoLoop* loop, std::shared_ptr<Credit> credit) {
+void ProxyStream::CheckStall(std::shared_ptr<Credit> credit) {
   ProxyStream* self = nullptr;
-  absl::Time deadline;
+  absl::Duration wait;
   {
     absl::MutexLock lock(&credit->mu);
     if (!credit->hold.held() || credit->owner == nullptr) {
       return;
     }
-    deadline = credit->last_write + wire::ReadGate::kStallGrace;
-    if (absl::Now() >= deadline) {
+    // A fresh reading: last_write is stamped on gRPC threads, not by this loop's iterations.
+    wait = credit->last_write + wire::ReadGate::kStallGrace - credit->loop.clock().MonotonicNow();
+    if (wait <= absl::ZeroDuration()) {
       self = std::exchange(credit->owner, nullptr);
       credit->hold.Release();
     }
   }
   if (self == nullptr) {
-    loop->AddTimer(std::max(deadline, absl::Now() + absl::Milliseconds(100)),
-                   [loop, credit] { CheckStall(loop, credit); });
+    if (credit->stall_timer == nullptr) {
+      // Weak: the timer lives inside the Credit. A check that drops the last reference frees
+      // the timer through ~Credit's Post, not inside this callback.
+      credit->stall_timer = credit->loop.CreateTimer([weak = std::weak_ptr<Credit>(credit)] {
+        if (auto c = weak.lock()) {
+          CheckStall(std::move(c));
+        }
+      });
+    }
+    credit->stall_timer->Arm(std::max(wait, absl::Milliseconds(100)));
     return;
   }
   self->metrics_.overflow_closes.Inc();
