@@ -65,7 +65,7 @@ BackendConn::BackendConn(event::EventLoop& loop, Resolver& resolver, Owner& owne
       started_(loop.MonotonicNow()),
       dial_timer_(loop.CreateTimer(
           [this] { FailDial(absl::StrCat("dial tcp ", address_, ": i/o timeout")); })),
-      stall_timer_(loop.CreateTimer([this] { CheckStall(); })) {}
+      stall_(loop, [this] { CheckStall(); }) {}
 
 BackendConn::~BackendConn() = default;
 
@@ -175,7 +175,7 @@ bool BackendConn::Write(std::string bytes, const std::shared_ptr<wire::ReadGate>
   }
   if (gate != nullptr && !hold_.held() && pump_->queued() > policy_.max_queued / 4) {
     hold_.Take(gate);
-    hold_since_ = loop_.MonotonicNow();
+    stall_.Start();
     CheckStall();
   }
   return true;
@@ -186,20 +186,16 @@ void BackendConn::CheckStall() {
   if (!hold_.held() || pump_ == nullptr) {
     return;
   }
-  const absl::Duration now = loop_.MonotonicNow();
-  const absl::Duration deadline =
-      std::max(pump_->last_write(), hold_since_) + wire::ReadGate::kStallGrace;
-  if (now >= deadline) {
+  if (stall_.Expired(pump_->last_write())) {
     // From a timer, never from inside Write: the owner retires us.
+    stall_.Stop();
     owner_->OnBackendStalled(*this);
-    return;
   }
-  stall_timer_->Arm(std::max(deadline - now, absl::Milliseconds(100)));
 }
 
 void BackendConn::OnSocketDrained() {
   hold_.Release();
-  stall_timer_->Disarm();
+  stall_.Stop();
 }
 
 void BackendConn::Abandon() {

@@ -15,6 +15,7 @@
 #include "tunnel/agent/resolver.h"
 #include "tunnel/wire/read_gate.h"
 #include "tunnel/wire/socket_pump.h"
+#include "tunnel/wire/stall_watch.h"
 
 namespace sluice::tunnel::agent {
 
@@ -95,8 +96,7 @@ class BackendConn final : public wire::SocketPump::Callbacks {
   bool dial_reported_ = false;
   bool closing_ = false;
   wire::GateHold hold_;
-  std::unique_ptr<event::Timer> stall_timer_;
-  absl::Duration hold_since_;
+  wire::StallWatch stall_;  // while hold_ is held
 };
 
 // "host:port" / "[v6]:port" -> host, port. False if malformed.

@@ -51,7 +51,7 @@ ConnectSession::ConnectSession(event::EventLoop& loop, HttpConnectFrontend& owne
       // Owned by the session, so plain `this`: it is destroyed later, on a loop turn of its own
       // (HttpConnectFrontend::Retire), never inside these callbacks.
       deadline_timer_(loop.CreateTimer([this] { OnDeadline(); })),
-      stall_timer_(loop.CreateTimer([this] { CheckStall(); })) {
+      stall_(loop, [this] { CheckStall(); }) {
   metrics_.http_connections.Add(1);
 }
 
@@ -208,12 +208,12 @@ void ConnectSession::HoldAgent(const std::shared_ptr<wire::ReadGate>& gate) {
   }
   loop_.Post([weak = weak_from_this()] {
     if (auto self = weak.lock()) {
-      self->hold_since_ = self->loop_.MonotonicNow();
+      self->stall_.Start();
     }
   });
   loop_.Post([weak = weak_from_this()] {
     auto self = weak.lock();
-    if (self && !self->stall_timer_->armed() && self->state_ == State::kEstablished) {
+    if (self && !self->stall_.watching() && self->state_ == State::kEstablished) {
       self->CheckStall();
     }
   });
@@ -233,16 +233,13 @@ void ConnectSession::CheckStall() {
       return;
     }
   }
-  const absl::Duration now = loop_.MonotonicNow();
-  const absl::Duration deadline =
-      std::max(pump_->last_write(), hold_since_) + wire::ReadGate::kStallGrace;
-  if (now >= deadline && pump_->queued() > 0) {
+  // Nothing queued toward the client: it is the loop's backlog that holds, not a stall.
+  if (stall_.Expired(pump_->last_write()) && pump_->queued() > 0) {
+    stall_.Stop();
     metrics_.overflow_closes.Inc();
     VLOG(1) << "http-connect: client stalled for " << wire::ReadGate::kStallGrace;
     End();
-    return;
   }
-  stall_timer_->Arm(std::max(deadline - now, absl::Milliseconds(100)));
 }
 
 void ConnectSession::OnSocketDrained() {

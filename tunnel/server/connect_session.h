@@ -14,6 +14,7 @@
 #include "tunnel/server/links.h"
 #include "tunnel/wire/read_gate.h"
 #include "tunnel/wire/socket_pump.h"
+#include "tunnel/wire/stall_watch.h"
 
 namespace sluice::tunnel::server {
 
@@ -79,8 +80,7 @@ class ConnectSession final : public wire::SocketPump::Callbacks,
   // On the agent stream while this connection lags (client or loop). Taken on gRPC threads.
   absl::Mutex hold_mu_;
   wire::GateHold hold_ ABSL_GUARDED_BY(hold_mu_);
-  std::unique_ptr<event::Timer> stall_timer_;
-  absl::Duration hold_since_;
+  wire::StallWatch stall_;  // loop thread, while hold_ is held
 };
 
 }  // namespace sluice::tunnel::server

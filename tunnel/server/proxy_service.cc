@@ -10,6 +10,7 @@
 #include "agent/base/log.h"
 #include "tunnel/wire/outbox.h"
 #include "tunnel/wire/read_gate.h"
+#include "tunnel/wire/stall_watch.h"
 
 namespace sluice::tunnel::server {
 namespace {
@@ -91,14 +92,14 @@ class ProxyStream final : public Reactor, public Frontend {
   // whoever resets it calls Finish, so nothing touches the reactor after that.
   struct Credit {
     explicit Credit(event::EventLoop& l) : loop(l) {}
-    // The last reference may drop on a gRPC thread; the timer belongs to the loop's.
+    // The last reference may drop on a gRPC thread; the watch belongs to the loop's.
     ~Credit() {
-      if (stall_timer != nullptr) {
-        loop.Post([t = std::move(stall_timer)] {});
+      if (stall != nullptr) {
+        loop.Post([s = std::move(stall)] {});
       }
     }
     event::EventLoop& loop;
-    std::unique_ptr<event::Timer> stall_timer;  // loop thread; made by the first CheckStall
+    std::unique_ptr<wire::StallWatch> stall;  // loop thread; made by the first CheckStall
     absl::Mutex mu;
     size_t in_flight ABSL_GUARDED_BY(mu) = 0;
     bool read_parked ABSL_GUARDED_BY(mu) = false;
@@ -155,33 +156,32 @@ void ProxyStream::HoldAgent(const std::shared_ptr<wire::ReadGate>& gate) {
 // Loop thread, while holding: no write completed toward the client for kStallGrace means it
 // stopped reading; finish the stream (claiming Finish through `credit`).
 void ProxyStream::CheckStall(std::shared_ptr<Credit> credit) {
+  if (credit->stall == nullptr) {
+    // Weak: the watch lives inside the Credit. A check that drops the last reference frees the
+    // watch through ~Credit's Post, not inside its own timer callback.
+    credit->stall =
+        std::make_unique<wire::StallWatch>(credit->loop, [weak = std::weak_ptr<Credit>(credit)] {
+          if (auto c = weak.lock()) {
+            CheckStall(std::move(c));
+          }
+        });
+  }
   ProxyStream* self = nullptr;
-  absl::Duration wait;
   {
     absl::MutexLock lock(&credit->mu);
     if (!credit->hold.held() || credit->owner == nullptr) {
       return;
     }
     // A fresh reading: last_write is stamped on gRPC threads, not by this loop's iterations.
-    wait = credit->last_write + wire::ReadGate::kStallGrace - credit->loop.clock().MonotonicNow();
-    if (wait <= absl::ZeroDuration()) {
+    if (credit->stall->Expired(credit->last_write, credit->loop.clock().MonotonicNow())) {
       self = std::exchange(credit->owner, nullptr);
       credit->hold.Release();
     }
   }
   if (self == nullptr) {
-    if (credit->stall_timer == nullptr) {
-      // Weak: the timer lives inside the Credit. A check that drops the last reference frees
-      // the timer through ~Credit's Post, not inside this callback.
-      credit->stall_timer = credit->loop.CreateTimer([weak = std::weak_ptr<Credit>(credit)] {
-        if (auto c = weak.lock()) {
-          CheckStall(std::move(c));
-        }
-      });
-    }
-    credit->stall_timer->Arm(std::max(wait, absl::Milliseconds(100)));
     return;
   }
+  credit->stall->Stop();
   self->metrics_.overflow_closes.Inc();
   self->outbox_.Close();
   self->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
