@@ -66,8 +66,11 @@ void ServerStream::OnReadInitialMetadataDone(bool ok) {
 
 void ServerStream::OnReadDone(bool ok) {
   if (!ok) {
-    gate_->Close();
-    EndWrites();
+    // The one claim on ending (ReadGate::Close, as the server's reactors finish): OnDone
+    // closes the gate too, but never first, since it waits for the hold EndWrites removes.
+    if (gate_->Close()) {
+      EndWrites();
+    }
     return;
   }
   session_->Post(std::move(in_));
@@ -77,11 +80,7 @@ void ServerStream::OnReadDone(bool ok) {
 
 void ServerStream::EndWrites() {
   outbox_->Close();  // after this no StartWrite can begin, so the hold may go
-  absl::MutexLock lock(&mu_);
-  if (!hold_removed_) {
-    hold_removed_ = true;
-    RemoveHold();
-  }
+  RemoveHold();
 }
 
 void ServerStream::OnDone(const grpc::Status& status) {

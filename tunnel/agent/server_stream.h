@@ -41,6 +41,7 @@ class ServerStream final : public StreamReactor {
 
  private:
   void Resolve(bool ready);
+  // Once, from the final OnReadDone.
   void EndWrites();
 
   TunnelAgent& agent_;
@@ -56,7 +57,6 @@ class ServerStream final : public StreamReactor {
   absl::Mutex mu_;
   std::promise<bool> ready_ ABSL_GUARDED_BY(mu_);
   bool resolved_ ABSL_GUARDED_BY(mu_) = false;
-  bool hold_removed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace sluice::tunnel::agent

@@ -30,10 +30,6 @@ class ProxyStream final : public Reactor, public Frontend {
         client_(std::move(client)),
         outbox_([this](const wire::Packet* p) { StartWrite(p); }) {
     metrics_.grpc_connections.WithLabels({"Proxy"}).Add(1);
-    {
-      absl::MutexLock lock(&credit_->mu);
-      credit_->owner = this;
-    }
     StartRead(&in_);
   }
 
@@ -52,19 +48,9 @@ class ProxyStream final : public Reactor, public Frontend {
   }
   void Abort(const std::string& why) override {
     // Called under the Router's lock: finish from the loop so no reaction can run inline.
-    // The closure claims the finish through `credit_`, so the reactor cannot be deleted
-    // (OnDone needs Finish) before it calls Finish.
+    // The closure holds the Credit, not the reactor, which may be gone by then.
     loop_.Post([credit = credit_, why] {
-      ProxyStream* self;
-      {
-        absl::MutexLock lock(&credit->mu);
-        self = std::exchange(credit->owner, nullptr);
-        credit->hold.Release();
-      }
-      if (self != nullptr) {
-        self->outbox_.Close();
-        self->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, why));
-      }
+      FinishOnce(*credit, grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, why));
     });
   }
 
@@ -80,7 +66,7 @@ class ProxyStream final : public Reactor, public Frontend {
     }
   }
   // A parked read would otherwise keep a cancelled stream from ever reaching OnDone.
-  void OnCancel() override { FinishOnce(grpc::Status::CANCELLED); }
+  void OnCancel() override { FinishOnce(*credit_, grpc::Status::CANCELLED); }
   void OnDone() override {
     router_.RemoveFrontend(this);
     metrics_.grpc_connections.WithLabels({"Proxy"}).Add(-1);
@@ -88,10 +74,13 @@ class ProxyStream final : public Reactor, public Frontend {
   }
 
  private:
-  // Shared with write hooks and deferred tasks. `owner` is non-null until Finish is claimed;
-  // whoever resets it calls Finish, so nothing touches the reactor after that.
+  // Shared with write hooks and deferred tasks, which reach the reactor only through the one
+  // Finish claim (ClaimFinish), so nothing touches it after Finish.
   struct Credit {
-    explicit Credit(event::EventLoop& l) : loop(l) {}
+    Credit(event::EventLoop& l, ProxyStream* s)
+        : loop(l),
+          self(s),
+          reads(std::make_shared<wire::ReadGate>([s] { s->StartRead(&s->in_); })) {}
     // The last reference may drop on a gRPC thread; the watch belongs to the loop's.
     ~Credit() {
       if (stall != nullptr) {
@@ -99,12 +88,14 @@ class ProxyStream final : public Reactor, public Frontend {
       }
     }
     event::EventLoop& loop;
+    ProxyStream* const self;                  // alive until the claimant calls Finish
     std::unique_ptr<wire::StallWatch> stall;  // loop thread; made by the first CheckStall
+    // This stream's reads: held by its own send window, closed by the Finish claim.
+    const std::shared_ptr<wire::ReadGate> reads;
     absl::Mutex mu;
     size_t in_flight ABSL_GUARDED_BY(mu) = 0;
-    bool read_parked ABSL_GUARDED_BY(mu) = false;
-    ProxyStream* owner ABSL_GUARDED_BY(mu) = nullptr;
-    wire::GateHold hold ABSL_GUARDED_BY(mu);  // on the agent stream while we are congested
+    wire::GateHold window ABSL_GUARDED_BY(mu);  // on `reads` while in_flight passed kSendWindow
+    wire::GateHold hold ABSL_GUARDED_BY(mu);    // on the agent stream while we are congested
     // Last write gRPC completed toward the client, on the loop's monotonic clock.
     absl::Duration last_write ABSL_GUARDED_BY(mu);
   };
@@ -112,21 +103,30 @@ class ProxyStream final : public Reactor, public Frontend {
   static void CheckStall(std::shared_ptr<Credit> credit);
   static void Release(const std::shared_ptr<Credit>& credit, size_t n);
 
+  // The one Finish claim (ReadGate::Close, as AgentStream's): true for the first caller only,
+  // and no read starts after it. The reactor cannot be deleted before its claimant calls
+  // Finish (OnDone needs one), so the claimant may still use `c.self`.
+  static bool ClaimFinish(Credit& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
+    if (!c.reads->Close()) {
+      return false;
+    }
+    c.hold.Release();
+    return true;
+  }
+  static void FinishOnce(Credit& c, grpc::Status status) {
+    {
+      absl::MutexLock lock(&c.mu);
+      if (!ClaimFinish(c)) {
+        return;
+      }
+    }
+    c.self->outbox_.Close();
+    c.self->Finish(std::move(status));
+  }
+
   void Dispatch();
   void HandleData();
   void ReadNext();
-  void FinishOnce(grpc::Status status) {
-    {
-      absl::MutexLock lock(&credit_->mu);
-      if (credit_->owner == nullptr) {
-        return;  // already finished (no StartRead after Finish either)
-      }
-      credit_->owner = nullptr;
-      credit_->hold.Release();
-    }
-    outbox_.Close();
-    Finish(std::move(status));
-  }
 
   Router& router_;
   ServerMetrics& metrics_;
@@ -135,7 +135,7 @@ class ProxyStream final : public Reactor, public Frontend {
   const std::string client_;  // ClientOf(peer), for the pending-dial limit
   wire::Outbox outbox_;
   wire::Packet in_;
-  std::shared_ptr<Credit> credit_ = std::make_shared<Credit>(loop_);
+  std::shared_ptr<Credit> credit_ = std::make_shared<Credit>(loop_, this);
 };
 
 // Our client reads slower than the agent sends: slow the agent stream down (hold its reads)
@@ -144,7 +144,7 @@ class ProxyStream final : public Reactor, public Frontend {
 void ProxyStream::HoldAgent(const std::shared_ptr<wire::ReadGate>& gate) {
   {
     absl::MutexLock lock(&credit_->mu);
-    if (credit_->hold.held() || credit_->owner == nullptr) {
+    if (credit_->hold.held() || credit_->reads->closed()) {
       return;
     }
     credit_->hold.Take(gate);
@@ -169,13 +169,13 @@ void ProxyStream::CheckStall(std::shared_ptr<Credit> credit) {
   ProxyStream* self = nullptr;
   {
     absl::MutexLock lock(&credit->mu);
-    if (!credit->hold.held() || credit->owner == nullptr) {
-      return;
+    if (!credit->hold.held()) {
+      return;  // drained, or finished (the claim releases the hold)
     }
     // A fresh reading: last_write is stamped on gRPC threads, not by this loop's iterations.
-    if (credit->stall->Expired(credit->last_write, credit->loop.clock().MonotonicNow())) {
-      self = std::exchange(credit->owner, nullptr);
-      credit->hold.Release();
+    if (credit->stall->Expired(credit->last_write, credit->loop.clock().MonotonicNow()) &&
+        ClaimFinish(*credit)) {
+      self = credit->self;
     }
   }
   if (self == nullptr) {
@@ -190,7 +190,7 @@ void ProxyStream::CheckStall(std::shared_ptr<Credit> credit) {
 
 void ProxyStream::OnReadDone(bool ok) {
   if (!ok) {
-    FinishOnce(grpc::Status::OK);
+    FinishOnce(*credit_, grpc::Status::OK);
     return;
   }
   metrics_.packets.WithLabels({"from_client", wire::TypeLabel(in_.type())}).Inc();
@@ -255,24 +255,20 @@ void ProxyStream::HandleData() {
 // Per-connection flow control: stop reading this stream while its bytes wait for the agent
 // stream, instead of queueing without bound (apiserver-network-proxy#180, #881).
 void ProxyStream::ReadNext() {
-  absl::MutexLock lock(&credit_->mu);
-  if (credit_->owner == nullptr) {
-    return;  // finished
+  {
+    absl::MutexLock lock(&credit_->mu);
+    if (credit_->in_flight > wire::kSendWindow) {
+      credit_->window.Take(credit_->reads);
+    }
   }
-  if (credit_->in_flight > wire::kSendWindow) {
-    credit_->read_parked = true;
-    return;
-  }
-  StartRead(&in_);
+  credit_->reads->ReadNext();  // parks while the window (or nothing: finished) holds it
 }
 
 void ProxyStream::Release(const std::shared_ptr<Credit>& credit, size_t n) {
   absl::MutexLock lock(&credit->mu);
   credit->in_flight -= n;
-  if (credit->owner != nullptr && credit->read_parked &&
-      credit->in_flight <= wire::kSendWindow / 2) {
-    credit->read_parked = false;
-    credit->owner->StartRead(&credit->owner->in_);
+  if (credit->in_flight <= wire::kSendWindow / 2) {
+    credit->window.Release();  // starts the parked read, unless finished
   }
 }
 
