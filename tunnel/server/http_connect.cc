@@ -66,17 +66,25 @@ absl::StatusOr<std::unique_ptr<HttpConnectFrontend>> HttpConnectFrontend::Create
     HttpConnectOptions options) {
   auto f = std::unique_ptr<HttpConnectFrontend>(
       new HttpConnectFrontend(loop, std::move(listener), router, metrics, options));
-  std::promise<absl::Status> added;
-  loop.Post([&] {
+  RETURN_IF_ERROR(f->OnLoop([raw = f.get()] {
     auto watch =
-        loop.Watch(f->listener_.get(), EPOLLIN, [raw = f.get()](uint32_t) { raw->Accept(); });
+        raw->loop_.Watch(raw->listener_.get(), EPOLLIN, [raw](uint32_t) { raw->Accept(); });
     if (watch.ok()) {
-      f->accept_watch_ = std::move(*watch);
+      raw->accept_watch_ = std::move(*watch);
     }
-    added.set_value(watch.status());
-  });
-  RETURN_IF_ERROR(added.get_future().get());
+    return watch.status();
+  }));
   return f;
+}
+
+absl::Status HttpConnectFrontend::OnLoop(absl::AnyInvocable<absl::Status()> fn) {
+  // A loop turned by hand (tests) runs on this very thread and would never serve a Post.
+  if (loop_.IsInLoopThread()) {
+    return fn();
+  }
+  std::promise<absl::Status> done;
+  loop_.Post([&] { done.set_value(fn()); });
+  return done.get_future().get();
 }
 
 HttpConnectFrontend::HttpConnectFrontend(event::EventLoop& loop, base::UniqueFd listener,
@@ -89,16 +97,14 @@ HttpConnectFrontend::HttpConnectFrontend(event::EventLoop& loop, base::UniqueFd 
       options_(options) {}
 
 HttpConnectFrontend::~HttpConnectFrontend() {
-  std::promise<void> done;
-  loop_.Post([&] {
+  (void)OnLoop([this] {
     accept_watch_.reset();
     for (auto& [raw, session] : sessions_) {
       session->Shutdown();
     }
     sessions_.clear();
-    done.set_value();
+    return absl::OkStatus();
   });
-  done.get_future().wait();
 }
 
 void HttpConnectFrontend::Accept() {

@@ -7,6 +7,7 @@
 #include <random>
 #include <string>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
@@ -38,7 +39,8 @@ struct HttpConnectOptions {
 };
 
 // The HTTP CONNECT frontend on one listening socket (Unix plaintext, or TCP with TLS). Owns the
-// listener and its sessions. Thread: the tunnel loop's, except Create and the destructor.
+// listener and its sessions. Thread: the tunnel loop's, except Create and the destructor (any
+// thread; they wait for the loop).
 class HttpConnectFrontend final {
  public:
   static absl::StatusOr<std::unique_ptr<HttpConnectFrontend>> Create(event::EventLoop& loop,
@@ -56,6 +58,8 @@ class HttpConnectFrontend final {
   HttpConnectFrontend(event::EventLoop& loop, base::UniqueFd listener, Router& router,
                       ServerMetrics& metrics, HttpConnectOptions options);
   void Accept();
+  // Runs fn on the loop and waits for it.
+  absl::Status OnLoop(absl::AnyInvocable<absl::Status()> fn);
 
   event::EventLoop& loop_;
   base::UniqueFd listener_;
