@@ -218,15 +218,13 @@ void BackendConn::Close() {
 }
 
 void BackendConn::Charge(size_t n) {
-  in_flight_ += n;
-  if (in_flight_ > wire::kSendWindow && pump_ != nullptr) {
+  if (window_.Charge(n) && pump_ != nullptr) {
     pump_->SetReading(false);
   }
 }
 
 void BackendConn::Credit(size_t n) {
-  in_flight_ -= n;
-  if (in_flight_ <= wire::kSendWindow / 2 && !closing_ && pump_ != nullptr && !pump_->done()) {
+  if (window_.Credit(n) && !closing_ && pump_ != nullptr && !pump_->done()) {
     pump_->SetReading(true);
   }
 }

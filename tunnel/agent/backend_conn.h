@@ -13,6 +13,7 @@
 #include "agent/net/address.h"
 #include "tunnel/agent/allow_list.h"
 #include "tunnel/agent/resolver.h"
+#include "tunnel/wire/packet.h"
 #include "tunnel/wire/read_gate.h"
 #include "tunnel/wire/socket_pump.h"
 #include "tunnel/wire/stall_watch.h"
@@ -92,7 +93,7 @@ class BackendConn final : public wire::SocketPump::Callbacks {
   std::unique_ptr<event::FileEvent> connect_watch_;  // on connecting_, until it completes
   std::unique_ptr<event::Timer> dial_timer_;
   std::unique_ptr<wire::SocketPump> pump_;
-  size_t in_flight_ = 0;
+  wire::SendWindow window_;  // toward the server stream
   bool dial_reported_ = false;
   bool closing_ = false;
   wire::GateHold hold_;

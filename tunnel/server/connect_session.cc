@@ -179,7 +179,7 @@ void ConnectSession::OnDialResponse(const wire::Packet& p) {
     SendUpstream(std::move(head_));
     head_.clear();
   }
-  pump_->SetReading(in_flight_ <= wire::kSendWindow);
+  pump_->SetReading(window_.open());
 }
 
 void ConnectSession::OnAgentData(std::string bytes, std::shared_ptr<wire::ReadGate> gate) {
@@ -250,7 +250,7 @@ void ConnectSession::OnSocketDrained() {
 
 void ConnectSession::SendUpstream(std::string bytes) {
   const size_t n = bytes.size();
-  in_flight_ += n;
+  const bool pause = window_.Charge(n);
   event::EventLoop* loop = &loop_;
   std::weak_ptr<ConnectSession> weak = weak_from_this();
   const bool ok =
@@ -266,14 +266,13 @@ void ConnectSession::SendUpstream(std::string bytes) {
     End();
     return;
   }
-  if (in_flight_ > wire::kSendWindow) {
+  if (pause) {
     pump_->SetReading(false);
   }
 }
 
 void ConnectSession::OnCredit(size_t n) {
-  in_flight_ -= n;
-  if (state_ == State::kEstablished && in_flight_ <= wire::kSendWindow / 2) {
+  if (window_.Credit(n) && state_ == State::kEstablished) {
     pump_->SetReading(true);
   }
 }

@@ -12,6 +12,7 @@
 #include "agent/base/unique_fd.h"
 #include "tunnel/server/http_connect.h"
 #include "tunnel/server/links.h"
+#include "tunnel/wire/packet.h"
 #include "tunnel/wire/read_gate.h"
 #include "tunnel/wire/socket_pump.h"
 #include "tunnel/wire/stall_watch.h"
@@ -75,7 +76,7 @@ class ConnectSession final : public wire::SocketPump::Callbacks,
   // Ends the head (408) while the request head is awaited, then the session once it replied.
   std::unique_ptr<event::Timer> deadline_timer_;
   int64_t connect_id_ = 0;
-  size_t in_flight_ = 0;                 // bytes sent to the agent stream, not yet written
+  wire::SendWindow window_;              // toward the agent stream
   std::atomic<size_t> posted_bytes_{0};  // DATA posted to the loop, not yet queued
   // On the agent stream while this connection lags (client or loop). Taken on gRPC threads.
   absl::Mutex hold_mu_;

@@ -93,8 +93,8 @@ class ProxyStream final : public Reactor, public Frontend {
     // This stream's reads: held by its own send window, closed by the Finish claim.
     const std::shared_ptr<wire::ReadGate> reads;
     absl::Mutex mu;
-    size_t in_flight ABSL_GUARDED_BY(mu) = 0;
-    wire::GateHold window ABSL_GUARDED_BY(mu);  // on `reads` while in_flight passed kSendWindow
+    wire::SendWindow sent ABSL_GUARDED_BY(mu);  // toward the agent stream
+    wire::GateHold window ABSL_GUARDED_BY(mu);  // on `reads` while `sent` is past the window
     wire::GateHold hold ABSL_GUARDED_BY(mu);    // on the agent stream while we are congested
     // Last write gRPC completed toward the client, on the loop's monotonic clock.
     absl::Duration last_write ABSL_GUARDED_BY(mu);
@@ -239,7 +239,7 @@ void ProxyStream::HandleData() {
   const size_t n = in_.data().data().size();
   {
     absl::MutexLock lock(&credit_->mu);
-    credit_->in_flight += n;
+    credit_->sent.Charge(n);  // ReadNext parks the next read if past the window
   }
   const bool sent =
       router_.SendData(this, std::move(in_), [credit = credit_, n] { Release(credit, n); });
@@ -257,7 +257,7 @@ void ProxyStream::HandleData() {
 void ProxyStream::ReadNext() {
   {
     absl::MutexLock lock(&credit_->mu);
-    if (credit_->in_flight > wire::kSendWindow) {
+    if (!credit_->sent.open()) {
       credit_->window.Take(credit_->reads);
     }
   }
@@ -266,8 +266,7 @@ void ProxyStream::ReadNext() {
 
 void ProxyStream::Release(const std::shared_ptr<Credit>& credit, size_t n) {
   absl::MutexLock lock(&credit->mu);
-  credit->in_flight -= n;
-  if (credit->in_flight <= wire::kSendWindow / 2) {
+  if (credit->sent.Credit(n)) {
     credit->window.Release();  // starts the parked read, unless finished
   }
 }
