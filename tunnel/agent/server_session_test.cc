@@ -128,5 +128,41 @@ TEST_F(ServerSessionTest, DialTimesOutOnTheLoopClock) {
   RunUntilIdle();
 }
 
+// A backend that accepts bytes but never reads them: once its queue holds the stream, it has
+// kStallGrace (on the loop's clock) to drain before it is closed, alone.
+TEST_F(ServerSessionTest, BackendThatNeverReadsIsClosedAfterTheGrace) {
+  Listener backend;  // never accepts: the connection and its bytes sit in the backlog
+  policy_.max_queued = 64 << 10;
+  bool reading = true;
+  auto gate = std::make_shared<wire::ReadGate>([&reading] { reading = true; });
+  auto session =
+      std::make_shared<ServerSession>(*loop_, resolver_, metrics_, policy_, outbox_, gate);
+  session->Post(wire::MakeDialRequest(backend.address, 9));
+  RunUntilIdle();
+  ASSERT_EQ(sent_.size(), 1u);
+  const int64_t id = sent_[0].dialresponse().connectid();
+  ASSERT_NE(id, 0);
+  // As ServerStream reads: each packet, then the next read unless the gate holds it.
+  for (int i = 0; i < 1000 && reading; ++i) {
+    session->Post(wire::MakeData(id, std::string(8 << 10, 'x')));
+    RunUntilIdle();
+    reading = false;
+    gate->ReadNext();
+  }
+  ASSERT_FALSE(reading) << "the backend's socket buffers never filled";
+  clock_.Advance(wire::ReadGate::kStallGrace - absl::Milliseconds(1));
+  RunUntilIdle();
+  ASSERT_EQ(sent_.size(), 1u);
+  clock_.Advance(absl::Milliseconds(1));
+  RunUntilIdle();
+  ASSERT_EQ(sent_.size(), 2u);
+  EXPECT_EQ(sent_[1].type(), CLOSE_RSP);
+  EXPECT_EQ(sent_[1].closeresponse().connectid(), id);
+  EXPECT_EQ(sent_[1].closeresponse().error(), "backend stopped reading");
+  EXPECT_TRUE(reading);  // the hold went with the connection
+  loop_->Post([session] { session->Teardown(); });
+  RunUntilIdle();
+}
+
 }  // namespace
 }  // namespace sluice::tunnel::agent
