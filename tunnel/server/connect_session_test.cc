@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tunnel/server/connect_session.h"
 
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -17,6 +16,7 @@
 #include "agent/event/event_loop.h"
 #include "tunnel/server/fake_agent.h"
 #include "tunnel/server/http_connect.h"
+#include "tunnel/server/listen.h"
 
 namespace sluice::tunnel::server {
 namespace {
@@ -28,15 +28,9 @@ constexpr absl::Duration kHeaderTimeout = absl::Seconds(5);
 class ConnectSessionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    base::UniqueFd listener(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(a);
-    ASSERT_EQ(bind(listener.get(), reinterpret_cast<sockaddr*>(&a), len), 0);
-    ASSERT_EQ(listen(listener.get(), 16), 0);
-    ASSERT_EQ(getsockname(listener.get(), reinterpret_cast<sockaddr*>(&a), &len), 0);
-    address_ = a;
+    base::UniqueFd listener = ListenTcp("127.0.0.1", 0).value();  // the frontend's own
+    socklen_t len = sizeof(address_);
+    ASSERT_EQ(getsockname(listener.get(), reinterpret_cast<sockaddr*>(&address_), &len), 0);
     HttpConnectOptions options;
     options.header_timeout = kHeaderTimeout;
     frontend_ = HttpConnectFrontend::Create(*loop_, std::move(listener), router_, metrics_, options)
