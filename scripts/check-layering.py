@@ -5,7 +5,7 @@
 A module is a directory two levels deep (agent/proxy, tunnel/wire). LAYERS below is the rule:
 which other modules each one may include, with the reason where it is not obvious. The data
 path (proxy, fastpath) never reaches into the control plane, base depends on nothing, and the
-tunnel shares only base and net with the agent. A new edge is a design decision: add it to the
+tunnel shares only base, net and event (its sockets run on an EventLoop) with the agent. A new edge is a design decision: add it to the
 table in the same change, or move the code. The table must stay acyclic (checked too). Tests
 in a module follow its rule. Exit status 1 with one line per violation:
 
@@ -33,9 +33,10 @@ LAYERS = {
                       "agent/socklb", "agent/vip"},
     "agent/admin": {"agent/base", "agent/net", "agent/proxier", "agent/proxy"},
     # Tunnel: wire protocol first, then each end; the server reads agent tokens from the API.
-    "tunnel/wire": {"agent/base"},
-    "tunnel/agent": {"agent/base", "agent/net", "tunnel/wire"},
-    "tunnel/server": {"agent/base", "agent/kube", "agent/net", "tunnel/wire"},
+    # Its sockets and deadlines run on the agent's EventLoop (one loop, one clock).
+    "tunnel/wire": {"agent/base", "agent/event"},
+    "tunnel/agent": {"agent/base", "agent/event", "agent/net", "tunnel/wire"},
+    "tunnel/server": {"agent/base", "agent/event", "agent/kube", "agent/net", "tunnel/wire"},
     # Binaries: wire everything together.
     "agent/app": {"agent/admin", "agent/base", "agent/config", "agent/etcd", "agent/event",
                   "agent/fastpath", "agent/net", "agent/proxier", "agent/proxy", "agent/socklb",

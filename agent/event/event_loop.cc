@@ -79,7 +79,8 @@ void Timer::Arm(absl::Duration after) {
   Disarm();
   // A fresh clock read, not the iteration's cached time: a timer armed outside Run(), or late in
   // a long iteration, must not fire early.
-  Key key{base::MonotonicNow() + std::max(after, absl::ZeroDuration()), loop_.next_timer_seq_++};
+  Key key{loop_.clock_.MonotonicNow() + std::max(after, absl::ZeroDuration()),
+          loop_.next_timer_seq_++};
   pos_ = loop_.timers_.emplace(key, this).first;
   armed_ = true;
 }
@@ -93,7 +94,7 @@ void Timer::Disarm() {
 
 // ---- EventLoop ----
 
-absl::StatusOr<std::unique_ptr<EventLoop>> EventLoop::Create() {
+absl::StatusOr<std::unique_ptr<EventLoop>> EventLoop::Create(const base::Clock& clock) {
   base::UniqueFd epoll_fd(epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_fd) {
     return base::ErrnoStatus(errno, "epoll_create1");
@@ -102,7 +103,7 @@ absl::StatusOr<std::unique_ptr<EventLoop>> EventLoop::Create() {
   if (!wake_fd) {
     return base::ErrnoStatus(errno, "eventfd");
   }
-  std::unique_ptr<EventLoop> loop(new EventLoop(std::move(epoll_fd), std::move(wake_fd)));
+  std::unique_ptr<EventLoop> loop(new EventLoop(clock, std::move(epoll_fd), std::move(wake_fd)));
   // The loop's own address tags the eventfd: it can never be a FileEvent's.
   epoll_event ev{};
   ev.events = EPOLLIN;
@@ -113,22 +114,36 @@ absl::StatusOr<std::unique_ptr<EventLoop>> EventLoop::Create() {
   return loop;
 }
 
-EventLoop::EventLoop(base::UniqueFd epoll_fd, base::UniqueFd wake_fd)
-    : epoll_fd_(std::move(epoll_fd)),
+EventLoop::EventLoop(const base::Clock& clock, base::UniqueFd epoll_fd, base::UniqueFd wake_fd)
+    : clock_(clock),
+      epoll_fd_(std::move(epoll_fd)),
       wake_fd_(std::move(wake_fd)),
       loop_thread_(std::this_thread::get_id()) {
   UpdateTime();
 }
 
 EventLoop::~EventLoop() {
-  RunDeferredDeletes();
+  // Unrun tasks may own sessions whose FileEvents and Timers unregister as they go, and may
+  // defer-delete in turn.
+  while (true) {
+    std::vector<absl::AnyInvocable<void() &&>> tasks;
+    {
+      absl::MutexLock lock(&post_mu_);
+      tasks.swap(posted_);
+    }
+    if (tasks.empty() && deferred_.empty()) {
+      break;
+    }
+    tasks.clear();
+    RunDeferredDeletes();
+  }
   SLUICE_CHECK(live_handles_ == 0) << live_handles_ << " FileEvents/Timers outlive their loop";
 }
 
 void EventLoop::Run() {
   loop_thread_.store(std::this_thread::get_id());
   do {
-    RunOnce();
+    Iterate(-1);
   } while (!stop_requested_.load());
   stop_requested_.store(false);
 }
@@ -174,8 +189,17 @@ void EventLoop::DeferDelete(std::unique_ptr<DeferredDeletable> obj) {
   }
 }
 
-void EventLoop::RunOnce() {
+bool EventLoop::RunOnce(absl::Duration timeout) {
+  loop_thread_.store(std::this_thread::get_id());
+  return Iterate(static_cast<int>(
+      std::clamp<int64_t>(absl::ToInt64Milliseconds(timeout), 0, int64_t{INT32_MAX})));
+}
+
+bool EventLoop::Iterate(int max_wait_ms) {
   int timeout_ms = WaitTimeoutMs();
+  if (max_wait_ms >= 0 && (timeout_ms < 0 || timeout_ms > max_wait_ms)) {
+    timeout_ms = max_wait_ms;
+  }
   int n = epoll_wait(epoll_fd_.get(), ready_.data(), kMaxEventsPerWait, timeout_ms);
   if (n < 0) {
     // EINTR (a signal, a debugger) is routine; anything else means a broken epoll fd.
@@ -183,16 +207,18 @@ void EventLoop::RunOnce() {
     n = 0;
   }
   UpdateTime();
-  DispatchFileEvents(n);
-  DispatchActivated();
-  RunDueTimers();
-  RunPosted();
-  RunDeferredDeletes();
+  // Each step runs whatever the others report (no short-circuit).
+  bool ran = DispatchFileEvents(n);
+  ran |= DispatchActivated();
+  ran |= RunDueTimers();
+  ran |= RunPosted();
+  ran |= RunDeferredDeletes();
+  return ran;
 }
 
 void EventLoop::UpdateTime() {
-  now_ = absl::Now();
-  mono_now_ = base::MonotonicNow();
+  now_ = clock_.Now();
+  mono_now_ = clock_.MonotonicNow();
 }
 
 int EventLoop::WaitTimeoutMs() {
@@ -207,7 +233,7 @@ int EventLoop::WaitTimeoutMs() {
   if (timers_.empty()) {
     return -1;
   }
-  absl::Duration wait = timers_.begin()->first.first - base::MonotonicNow();
+  absl::Duration wait = timers_.begin()->first.first - clock_.MonotonicNow();
   if (wait <= absl::ZeroDuration()) {
     return 0;
   }
@@ -216,7 +242,8 @@ int EventLoop::WaitTimeoutMs() {
       absl::ToInt64Milliseconds(absl::Ceil(wait, absl::Milliseconds(1))), INT32_MAX));
 }
 
-void EventLoop::DispatchFileEvents(int n) {
+bool EventLoop::DispatchFileEvents(int n) {
+  bool ran = false;
   ready_count_ = n;
   for (int i = 0; i < n; ++i) {
     void* ptr = ready_[i].data.ptr;
@@ -227,12 +254,15 @@ void EventLoop::DispatchFileEvents(int n) {
     } else if (ptr != nullptr) {  // nullptr: its FileEvent died earlier in this batch
       auto* fe = static_cast<FileEvent*>(ptr);
       fe->cb_(ready_[i].events);
+      ran = true;
     }
   }
   ready_count_ = 0;
+  return ran;
 }
 
-void EventLoop::DispatchActivated() {
+bool EventLoop::DispatchActivated() {
+  bool ran = false;
   // Swap first: callbacks that activate again are served in the next iteration (fairness), which
   // WaitTimeoutMs() makes non-blocking.
   activated_running_.swap(activated_);
@@ -242,11 +272,14 @@ void EventLoop::DispatchActivated() {
     }
     uint32_t events = std::exchange(fe->activated_events_, 0) & ~static_cast<uint32_t>(EPOLLET);
     fe->cb_(events);
+    ran = true;
   }
   activated_running_.clear();
+  return ran;
 }
 
-void EventLoop::RunDueTimers() {
+bool EventLoop::RunDueTimers() {
+  bool ran = false;
   // Timers armed from a callback get a sequence >= this and wait for the next iteration, so a
   // timer that re-arms itself with a zero delay cannot starve the loop.
   const uint64_t seq_limit = next_timer_seq_;
@@ -259,10 +292,12 @@ void EventLoop::RunDueTimers() {
     timers_.erase(it);
     timer->armed_ = false;
     timer->cb_();
+    ran = true;
   }
+  return ran;
 }
 
-void EventLoop::RunPosted() {
+bool EventLoop::RunPosted() {
   std::vector<absl::AnyInvocable<void() &&>> tasks;
   {
     absl::MutexLock lock(&post_mu_);
@@ -271,15 +306,18 @@ void EventLoop::RunPosted() {
   for (auto& task : tasks) {
     std::move(task)();
   }
+  return !tasks.empty();
 }
 
-void EventLoop::RunDeferredDeletes() {
+bool EventLoop::RunDeferredDeletes() {
+  const bool ran = !deferred_.empty();
   // Destructors may defer more objects; keep going until none are left.
   while (!deferred_.empty()) {
     std::vector<std::unique_ptr<DeferredDeletable>> batch;
     batch.swap(deferred_);
     batch.clear();
   }
+  return ran;
 }
 
 void EventLoop::Wake() {

@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
+#include "agent/base/clock.h"
 #include "agent/base/unique_fd.h"
 
 namespace sluice::event {
@@ -96,21 +97,30 @@ class Timer final {
 
 // A single-threaded epoll reactor: file events, timers, cross-thread Post and deferred deletion.
 // One per worker thread; everything except Post, Stop and IsInLoopThread must be called on the
-// loop thread. FileEvents and Timers must be destroyed before their loop.
+// loop thread. FileEvents and Timers must be destroyed before their loop. All its time (timers,
+// Now, MonotonicNow) comes from one injected Clock, so a test with a FakeClock turns the loop by
+// hand (RunOnce) and moves time without sleeping.
 // An iteration: epoll_wait (timeout = next timer, or 0 when work is queued), file callbacks,
 // activated file events, due timers, posted tasks, then deferred deletions.
 // Thread: owning worker loop (Post/Stop/IsInLoopThread: thread-safe).
 class EventLoop final {
  public:
-  static absl::StatusOr<std::unique_ptr<EventLoop>> Create();
+  // `clock` must outlive the loop.
+  static absl::StatusOr<std::unique_ptr<EventLoop>> Create(
+      const base::Clock& clock = base::RealClock::Get());
   EventLoop(const EventLoop&) = delete;
   EventLoop& operator=(const EventLoop&) = delete;
-  // Frees pending deferred deletions; posted tasks that never ran are destroyed unrun.
+  // Posted tasks that never ran are destroyed unrun, then pending deferred deletions are freed
+  // (what they own may still unregister from the loop).
   ~EventLoop();
 
   // Runs iterations until Stop(). The calling thread becomes the loop thread. A Stop() that
   // happens before Run() makes Run() return after one iteration.
   void Run();
+  // One iteration, waiting at most `timeout` for an fd or a posted task (less when a timer is
+  // due sooner by the clock). The calling thread becomes the loop thread. For a loop without a
+  // thread of its own (tests, fuzzers): returns whether any callback, task or deletion ran.
+  bool RunOnce(absl::Duration timeout);
   // Thread-safe. Run() returns at the end of the current iteration.
   void Stop();
   // Thread-safe.
@@ -131,25 +141,29 @@ class EventLoop final {
   // CLOCK_MONOTONIC as a duration since boot, cached like Now(): for intervals and idle checks.
   absl::Duration MonotonicNow() const { return mono_now_; }
   size_t armed_timers() const { return timers_.size(); }
+  // Thread-safe. A fresh reading, for code that must not use the iteration's cached time.
+  const base::Clock& clock() const { return clock_; }
 
  private:
   friend class FileEvent;
   friend class Timer;
   static constexpr int kMaxEventsPerWait = 256;
 
-  EventLoop(base::UniqueFd epoll_fd, base::UniqueFd wake_fd);
-  void RunOnce();
+  EventLoop(const base::Clock& clock, base::UniqueFd epoll_fd, base::UniqueFd wake_fd);
+  // One iteration waiting at most `max_wait_ms` (-1: no limit); true if anything ran.
+  bool Iterate(int max_wait_ms);
   void UpdateTime();
   int WaitTimeoutMs();
-  void DispatchFileEvents(int n);
-  void DispatchActivated();
-  void RunDueTimers();
-  void RunPosted();
-  void RunDeferredDeletes();
+  bool DispatchFileEvents(int n);
+  bool DispatchActivated();
+  bool RunDueTimers();
+  bool RunPosted();
+  bool RunDeferredDeletes();
   void Wake();
   // Called by ~FileEvent so that queued events for it are dropped, not dispatched to freed memory.
   void Forget(FileEvent* fe);
 
+  const base::Clock& clock_;
   base::UniqueFd epoll_fd_;
   base::UniqueFd wake_fd_;  // eventfd: Post and Stop from other threads
   std::atomic<std::thread::id> loop_thread_;

@@ -2,16 +2,20 @@
 #include "agent/event/event_loop.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <future>
 #include <memory>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
+
+#include "agent/event/loop_thread.h"
 
 namespace sluice::event {
 namespace {
@@ -315,6 +319,60 @@ TEST_F(EventLoopTest, FileEventDestroyedByAnotherCallbackInSameBatchIsNotDispatc
   ASSERT_NE(fe[1 - dead], nullptr);
   EXPECT_EQ(calls[dead], 0);
   EXPECT_EQ(calls[1 - dead], 2);  // its epoll event and its activation
+}
+
+// A manual loop on a fake clock: time moves only with Advance, and RunOnce turns the loop
+// without waiting for it.
+TEST(ManualEventLoopTest, FakeClockDrivesTimersAndNow) {
+  base::FakeClock clock;
+  auto loop = EventLoop::Create(clock).value();
+  int fired = 0;
+  auto t = loop->CreateTimer([&] { ++fired; });
+  t->Arm(absl::Seconds(30));
+  EXPECT_FALSE(loop->RunOnce(absl::ZeroDuration()));  // not due, and nothing else to do
+  clock.Advance(absl::Seconds(29));
+  EXPECT_FALSE(loop->RunOnce(absl::ZeroDuration()));
+  EXPECT_EQ(fired, 0);
+  clock.Advance(absl::Seconds(1));
+  EXPECT_TRUE(loop->RunOnce(absl::ZeroDuration()));
+  EXPECT_EQ(fired, 1);
+  EXPECT_EQ(loop->MonotonicNow(), clock.MonotonicNow());
+  EXPECT_EQ(loop->Now(), clock.Now());
+}
+
+TEST(ManualEventLoopTest, RunOnceReportsPostedTasksAndDeletions) {
+  base::FakeClock clock;
+  auto loop = EventLoop::Create(clock).value();
+  bool ran = false;
+  loop->Post([&] { ran = true; });
+  EXPECT_TRUE(loop->RunOnce(absl::ZeroDuration()));
+  EXPECT_TRUE(ran);
+  EXPECT_TRUE(loop->IsInLoopThread());
+  loop->DeferDelete(std::make_unique<DeferredDeletable>());
+  EXPECT_TRUE(loop->RunOnce(absl::ZeroDuration()));
+  EXPECT_FALSE(loop->RunOnce(absl::ZeroDuration()));
+}
+
+// A task that never ran may own handles on the loop: destroying the loop destroys it first.
+TEST(ManualEventLoopTest, UnrunTasksAreDestroyedBeforeTheLoopChecksItsHandles) {
+  auto loop = EventLoop::Create().value();
+  std::shared_ptr<Timer> t = loop->CreateTimer([] {});
+  t->Arm(absl::Hours(1));
+  loop->Post([t = std::move(t)] {});
+  loop.reset();  // no SLUICE_CHECK failure
+}
+
+TEST(LoopThreadTest, RunsPostedTasksOnItsNamedThread) {
+  auto lt = LoopThread::Create("loop-thread-test-long-name").value();
+  std::promise<std::string> name;
+  lt->loop().Post([&] {
+    char buf[16] = {};
+    pthread_getname_np(pthread_self(), buf, sizeof(buf));
+    EXPECT_TRUE(lt->loop().IsInLoopThread());
+    name.set_value(buf);
+  });
+  EXPECT_EQ(name.get_future().get(), "loop-thread-tes");
+  EXPECT_FALSE(lt->loop().IsInLoopThread());
 }
 
 }  // namespace

@@ -6,7 +6,6 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 
-#include "agent/base/clock.h"
 #include "agent/event/event_loop.h"
 #include "agent/proxier/run_policy.h"
 
@@ -28,8 +27,9 @@ class SyncRunner final {
   void Schedule();
   void Fire();
   // The loop's monotonic clock as the policy's time line: a step of the wall clock must not
-  // delay (or hurry) every sync by its size.
-  absl::Time Now() const { return absl::UnixEpoch() + base::MonotonicNow(); }
+  // delay (or hurry) every sync by its size. A fresh reading, not the iteration's: a failure is
+  // retried from when the sync ended.
+  absl::Time Now() const { return absl::UnixEpoch() + loop_.clock().MonotonicNow(); }
 
   event::EventLoop& loop_;
   RunPolicy policy_;

@@ -3,7 +3,7 @@
 // proxy server: dials with reused randoms, DATA and CLOSE_REQ for connectIDs never given out,
 // DIAL_CLS racing the connect, the stream failing mid-write. Packets are posted as
 // ServerStream::OnReadDone does; replies are captured through the Outbox's writer and checked
-// against the protocol as they are written (see Checker). The session's IoLoop is turned on this
+// against the protocol as they are written (see Checker). The session's EventLoop is turned on this
 // thread until idle, so each input is deterministic.
 // Dials never leave the machine: names resolve through a FakeResolver ("backend" is 127.0.0.1,
 // "remote" 192.0.2.1, anything else is unknown), and the allow list admits only this process's
@@ -261,7 +261,7 @@ class FakeStream {
 };
 
 // Turns the loop, serves the backends and completes writes until nothing happens.
-void RunUntilIdle(sluice::tunnel::wire::IoLoop& loop, Peers& peers, FakeStream& stream) {
+void RunUntilIdle(sluice::event::EventLoop& loop, Peers& peers, FakeStream& stream) {
   for (int turns = 0;; ++turns) {
     if (turns == kMaxBusyTurns) {
       Violation("the loop never went idle");
@@ -300,7 +300,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   sluice::tunnel::agent::DialPolicy policy;
   policy.allow = &backends.allow;
   policy.max_queued = 64 << 10;
-  auto loop = sluice::tunnel::wire::IoLoop::CreateManual().value();
+  auto loop = sluice::event::EventLoop::Create().value();
   Checker checker;
   Peers peers;
   FakeStream stream(checker);

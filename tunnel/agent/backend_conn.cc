@@ -11,7 +11,6 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 
 #include "tunnel/wire/packet.h"
 
@@ -55,7 +54,7 @@ bool SplitHostPort(const std::string& address, std::string* host, uint16_t* port
   return true;
 }
 
-BackendConn::BackendConn(wire::IoLoop& loop, Resolver& resolver, Owner& owner,
+BackendConn::BackendConn(event::EventLoop& loop, Resolver& resolver, Owner& owner,
                          const DialPolicy& policy, int64_t connect_id, int64_t random)
     : loop_(loop),
       resolver_(resolver),
@@ -63,19 +62,12 @@ BackendConn::BackendConn(wire::IoLoop& loop, Resolver& resolver, Owner& owner,
       policy_(policy),
       connect_id_(connect_id),
       random_(random),
-      started_(absl::Now()) {}
+      started_(loop.MonotonicNow()),
+      dial_timer_(loop.CreateTimer(
+          [this] { FailDial(absl::StrCat("dial tcp ", address_, ": i/o timeout")); })),
+      stall_(loop, [this] { CheckStall(); }) {}
 
-BackendConn::~BackendConn() {
-  if (timer_ != 0) {
-    loop_.CancelTimer(timer_);
-  }
-  if (stall_timer_ != 0) {
-    loop_.CancelTimer(stall_timer_);
-  }
-  if (connecting_) {
-    loop_.Remove(connecting_.get());
-  }
-}
+BackendConn::~BackendConn() = default;
 
 void BackendConn::Dial(const std::string& address, std::weak_ptr<BackendConn> self) {
   address_ = address;
@@ -86,10 +78,7 @@ void BackendConn::Dial(const std::string& address, std::weak_ptr<BackendConn> se
         absl::StrCat("dial tcp ", address, ": address ", address, ": missing port in address"));
     return;
   }
-  timer_ = loop_.AddTimer(absl::Now() + policy_.timeout, [this] {
-    timer_ = 0;
-    FailDial(absl::StrCat("dial tcp ", address_, ": i/o timeout"));
-  });
+  dial_timer_->Arm(policy_.timeout);
   if (auto ip = net::IpAddress::Parse(host)) {
     Connect(net::SocketAddress(*ip, port));
     return;
@@ -101,7 +90,7 @@ void BackendConn::Dial(const std::string& address, std::weak_ptr<BackendConn> se
     FailDial(absl::StrCat("dial tcp ", address, ": ", kNotAllowed));
     return;
   }
-  wire::IoLoop* loop = &loop_;
+  event::EventLoop* loop = &loop_;
   resolver_.Resolve(host, [loop, self, port](absl::StatusOr<net::IpAddress> ip) {
     loop->Post([self, port, ip = std::move(ip)] {
       auto conn = self.lock();
@@ -133,19 +122,21 @@ void BackendConn::Connect(const net::SocketAddress& dest) {
     FailDial(absl::StrCat("dial tcp ", dest.ToString(), ": connect: ", GoErrno(errno)));
     return;
   }
-  if (absl::Status st = loop_.Add(fd.get(), EPOLLOUT, this); !st.ok()) {
-    FailDial(absl::StrCat("dial tcp ", dest.ToString(), ": ", st.message()));
+  auto watch = loop_.Watch(fd.get(), EPOLLOUT, [this](uint32_t) { OnConnected(); });
+  if (!watch.ok()) {
+    FailDial(absl::StrCat("dial tcp ", dest.ToString(), ": ", watch.status().message()));
     return;
   }
   address_ = dest.ToString();
   connecting_ = std::move(fd);
+  connect_watch_ = std::move(*watch);
 }
 
-void BackendConn::OnIoReady(uint32_t) {
+void BackendConn::OnConnected() {
   int err = 0;
   socklen_t len = sizeof(err);
   getsockopt(connecting_.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-  loop_.Remove(connecting_.get());
+  connect_watch_->Cancel();  // inside its own callback: freed with us
   base::UniqueFd fd = std::move(connecting_);
   if (err != 0) {
     FailDial(absl::StrCat("dial tcp ", address_, ": connect: ", GoErrno(err)));
@@ -157,8 +148,7 @@ void BackendConn::OnIoReady(uint32_t) {
     return;
   }
   pump_ = std::move(*pump);
-  loop_.CancelTimer(timer_);
-  timer_ = 0;
+  dial_timer_->Disarm();
   dial_reported_ = true;
   owner_->OnDialDone(*this, "");
 }
@@ -168,12 +158,9 @@ void BackendConn::FailDial(const std::string& error) {
     return;
   }
   dial_reported_ = true;
-  if (timer_ != 0) {
-    loop_.CancelTimer(timer_);
-    timer_ = 0;
-  }
+  dial_timer_->Disarm();
   if (connecting_) {
-    loop_.Remove(connecting_.get());
+    connect_watch_->Cancel();
     connecting_.Reset();
   }
   owner_->OnDialDone(*this, error);
@@ -188,7 +175,7 @@ bool BackendConn::Write(std::string bytes, const std::shared_ptr<wire::ReadGate>
   }
   if (gate != nullptr && !hold_.held() && pump_->queued() > policy_.max_queued / 4) {
     hold_.Take(gate);
-    hold_since_ = absl::Now();
+    stall_.Start();
     CheckStall();
   }
   return true;
@@ -196,26 +183,19 @@ bool BackendConn::Write(std::string bytes, const std::shared_ptr<wire::ReadGate>
 
 // While holding the stream: a backend that accepted nothing for kStallGrace is stalled.
 void BackendConn::CheckStall() {
-  stall_timer_ = 0;
   if (!hold_.held() || pump_ == nullptr) {
     return;
   }
-  const absl::Time deadline =
-      std::max(pump_->last_write(), hold_since_) + wire::ReadGate::kStallGrace;
-  if (absl::Now() >= deadline) {
+  if (stall_.Expired(pump_->last_write())) {
     // From a timer, never from inside Write: the owner retires us.
+    stall_.Stop();
     owner_->OnBackendStalled(*this);
-    return;
   }
-  stall_timer_ = loop_.AddTimer(std::max(deadline, absl::Now() + absl::Milliseconds(100)),
-                                [this] { CheckStall(); });
 }
 
 void BackendConn::OnSocketDrained() {
   hold_.Release();
-  if (stall_timer_ != 0) {
-    loop_.CancelTimer(std::exchange(stall_timer_, 0));
-  }
+  stall_.Stop();
 }
 
 void BackendConn::Abandon() {
@@ -238,15 +218,13 @@ void BackendConn::Close() {
 }
 
 void BackendConn::Charge(size_t n) {
-  in_flight_ += n;
-  if (in_flight_ > wire::kSendWindow && pump_ != nullptr) {
+  if (window_.Charge(n) && pump_ != nullptr) {
     pump_->SetReading(false);
   }
 }
 
 void BackendConn::Credit(size_t n) {
-  in_flight_ -= n;
-  if (in_flight_ <= wire::kSendWindow / 2 && !closing_ && pump_ != nullptr && !pump_->done()) {
+  if (window_.Credit(n) && !closing_ && pump_ != nullptr && !pump_->done()) {
     pump_->SetReading(true);
   }
 }

@@ -9,12 +9,14 @@
 #include "absl/time/time.h"
 
 #include "agent/base/unique_fd.h"
+#include "agent/event/event_loop.h"
 #include "agent/net/address.h"
 #include "tunnel/agent/allow_list.h"
 #include "tunnel/agent/resolver.h"
-#include "tunnel/wire/io_loop.h"
+#include "tunnel/wire/packet.h"
 #include "tunnel/wire/read_gate.h"
 #include "tunnel/wire/socket_pump.h"
+#include "tunnel/wire/stall_watch.h"
 
 namespace sluice::tunnel::agent {
 
@@ -25,9 +27,9 @@ struct DialPolicy {
 };
 
 // One tunnelled connection at the agent: an asynchronous dial with a deadline, then a
-// SocketPump with per-connection flow control. Thread: the IoLoop's (resolver results are
+// SocketPump with per-connection flow control. Thread: the owning loop's (resolver results are
 // posted back to it).
-class BackendConn final : public wire::IoLoop::Handler, public wire::SocketPump::Callbacks {
+class BackendConn final : public wire::SocketPump::Callbacks {
  public:
   class Owner {
    public:
@@ -41,7 +43,7 @@ class BackendConn final : public wire::IoLoop::Handler, public wire::SocketPump:
     virtual void OnBackendStalled(BackendConn& conn) = 0;
   };
 
-  BackendConn(wire::IoLoop& loop, Resolver& resolver, Owner& owner, const DialPolicy& policy,
+  BackendConn(event::EventLoop& loop, Resolver& resolver, Owner& owner, const DialPolicy& policy,
               int64_t connect_id, int64_t random);
   ~BackendConn() override;
   BackendConn(const BackendConn&) = delete;
@@ -65,10 +67,9 @@ class BackendConn final : public wire::IoLoop::Handler, public wire::SocketPump:
   int64_t random() const { return random_; }
   bool open() const { return pump_ != nullptr && !pump_->done(); }
   bool connected() const { return pump_ != nullptr; }
-  absl::Time started() const { return started_; }
+  // When Dial was called, on the loop's monotonic clock (dial_duration).
+  absl::Duration started() const { return started_; }
 
-  // wire::IoLoop::Handler (connect completion)
-  void OnIoReady(uint32_t events) override;
   // wire::SocketPump::Callbacks
   void OnSocketData(std::string bytes) override;
   void OnSocketDone(absl::Status reason) override;
@@ -76,26 +77,27 @@ class BackendConn final : public wire::IoLoop::Handler, public wire::SocketPump:
 
  private:
   void Connect(const net::SocketAddress& dest);
+  void OnConnected();
   void FailDial(const std::string& error);
   void CheckStall();
 
-  wire::IoLoop& loop_;
+  event::EventLoop& loop_;
   Resolver& resolver_;
   Owner* owner_;  // a silent one once abandoned
   const DialPolicy policy_;
   const int64_t connect_id_;
   const int64_t random_;
-  const absl::Time started_;
+  const absl::Duration started_;
   std::string address_;
   base::UniqueFd connecting_;
-  uint64_t timer_ = 0;
+  std::unique_ptr<event::FileEvent> connect_watch_;  // on connecting_, until it completes
+  std::unique_ptr<event::Timer> dial_timer_;
   std::unique_ptr<wire::SocketPump> pump_;
-  size_t in_flight_ = 0;
+  wire::SendWindow window_;  // toward the server stream
   bool dial_reported_ = false;
   bool closing_ = false;
   wire::GateHold hold_;
-  uint64_t stall_timer_ = 0;
-  absl::Time hold_since_;
+  wire::StallWatch stall_;  // while hold_ is held
 };
 
 // "host:port" / "[v6]:port" -> host, port. False if malformed.

@@ -8,6 +8,7 @@
 
 #include "gtest/gtest.h"
 
+#include "agent/event/loop_thread.h"
 #include "tunnel/agent/fake_resolver.h"
 
 namespace sluice::tunnel::agent {
@@ -25,7 +26,8 @@ class Owner final : public BackendConn::Owner {
 // Dials `address` on a fresh loop and returns the dial error ("" = connected).
 std::string DialError(const std::string& address, const AllowList* allow = nullptr,
                       Resolver* fake = nullptr) {
-  auto loop = wire::IoLoop::Create("test").value();
+  auto thread = event::LoopThread::Create("test").value();
+  event::EventLoop* loop = &thread->loop();
   GetaddrinfoResolver real;
   Resolver& resolver = fake != nullptr ? *fake : real;
   Owner owner;

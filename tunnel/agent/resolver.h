@@ -28,8 +28,8 @@ class Resolver {
   virtual void Resolve(std::string host, Done done) = 0;
 };
 
-// Resolves host names with getaddrinfo(3), which blocks, on its own thread so the IoLoop never
-// waits for DNS. Results come back through the callback on the resolver thread. Thread-safe;
+// Resolves host names with getaddrinfo(3), which blocks, on its own thread so the tunnel loop
+// never waits for DNS. Results come back through the callback on the resolver thread. Thread-safe;
 // the destructor drops queued lookups and joins.
 class GetaddrinfoResolver final : public Resolver {
  public:

@@ -1,13 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tunnel/agent/server_session.h"
 
-#include "absl/time/clock.h"
-
 #include "agent/base/log.h"
 
 namespace sluice::tunnel::agent {
 
-ServerSession::ServerSession(wire::IoLoop& loop, Resolver& resolver, AgentMetrics& metrics,
+ServerSession::ServerSession(event::EventLoop& loop, Resolver& resolver, AgentMetrics& metrics,
                              const DialPolicy& policy, std::shared_ptr<StreamOutbox> outbox,
                              std::shared_ptr<wire::ReadGate> gate)
     : loop_(loop),
@@ -80,7 +78,7 @@ void ServerSession::HandleDial(const wire::Packet& p) {
 
 void ServerSession::OnDialDone(BackendConn& conn, const std::string& error) {
   dialing_.erase(conn.random());
-  metrics_.dial_duration.Observe(absl::ToDoubleSeconds(absl::Now() - conn.started()));
+  metrics_.dial_duration.Observe(absl::ToDoubleSeconds(loop_.MonotonicNow() - conn.started()));
   if (!error.empty()) {
     // Upstream's two reasons: a net.Error timeout, and everything else.
     metrics_.dial_failures
@@ -99,7 +97,7 @@ void ServerSession::OnBackendData(BackendConn& conn, std::string bytes) {
   const size_t n = bytes.size();
   const int64_t id = conn.connect_id();
   conn.Charge(n);
-  wire::IoLoop* loop = &loop_;
+  event::EventLoop* loop = &loop_;
   std::weak_ptr<ServerSession> weak = weak_from_this();
   (void)outbox_->Send(wire::MakeData(id, std::move(bytes)), [loop, weak, id, n] {
     loop->Post([weak, id, n] {

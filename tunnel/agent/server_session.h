@@ -19,11 +19,11 @@ using StreamOutbox = wire::Outbox;
 
 // The agent's side of one server stream: the backend connections that stream carries.
 // Packets from the server are posted here; replies go out through the stream's Outbox, which
-// outlives the reactor. Thread: the IoLoop's (Post from any thread).
+// outlives the reactor. Thread: the tunnel loop's (Post from any thread).
 class ServerSession final : public BackendConn::Owner,
                             public std::enable_shared_from_this<ServerSession> {
  public:
-  ServerSession(wire::IoLoop& loop, Resolver& resolver, AgentMetrics& metrics,
+  ServerSession(event::EventLoop& loop, Resolver& resolver, AgentMetrics& metrics,
                 const DialPolicy& policy, std::shared_ptr<StreamOutbox> outbox,
                 std::shared_ptr<wire::ReadGate> gate);
   ~ServerSession() override;
@@ -51,7 +51,7 @@ class ServerSession final : public BackendConn::Owner,
   // reports nothing (BackendConn::Abandon).
   void Retire(int64_t connect_id);
 
-  wire::IoLoop& loop_;
+  event::EventLoop& loop_;
   Resolver& resolver_;
   AgentMetrics& metrics_;
   const DialPolicy policy_;

@@ -4,11 +4,13 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
 
+#include "agent/base/clock.h"
 #include "agent/base/metrics.h"
 #include "agent/base/unique_fd.h"
 #include "tunnel/agent/fake_resolver.h"
@@ -55,7 +57,8 @@ class ServerSessionTest : public ::testing::Test {
     ADD_FAILURE() << "the loop never went idle";
   }
 
-  std::unique_ptr<wire::IoLoop> loop_ = wire::IoLoop::CreateManual().value();
+  base::FakeClock clock_;  // deadlines move only when the test says
+  std::unique_ptr<event::EventLoop> loop_ = event::EventLoop::Create(clock_).value();
   base::Registry registry_;
   AgentMetrics metrics_{registry_};
   FakeResolver resolver_;
@@ -95,6 +98,70 @@ TEST_F(ServerSessionTest, CloseRequestForDialingConnectionIsUnknown) {
   EXPECT_EQ(sent_[1].dialresponse().random(), 5);
   EXPECT_EQ(sent_[1].dialresponse().connectid(), 1);
   EXPECT_EQ(sent_[1].dialresponse().error(), "");
+}
+
+// A name whose lookup never returns: only the dial deadline can answer the DIAL_REQ.
+class SilentResolver final : public Resolver {
+ public:
+  void Resolve(std::string, Done done) override { pending_.push_back(std::move(done)); }
+
+ private:
+  std::vector<Done> pending_;
+};
+
+TEST_F(ServerSessionTest, DialTimesOutOnTheLoopClock) {
+  SilentResolver silent;
+  policy_.timeout = absl::Seconds(5);
+  auto session =
+      std::make_shared<ServerSession>(*loop_, silent, metrics_, policy_, outbox_, nullptr);
+  session->Post(wire::MakeDialRequest("slow.internal:80", 3));
+  RunUntilIdle();
+  clock_.Advance(absl::Seconds(5) - absl::Milliseconds(1));
+  RunUntilIdle();
+  EXPECT_TRUE(sent_.empty());
+  clock_.Advance(absl::Milliseconds(1));
+  RunUntilIdle();
+  ASSERT_EQ(sent_.size(), 1u);
+  EXPECT_EQ(sent_[0].dialresponse().random(), 3);
+  EXPECT_EQ(sent_[0].dialresponse().error(), "dial tcp slow.internal:80: i/o timeout");
+  loop_->Post([session] { session->Teardown(); });
+  RunUntilIdle();
+}
+
+// A backend that accepts bytes but never reads them: once its queue holds the stream, it has
+// kStallGrace (on the loop's clock) to drain before it is closed, alone.
+TEST_F(ServerSessionTest, BackendThatNeverReadsIsClosedAfterTheGrace) {
+  Listener backend;  // never accepts: the connection and its bytes sit in the backlog
+  policy_.max_queued = 64 << 10;
+  bool reading = true;
+  auto gate = std::make_shared<wire::ReadGate>([&reading] { reading = true; });
+  auto session =
+      std::make_shared<ServerSession>(*loop_, resolver_, metrics_, policy_, outbox_, gate);
+  session->Post(wire::MakeDialRequest(backend.address, 9));
+  RunUntilIdle();
+  ASSERT_EQ(sent_.size(), 1u);
+  const int64_t id = sent_[0].dialresponse().connectid();
+  ASSERT_NE(id, 0);
+  // As ServerStream reads: each packet, then the next read unless the gate holds it.
+  for (int i = 0; i < 1000 && reading; ++i) {
+    session->Post(wire::MakeData(id, std::string(8 << 10, 'x')));
+    RunUntilIdle();
+    reading = false;
+    gate->ReadNext();
+  }
+  ASSERT_FALSE(reading) << "the backend's socket buffers never filled";
+  clock_.Advance(wire::ReadGate::kStallGrace - absl::Milliseconds(1));
+  RunUntilIdle();
+  ASSERT_EQ(sent_.size(), 1u);
+  clock_.Advance(absl::Milliseconds(1));
+  RunUntilIdle();
+  ASSERT_EQ(sent_.size(), 2u);
+  EXPECT_EQ(sent_[1].type(), CLOSE_RSP);
+  EXPECT_EQ(sent_[1].closeresponse().connectid(), id);
+  EXPECT_EQ(sent_[1].closeresponse().error(), "backend stopped reading");
+  EXPECT_TRUE(reading);  // the hold went with the connection
+  loop_->Post([session] { session->Teardown(); });
+  RunUntilIdle();
 }
 
 }  // namespace

@@ -24,7 +24,7 @@ ServerStream::ServerStream(TunnelAgent& agent, std::shared_ptr<grpc::Channel> ch
       stub_(::AgentService::NewStub(channel)),
       outbox_(std::make_shared<StreamOutbox>([this](const wire::Packet* p) { StartWrite(p); })),
       ready_(std::move(ready)) {
-  session_ = std::make_shared<ServerSession>(*agent.loop_, agent.resolver_, agent.metrics_,
+  session_ = std::make_shared<ServerSession>(agent.loop_, agent.resolver_, agent.metrics_,
                                              agent.policy_, outbox_, gate_);
   context_.AddMetadata("agentid", agent.config_.agent_id);
   if (!agent.config_.identifiers.empty()) {
@@ -34,7 +34,7 @@ ServerStream::ServerStream(TunnelAgent& agent, std::shared_ptr<grpc::Channel> ch
     context_.AddMetadata("authorization", "Bearer " + token);
   }
   stub_->async()->Connect(&context_, this);
-  // Writes start from the IoLoop, outside reactions, so the stream needs a hold (gRPC
+  // Writes start from the tunnel loop, outside reactions, so the stream needs a hold (gRPC
   // ClientBidiReactor::AddHold). Released once the read side ends and the Outbox is closed.
   AddHold();
   StartRead(&in_);
@@ -66,8 +66,11 @@ void ServerStream::OnReadInitialMetadataDone(bool ok) {
 
 void ServerStream::OnReadDone(bool ok) {
   if (!ok) {
-    gate_->Close();
-    EndWrites();
+    // The one claim on ending (ReadGate::Close, as the server's reactors finish): OnDone
+    // closes the gate too, but never first, since it waits for the hold EndWrites removes.
+    if (gate_->Close()) {
+      EndWrites();
+    }
     return;
   }
   session_->Post(std::move(in_));
@@ -77,11 +80,7 @@ void ServerStream::OnReadDone(bool ok) {
 
 void ServerStream::EndWrites() {
   outbox_->Close();  // after this no StartWrite can begin, so the hold may go
-  absl::MutexLock lock(&mu_);
-  if (!hold_removed_) {
-    hold_removed_ = true;
-    RemoveHold();
-  }
+  RemoveHold();
 }
 
 void ServerStream::OnDone(const grpc::Status& status) {
@@ -95,7 +94,7 @@ void ServerStream::OnDone(const grpc::Status& status) {
                  << status.error_code() << ")";
   }
   outbox_->Close();
-  agent_.loop_->Post([session = session_] { session->Teardown(); });
+  agent_.loop_.Post([session = session_] { session->Teardown(); });
   std::shared_ptr<grpc::Channel> channel = agent_.OnStreamDone(this);
   // The context (holding the call) and the stub (holding a channel reference) must be gone
   // before ~TunnelAgent may return: freeing them on this gRPC thread while the process exits

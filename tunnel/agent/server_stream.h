@@ -17,7 +17,7 @@ namespace sluice::tunnel::agent {
 class TunnelAgent;
 
 // One AgentService/Connect stream to a proxy server. Owns itself: deleted in OnDone. Packets
-// read go to its ServerSession on the IoLoop; writes go through the shared Outbox, so nothing
+// read go to its ServerSession on the tunnel loop; writes go through the shared Outbox, so nothing
 // here blocks a gRPC thread. Reactions run on gRPC threads.
 class ServerStream final : public StreamReactor {
  public:
@@ -41,6 +41,7 @@ class ServerStream final : public StreamReactor {
 
  private:
   void Resolve(bool ready);
+  // Once, from the final OnReadDone.
   void EndWrites();
 
   TunnelAgent& agent_;
@@ -56,7 +57,6 @@ class ServerStream final : public StreamReactor {
   absl::Mutex mu_;
   std::promise<bool> ready_ ABSL_GUARDED_BY(mu_);
   bool resolved_ ABSL_GUARDED_BY(mu_) = false;
-  bool hold_removed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace sluice::tunnel::agent

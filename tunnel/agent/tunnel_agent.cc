@@ -34,21 +34,22 @@ absl::StatusOr<std::unique_ptr<TunnelAgent>> TunnelAgent::Create(TunnelAgentConf
   ASSIGN_OR_RETURN(AllowList allow, AllowList::Parse(config.allowed_destinations));
   ASSIGN_OR_RETURN(auto creds,
                    wire::ClientTls(config.ca_cert, config.agent_cert, config.agent_key));
-  ASSIGN_OR_RETURN(auto loop, wire::IoLoop::Create("tunnel-agent"));
+  ASSIGN_OR_RETURN(auto io_thread, event::LoopThread::Create("tunnel-agent"));
   auto agent = std::unique_ptr<TunnelAgent>(new TunnelAgent(
-      std::move(config), registry, std::move(allow), std::move(creds), std::move(loop)));
+      std::move(config), registry, std::move(allow), std::move(creds), std::move(io_thread)));
   agent->sync_ = std::thread([a = agent.get()] { a->SyncLoop(); });
   return agent;
 }
 
 TunnelAgent::TunnelAgent(TunnelAgentConfig config, base::Registry& registry, AllowList allow,
                          std::shared_ptr<grpc::ChannelCredentials> creds,
-                         std::unique_ptr<wire::IoLoop> loop)
+                         std::unique_ptr<event::LoopThread> io_thread)
     : config_(std::move(config)),
       metrics_(registry),
       allow_(std::move(allow)),
       creds_(std::move(creds)),
-      loop_(std::move(loop)) {
+      io_thread_(std::move(io_thread)),
+      loop_(io_thread_->loop()) {
   policy_.timeout = config_.dial_timeout;
   policy_.allow = &allow_;
   policy_.max_queued = config_.max_connection_buffer;
@@ -75,7 +76,7 @@ TunnelAgent::~TunnelAgent() {
 
 void TunnelAgent::Barrier() {
   std::promise<void> p;
-  loop_->Post([&p] { p.set_value(); });
+  loop_.Post([&p] { p.set_value(); });
   p.get_future().wait();
 }
 

@@ -15,11 +15,11 @@
 #include "grpcpp/security/credentials.h"
 
 #include "agent/base/metrics.h"
+#include "agent/event/loop_thread.h"
 #include "tunnel/agent/agent_metrics.h"
 #include "tunnel/agent/allow_list.h"
 #include "tunnel/agent/backend_conn.h"
 #include "tunnel/agent/resolver.h"
-#include "tunnel/wire/io_loop.h"
 
 namespace sluice::tunnel::agent {
 
@@ -43,8 +43,8 @@ struct TunnelAgentConfig {
 };
 
 // The tunnel agent: keeps one AgentService stream to each of servercount distinct servers,
-// reconnecting with backoff, and serves their dials. Owns a sync thread, the IoLoop for backend
-// sockets and a resolver thread. Thread-safe public methods.
+// reconnecting with backoff, and serves their dials. Owns a sync thread, the loop thread for
+// backend sockets and a resolver thread. Thread-safe public methods.
 class TunnelAgent final {
  public:
   static absl::StatusOr<std::unique_ptr<TunnelAgent>> Create(TunnelAgentConfig config,
@@ -68,7 +68,8 @@ class TunnelAgent final {
 
  private:
   TunnelAgent(TunnelAgentConfig config, base::Registry& registry, AllowList allow,
-              std::shared_ptr<grpc::ChannelCredentials> creds, std::unique_ptr<wire::IoLoop> loop);
+              std::shared_ptr<grpc::ChannelCredentials> creds,
+              std::unique_ptr<event::LoopThread> io_thread);
   void SyncLoop();
   bool ConnectOnce(const std::string& server);
   bool SleepFor(absl::Duration d) ABSL_LOCKS_EXCLUDED(mu_);  // false when stopping
@@ -79,7 +80,8 @@ class TunnelAgent final {
   const AllowList allow_;
   DialPolicy policy_;
   std::shared_ptr<grpc::ChannelCredentials> creds_;
-  std::unique_ptr<wire::IoLoop> loop_;
+  std::unique_ptr<event::LoopThread> io_thread_;
+  event::EventLoop& loop_;  // io_thread_'s
   GetaddrinfoResolver resolver_;
   mutable absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

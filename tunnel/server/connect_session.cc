@@ -3,8 +3,6 @@
 
 #include <algorithm>
 
-#include "absl/time/clock.h"
-
 #include "agent/base/log.h"
 #include "tunnel/wire/packet.h"
 
@@ -19,7 +17,7 @@ std::string Plain(int code, const char* reason) {
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<ConnectSession>> ConnectSession::Create(
-    wire::IoLoop& loop, base::UniqueFd fd, HttpConnectFrontend& owner, Router& router,
+    event::EventLoop& loop, base::UniqueFd fd, HttpConnectFrontend& owner, Router& router,
     ServerMetrics& metrics, const HttpConnectOptions& options, int64_t random, std::string client) {
   auto s = std::shared_ptr<ConnectSession>(
       new ConnectSession(loop, owner, router, metrics, options, random, std::move(client)));
@@ -36,18 +34,11 @@ absl::StatusOr<std::shared_ptr<ConnectSession>> ConnectSession::Create(
     return pump.status();
   }
   s->pump_ = std::move(*pump);
-  std::weak_ptr<ConnectSession> weak = s;
-  s->deadline_timer_ = loop.AddTimer(absl::Now() + options.header_timeout, [weak] {
-    if (auto self = weak.lock(); self && self->state_ == State::kHead) {
-      self->deadline_timer_ = 0;
-      self->metrics_.limited.WithLabels({"header_timeout"}).Inc();
-      self->Reply(Plain(408, "Request Timeout"));
-    }
-  });
+  s->deadline_timer_->Arm(options.header_timeout);
   return s;
 }
 
-ConnectSession::ConnectSession(wire::IoLoop& loop, HttpConnectFrontend& owner, Router& router,
+ConnectSession::ConnectSession(event::EventLoop& loop, HttpConnectFrontend& owner, Router& router,
                                ServerMetrics& metrics, const HttpConnectOptions& options,
                                int64_t random, std::string client)
     : loop_(loop),
@@ -56,18 +47,23 @@ ConnectSession::ConnectSession(wire::IoLoop& loop, HttpConnectFrontend& owner, R
       metrics_(metrics),
       options_(options),
       random_(random),
-      client_(std::move(client)) {
+      client_(std::move(client)),
+      // Owned by the session, so plain `this`: it is destroyed later, on a loop turn of its own
+      // (HttpConnectFrontend::Retire), never inside these callbacks.
+      deadline_timer_(loop.CreateTimer([this] { OnDeadline(); })),
+      stall_(loop, [this] { CheckStall(); }) {
   metrics_.http_connections.Add(1);
 }
 
-ConnectSession::~ConnectSession() {
-  if (deadline_timer_ != 0) {
-    loop_.CancelTimer(deadline_timer_);
+ConnectSession::~ConnectSession() { metrics_.http_connections.Add(-1); }
+
+void ConnectSession::OnDeadline() {
+  if (state_ == State::kHead) {
+    metrics_.limited.WithLabels({"header_timeout"}).Inc();
+    Reply(Plain(408, "Request Timeout"));
+  } else {
+    End();  // armed by Reply: the reply was not taken within the timeout
   }
-  if (stall_timer_ != 0) {
-    loop_.CancelTimer(stall_timer_);
-  }
-  metrics_.http_connections.Add(-1);
 }
 
 void ConnectSession::Shutdown() {
@@ -159,6 +155,7 @@ void ConnectSession::OnHeadBytes(std::string bytes) {
   }
   head_.erase(0, end + 4);  // keep bytes the client sent after the head
   state_ = State::kDialing;
+  deadline_timer_->Disarm();  // the head arrived in time; Reply re-arms it
   pump_->SetReading(false);
   const std::string err =
       router_.Dial(this, wire::MakeDialRequest(parsed.authority, random_), client_);
@@ -182,7 +179,7 @@ void ConnectSession::OnDialResponse(const wire::Packet& p) {
     SendUpstream(std::move(head_));
     head_.clear();
   }
-  pump_->SetReading(in_flight_ <= wire::kSendWindow);
+  pump_->SetReading(window_.open());
 }
 
 void ConnectSession::OnAgentData(std::string bytes, std::shared_ptr<wire::ReadGate> gate) {
@@ -211,12 +208,12 @@ void ConnectSession::HoldAgent(const std::shared_ptr<wire::ReadGate>& gate) {
   }
   loop_.Post([weak = weak_from_this()] {
     if (auto self = weak.lock()) {
-      self->hold_since_ = absl::Now();
+      self->stall_.Start();
     }
   });
   loop_.Post([weak = weak_from_this()] {
     auto self = weak.lock();
-    if (self && self->stall_timer_ == 0 && self->state_ == State::kEstablished) {
+    if (self && !self->stall_.watching() && self->state_ == State::kEstablished) {
       self->CheckStall();
     }
   });
@@ -230,27 +227,19 @@ void ConnectSession::ReleaseAgent() {
 // Loop thread, while holding: a client that wrote nothing for kStallGrace is stalled, not
 // slow; close it so the other connections on that agent stream move again.
 void ConnectSession::CheckStall() {
-  stall_timer_ = 0;
   {
     absl::MutexLock lock(&hold_mu_);
     if (!hold_.held() || state_ != State::kEstablished) {
       return;
     }
   }
-  const absl::Time deadline =
-      std::max(pump_->last_write(), hold_since_) + wire::ReadGate::kStallGrace;
-  if (absl::Now() >= deadline && pump_->queued() > 0) {
+  // Nothing queued toward the client: it is the loop's backlog that holds, not a stall.
+  if (stall_.Expired(pump_->last_write()) && pump_->queued() > 0) {
+    stall_.Stop();
     metrics_.overflow_closes.Inc();
     VLOG(1) << "http-connect: client stalled for " << wire::ReadGate::kStallGrace;
     End();
-    return;
   }
-  std::weak_ptr<ConnectSession> weak = weak_from_this();
-  stall_timer_ = loop_.AddTimer(std::max(deadline, absl::Now() + absl::Milliseconds(100)), [weak] {
-    if (auto self = weak.lock()) {
-      self->CheckStall();
-    }
-  });
 }
 
 void ConnectSession::OnSocketDrained() {
@@ -261,8 +250,8 @@ void ConnectSession::OnSocketDrained() {
 
 void ConnectSession::SendUpstream(std::string bytes) {
   const size_t n = bytes.size();
-  in_flight_ += n;
-  wire::IoLoop* loop = &loop_;
+  const bool pause = window_.Charge(n);
+  event::EventLoop* loop = &loop_;
   std::weak_ptr<ConnectSession> weak = weak_from_this();
   const bool ok =
       router_.SendData(this, wire::MakeData(connect_id_, std::move(bytes)), [loop, weak, n] {
@@ -277,14 +266,13 @@ void ConnectSession::SendUpstream(std::string bytes) {
     End();
     return;
   }
-  if (in_flight_ > wire::kSendWindow) {
+  if (pause) {
     pump_->SetReading(false);
   }
 }
 
 void ConnectSession::OnCredit(size_t n) {
-  in_flight_ -= n;
-  if (state_ == State::kEstablished && in_flight_ <= wire::kSendWindow / 2) {
+  if (window_.Credit(n) && state_ == State::kEstablished) {
     pump_->SetReading(true);
   }
 }
@@ -295,16 +283,7 @@ void ConnectSession::Reply(const std::string& bytes) {
   pump_->CloseAfterFlush();
   // A client that never reads its reply, or never finished the TLS handshake the reply waits
   // for (a slowloris), does not hold the session longer than the head could take.
-  if (deadline_timer_ != 0) {
-    loop_.CancelTimer(deadline_timer_);
-  }
-  std::weak_ptr<ConnectSession> weak = weak_from_this();
-  deadline_timer_ = loop_.AddTimer(absl::Now() + options_.header_timeout, [weak] {
-    if (auto self = weak.lock()) {
-      self->deadline_timer_ = 0;
-      self->End();
-    }
-  });
+  deadline_timer_->Arm(options_.header_timeout);
 }
 
 void ConnectSession::OnSocketDone(absl::Status reason) {

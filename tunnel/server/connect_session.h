@@ -12,20 +12,22 @@
 #include "agent/base/unique_fd.h"
 #include "tunnel/server/http_connect.h"
 #include "tunnel/server/links.h"
+#include "tunnel/wire/packet.h"
 #include "tunnel/wire/read_gate.h"
 #include "tunnel/wire/socket_pump.h"
+#include "tunnel/wire/stall_watch.h"
 
 namespace sluice::tunnel::server {
 
 // One HTTP CONNECT client: reads the request head, dials through the Router, then pumps raw
 // bytes as DATA packets. Owned by HttpConnectFrontend; gRPC threads reach it only through
-// Deliver/Abort, which post to the loop with a weak reference. Thread: the IoLoop's.
+// Deliver/Abort, which post to the loop with a weak reference. Thread: the tunnel loop's.
 class ConnectSession final : public wire::SocketPump::Callbacks,
                              public Frontend,
                              public std::enable_shared_from_this<ConnectSession> {
  public:
   static absl::StatusOr<std::shared_ptr<ConnectSession>> Create(
-      wire::IoLoop& loop, base::UniqueFd fd, HttpConnectFrontend& owner, Router& router,
+      event::EventLoop& loop, base::UniqueFd fd, HttpConnectFrontend& owner, Router& router,
       ServerMetrics& metrics, const HttpConnectOptions& options, int64_t random,
       std::string client);
   ~ConnectSession() override;
@@ -45,9 +47,10 @@ class ConnectSession final : public wire::SocketPump::Callbacks,
  private:
   enum class State { kHead, kDialing, kEstablished, kClosing, kDone };
 
-  ConnectSession(wire::IoLoop& loop, HttpConnectFrontend& owner, Router& router,
+  ConnectSession(event::EventLoop& loop, HttpConnectFrontend& owner, Router& router,
                  ServerMetrics& metrics, const HttpConnectOptions& options, int64_t random,
                  std::string client);
+  void OnDeadline();
   void OnHeadBytes(std::string bytes);
   void OnDialResponse(const wire::Packet& packet);
   void OnAgentData(std::string bytes, std::shared_ptr<wire::ReadGate> gate);
@@ -60,7 +63,7 @@ class ConnectSession final : public wire::SocketPump::Callbacks,
   void Reply(const std::string& bytes);
   void End();
 
-  wire::IoLoop& loop_;
+  event::EventLoop& loop_;
   HttpConnectFrontend& owner_;
   Router& router_;
   ServerMetrics& metrics_;
@@ -71,15 +74,14 @@ class ConnectSession final : public wire::SocketPump::Callbacks,
   State state_ = State::kHead;
   std::string head_;
   // Ends the head (408) while the request head is awaited, then the session once it replied.
-  uint64_t deadline_timer_ = 0;
+  std::unique_ptr<event::Timer> deadline_timer_;
   int64_t connect_id_ = 0;
-  size_t in_flight_ = 0;                 // bytes sent to the agent stream, not yet written
+  wire::SendWindow window_;              // toward the agent stream
   std::atomic<size_t> posted_bytes_{0};  // DATA posted to the loop, not yet queued
   // On the agent stream while this connection lags (client or loop). Taken on gRPC threads.
   absl::Mutex hold_mu_;
   wire::GateHold hold_ ABSL_GUARDED_BY(hold_mu_);
-  uint64_t stall_timer_ = 0;
-  absl::Time hold_since_;
+  wire::StallWatch stall_;  // loop thread, while hold_ is held
 };
 
 }  // namespace sluice::tunnel::server

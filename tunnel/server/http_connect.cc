@@ -62,17 +62,32 @@ std::string ConnectErrorReply(const std::string& err) {
 }
 
 absl::StatusOr<std::unique_ptr<HttpConnectFrontend>> HttpConnectFrontend::Create(
-    wire::IoLoop& loop, base::UniqueFd listener, Router& router, ServerMetrics& metrics,
+    event::EventLoop& loop, base::UniqueFd listener, Router& router, ServerMetrics& metrics,
     HttpConnectOptions options) {
   auto f = std::unique_ptr<HttpConnectFrontend>(
       new HttpConnectFrontend(loop, std::move(listener), router, metrics, options));
-  std::promise<absl::Status> added;
-  loop.Post([&] { added.set_value(loop.Add(f->listener_.get(), EPOLLIN, f.get())); });
-  RETURN_IF_ERROR(added.get_future().get());
+  RETURN_IF_ERROR(f->OnLoop([raw = f.get()] {
+    auto watch =
+        raw->loop_.Watch(raw->listener_.get(), EPOLLIN, [raw](uint32_t) { raw->Accept(); });
+    if (watch.ok()) {
+      raw->accept_watch_ = std::move(*watch);
+    }
+    return watch.status();
+  }));
   return f;
 }
 
-HttpConnectFrontend::HttpConnectFrontend(wire::IoLoop& loop, base::UniqueFd listener,
+absl::Status HttpConnectFrontend::OnLoop(absl::AnyInvocable<absl::Status()> fn) {
+  // A loop turned by hand (tests) runs on this very thread and would never serve a Post.
+  if (loop_.IsInLoopThread()) {
+    return fn();
+  }
+  std::promise<absl::Status> done;
+  loop_.Post([&] { done.set_value(fn()); });
+  return done.get_future().get();
+}
+
+HttpConnectFrontend::HttpConnectFrontend(event::EventLoop& loop, base::UniqueFd listener,
                                          Router& router, ServerMetrics& metrics,
                                          HttpConnectOptions options)
     : loop_(loop),
@@ -82,19 +97,17 @@ HttpConnectFrontend::HttpConnectFrontend(wire::IoLoop& loop, base::UniqueFd list
       options_(options) {}
 
 HttpConnectFrontend::~HttpConnectFrontend() {
-  std::promise<void> done;
-  loop_.Post([&] {
-    loop_.Remove(listener_.get());
+  (void)OnLoop([this] {
+    accept_watch_.reset();
     for (auto& [raw, session] : sessions_) {
       session->Shutdown();
     }
     sessions_.clear();
-    done.set_value();
+    return absl::OkStatus();
   });
-  done.get_future().wait();
 }
 
-void HttpConnectFrontend::OnIoReady(uint32_t) {
+void HttpConnectFrontend::Accept() {
   for (int i = 0; i < 64; ++i) {
     sockaddr_storage peer{};
     socklen_t len = sizeof(peer);

@@ -7,13 +7,14 @@
 #include <random>
 #include <string>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
 #include "agent/base/unique_fd.h"
+#include "agent/event/event_loop.h"
 #include "tunnel/server/router.h"
 #include "tunnel/server/server_metrics.h"
-#include "tunnel/wire/io_loop.h"
 #include "tunnel/wire/tls.h"
 
 namespace sluice::tunnel::server {
@@ -38,28 +39,31 @@ struct HttpConnectOptions {
 };
 
 // The HTTP CONNECT frontend on one listening socket (Unix plaintext, or TCP with TLS). Owns the
-// listener and its sessions. Thread: the IoLoop's, except Create and the destructor.
-class HttpConnectFrontend final : public wire::IoLoop::Handler {
+// listener and its sessions. Thread: the tunnel loop's, except Create and the destructor (any
+// thread; they wait for the loop).
+class HttpConnectFrontend final {
  public:
-  static absl::StatusOr<std::unique_ptr<HttpConnectFrontend>> Create(wire::IoLoop& loop,
+  static absl::StatusOr<std::unique_ptr<HttpConnectFrontend>> Create(event::EventLoop& loop,
                                                                      base::UniqueFd listener,
                                                                      Router& router,
                                                                      ServerMetrics& metrics,
                                                                      HttpConnectOptions options);
   // Blocks until the loop dropped the listener and every session.
-  ~HttpConnectFrontend() override;
+  ~HttpConnectFrontend();
 
-  // wire::IoLoop::Handler (the listener)
-  void OnIoReady(uint32_t events) override;
   // A session ends: it is destroyed on a later loop turn.
   void Retire(ConnectSession* session);
 
  private:
-  HttpConnectFrontend(wire::IoLoop& loop, base::UniqueFd listener, Router& router,
+  HttpConnectFrontend(event::EventLoop& loop, base::UniqueFd listener, Router& router,
                       ServerMetrics& metrics, HttpConnectOptions options);
+  void Accept();
+  // Runs fn on the loop and waits for it.
+  absl::Status OnLoop(absl::AnyInvocable<absl::Status()> fn);
 
-  wire::IoLoop& loop_;
+  event::EventLoop& loop_;
   base::UniqueFd listener_;
+  std::unique_ptr<event::FileEvent> accept_watch_;  // loop thread
   Router& router_;
   ServerMetrics& metrics_;
   const HttpConnectOptions options_;

@@ -11,10 +11,12 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
 
+#include "agent/base/clock.h"
 #include "agent/base/file.h"
 #include "agent/base/log.h"
 #include "agent/base/metrics.h"
 #include "agent/base/status.h"
+#include "agent/event/loop_thread.h"
 #include "agent/kube/client_config.h"
 #include "tunnel/server/agent_service.h"
 #include "tunnel/server/http_connect.h"
@@ -87,7 +89,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcFrontend(const ServerOpti
 }
 
 absl::StatusOr<std::unique_ptr<HttpConnectFrontend>> StartHttpFrontend(
-    const ServerOptions& o, wire::IoLoop& loop, Router& router, ServerMetrics& metrics,
+    const ServerOptions& o, event::EventLoop& loop, Router& router, ServerMetrics& metrics,
     std::unique_ptr<wire::TlsContext>& tls) {
   HttpConnectOptions ho;
   base::UniqueFd fd;
@@ -216,11 +218,12 @@ int Serve(const ServerOptions& o, std::vector<Strategy> strategies, const TokenF
           .max_pending_dials_per_client = static_cast<size_t>(o.max_pending_dials_per_client),
           .max_agent_streams = static_cast<size_t>(o.max_agents),
       });
-  auto loop = wire::IoLoop::Create("tunnel-io");
-  if (!loop.ok()) {
-    LOG(ERROR) << loop.status();
+  auto io_thread = event::LoopThread::Create("tunnel-io");
+  if (!io_thread.ok()) {
+    LOG(ERROR) << io_thread.status();
     return 1;
   }
+  event::EventLoop& loop = (*io_thread)->loop();
   auto reviewer = StartTokenReviewer(o);
   if (!reviewer.ok()) {
     LOG(ERROR) << "service-account authentication: " << reviewer.status();
@@ -228,7 +231,7 @@ int Serve(const ServerOptions& o, std::vector<Strategy> strategies, const TokenF
   }
   AgentService agent_service(
       {o.server_id, static_cast<int>(o.server_count), tokens, reviewer->get()}, router, metrics);
-  ProxyService proxy_service(router, metrics, **loop, static_cast<size_t>(o.max_connection_buffer));
+  ProxyService proxy_service(router, metrics, loop, static_cast<size_t>(o.max_connection_buffer));
   auto agent_server = StartAgentServer(o, agent_service);
   std::unique_ptr<grpc::Server> grpc_frontend;
   std::unique_ptr<wire::TlsContext> http_tls;  // outlives http_frontend
@@ -239,7 +242,7 @@ int Serve(const ServerOptions& o, std::vector<Strategy> strategies, const TokenF
     st = s.ok() ? absl::OkStatus() : s.status();
     grpc_frontend = s.ok() ? std::move(*s) : nullptr;
   } else if (st.ok()) {
-    auto s = StartHttpFrontend(o, **loop, router, metrics, http_tls);
+    auto s = StartHttpFrontend(o, loop, router, metrics, http_tls);
     st = s.ok() ? absl::OkStatus() : s.status();
     http_frontend = s.ok() ? std::move(*s) : nullptr;
   }
@@ -265,8 +268,9 @@ int Serve(const ServerOptions& o, std::vector<Strategy> strategies, const TokenF
   LOG(INFO) << "signal " << sig << ": refusing new tunnels; waiting up to "
             << o.shutdown_grace_period << " for " << router.Tunnels()
             << " open ones (another signal stops at once)";
-  const absl::Time until = absl::Now() + o.shutdown_grace_period;
-  while (router.Tunnels() > 0 && absl::Now() < until) {
+  // Monotonic: a wall-clock step must not cut the grace period short or stretch it.
+  const absl::Duration until = base::MonotonicNow() + o.shutdown_grace_period;
+  while (router.Tunnels() > 0 && base::MonotonicNow() < until) {
     const timespec tick{0, 100'000'000};
     if (sigtimedwait(&sigs, nullptr, &tick) > 0) {
       LOG(INFO) << "second signal: stopping now";

@@ -6,11 +6,11 @@
 #include <utility>
 
 #include "absl/synchronization/mutex.h"
-#include "absl/time/clock.h"
 
 #include "agent/base/log.h"
 #include "tunnel/wire/outbox.h"
 #include "tunnel/wire/read_gate.h"
+#include "tunnel/wire/stall_watch.h"
 
 namespace sluice::tunnel::server {
 namespace {
@@ -21,7 +21,7 @@ using Reactor = grpc::ServerBidiReactor<wire::Packet, wire::Packet>;
 // Deliver/Abort on whichever thread the Router runs.
 class ProxyStream final : public Reactor, public Frontend {
  public:
-  ProxyStream(Router& router, ServerMetrics& metrics, wire::IoLoop& loop, size_t max_queued,
+  ProxyStream(Router& router, ServerMetrics& metrics, event::EventLoop& loop, size_t max_queued,
               std::string client)
       : router_(router),
         metrics_(metrics),
@@ -30,10 +30,6 @@ class ProxyStream final : public Reactor, public Frontend {
         client_(std::move(client)),
         outbox_([this](const wire::Packet* p) { StartWrite(p); }) {
     metrics_.grpc_connections.WithLabels({"Proxy"}).Add(1);
-    {
-      absl::MutexLock lock(&credit_->mu);
-      credit_->owner = this;
-    }
     StartRead(&in_);
   }
 
@@ -52,19 +48,9 @@ class ProxyStream final : public Reactor, public Frontend {
   }
   void Abort(const std::string& why) override {
     // Called under the Router's lock: finish from the loop so no reaction can run inline.
-    // The closure claims the finish through `credit_`, so the reactor cannot be deleted
-    // (OnDone needs Finish) before it calls Finish.
+    // The closure holds the Credit, not the reactor, which may be gone by then.
     loop_.Post([credit = credit_, why] {
-      ProxyStream* self;
-      {
-        absl::MutexLock lock(&credit->mu);
-        self = std::exchange(credit->owner, nullptr);
-        credit->hold.Release();
-      }
-      if (self != nullptr) {
-        self->outbox_.Close();
-        self->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, why));
-      }
+      FinishOnce(*credit, grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, why));
     });
   }
 
@@ -74,13 +60,13 @@ class ProxyStream final : public Reactor, public Frontend {
     (void)outbox_.OnWriteDone(ok);
     const bool drained = outbox_.queued_bytes() < max_queued_ / 8;
     absl::MutexLock lock(&credit_->mu);
-    credit_->last_write = absl::Now();
+    credit_->last_write = loop_.clock().MonotonicNow();
     if (drained) {
       credit_->hold.Release();  // the agent stream may read again
     }
   }
   // A parked read would otherwise keep a cancelled stream from ever reaching OnDone.
-  void OnCancel() override { FinishOnce(grpc::Status::CANCELLED); }
+  void OnCancel() override { FinishOnce(*credit_, grpc::Status::CANCELLED); }
   void OnDone() override {
     router_.RemoveFrontend(this);
     metrics_.grpc_connections.WithLabels({"Proxy"}).Add(-1);
@@ -88,44 +74,68 @@ class ProxyStream final : public Reactor, public Frontend {
   }
 
  private:
-  // Shared with write hooks and deferred tasks. `owner` is non-null until Finish is claimed;
-  // whoever resets it calls Finish, so nothing touches the reactor after that.
+  // Shared with write hooks and deferred tasks, which reach the reactor only through the one
+  // Finish claim (ClaimFinish), so nothing touches it after Finish.
   struct Credit {
+    Credit(event::EventLoop& l, ProxyStream* s)
+        : loop(l),
+          self(s),
+          reads(std::make_shared<wire::ReadGate>([s] { s->StartRead(&s->in_); })) {}
+    // The last reference may drop on a gRPC thread; the watch belongs to the loop's.
+    ~Credit() {
+      if (stall != nullptr) {
+        loop.Post([s = std::move(stall)] {});
+      }
+    }
+    event::EventLoop& loop;
+    ProxyStream* const self;                  // alive until the claimant calls Finish
+    std::unique_ptr<wire::StallWatch> stall;  // loop thread; made by the first CheckStall
+    // This stream's reads: held by its own send window, closed by the Finish claim.
+    const std::shared_ptr<wire::ReadGate> reads;
     absl::Mutex mu;
-    size_t in_flight ABSL_GUARDED_BY(mu) = 0;
-    bool read_parked ABSL_GUARDED_BY(mu) = false;
-    ProxyStream* owner ABSL_GUARDED_BY(mu) = nullptr;
+    wire::SendWindow sent ABSL_GUARDED_BY(mu);  // toward the agent stream
+    wire::GateHold window ABSL_GUARDED_BY(mu);  // on `reads` while `sent` is past the window
     wire::GateHold hold ABSL_GUARDED_BY(mu);    // on the agent stream while we are congested
-    absl::Time last_write ABSL_GUARDED_BY(mu);  // last write gRPC completed toward the client
+    // Last write gRPC completed toward the client, on the loop's monotonic clock.
+    absl::Duration last_write ABSL_GUARDED_BY(mu);
   };
   void HoldAgent(const std::shared_ptr<wire::ReadGate>& gate);
-  static void CheckStall(wire::IoLoop* loop, std::shared_ptr<Credit> credit);
+  static void CheckStall(std::shared_ptr<Credit> credit);
   static void Release(const std::shared_ptr<Credit>& credit, size_t n);
+
+  // The one Finish claim (ReadGate::Close, as AgentStream's): true for the first caller only,
+  // and no read starts after it. The reactor cannot be deleted before its claimant calls
+  // Finish (OnDone needs one), so the claimant may still use `c.self`.
+  static bool ClaimFinish(Credit& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
+    if (!c.reads->Close()) {
+      return false;
+    }
+    c.hold.Release();
+    return true;
+  }
+  static void FinishOnce(Credit& c, grpc::Status status) {
+    {
+      absl::MutexLock lock(&c.mu);
+      if (!ClaimFinish(c)) {
+        return;
+      }
+    }
+    c.self->outbox_.Close();
+    c.self->Finish(std::move(status));
+  }
 
   void Dispatch();
   void HandleData();
   void ReadNext();
-  void FinishOnce(grpc::Status status) {
-    {
-      absl::MutexLock lock(&credit_->mu);
-      if (credit_->owner == nullptr) {
-        return;  // already finished (no StartRead after Finish either)
-      }
-      credit_->owner = nullptr;
-      credit_->hold.Release();
-    }
-    outbox_.Close();
-    Finish(std::move(status));
-  }
 
   Router& router_;
   ServerMetrics& metrics_;
-  wire::IoLoop& loop_;
+  event::EventLoop& loop_;
   const size_t max_queued_;
   const std::string client_;  // ClientOf(peer), for the pending-dial limit
   wire::Outbox outbox_;
   wire::Packet in_;
-  std::shared_ptr<Credit> credit_ = std::make_shared<Credit>();
+  std::shared_ptr<Credit> credit_ = std::make_shared<Credit>(loop_, this);
 };
 
 // Our client reads slower than the agent sends: slow the agent stream down (hold its reads)
@@ -134,37 +144,44 @@ class ProxyStream final : public Reactor, public Frontend {
 void ProxyStream::HoldAgent(const std::shared_ptr<wire::ReadGate>& gate) {
   {
     absl::MutexLock lock(&credit_->mu);
-    if (credit_->hold.held() || credit_->owner == nullptr) {
+    if (credit_->hold.held() || credit_->reads->closed()) {
       return;
     }
     credit_->hold.Take(gate);
-    credit_->last_write = absl::Now();
+    credit_->last_write = loop_.clock().MonotonicNow();
   }
-  wire::IoLoop* loop = &loop_;
-  loop_.Post([loop, credit = credit_] { CheckStall(loop, credit); });
+  loop_.Post([credit = credit_] { CheckStall(credit); });
 }
 
 // Loop thread, while holding: no write completed toward the client for kStallGrace means it
 // stopped reading; finish the stream (claiming Finish through `credit`).
-void ProxyStream::CheckStall(wire::IoLoop* loop, std::shared_ptr<Credit> credit) {
+void ProxyStream::CheckStall(std::shared_ptr<Credit> credit) {
+  if (credit->stall == nullptr) {
+    // Weak: the watch lives inside the Credit. A check that drops the last reference frees the
+    // watch through ~Credit's Post, not inside its own timer callback.
+    credit->stall =
+        std::make_unique<wire::StallWatch>(credit->loop, [weak = std::weak_ptr<Credit>(credit)] {
+          if (auto c = weak.lock()) {
+            CheckStall(std::move(c));
+          }
+        });
+  }
   ProxyStream* self = nullptr;
-  absl::Time deadline;
   {
     absl::MutexLock lock(&credit->mu);
-    if (!credit->hold.held() || credit->owner == nullptr) {
-      return;
+    if (!credit->hold.held()) {
+      return;  // drained, or finished (the claim releases the hold)
     }
-    deadline = credit->last_write + wire::ReadGate::kStallGrace;
-    if (absl::Now() >= deadline) {
-      self = std::exchange(credit->owner, nullptr);
-      credit->hold.Release();
+    // A fresh reading: last_write is stamped on gRPC threads, not by this loop's iterations.
+    if (credit->stall->Expired(credit->last_write, credit->loop.clock().MonotonicNow()) &&
+        ClaimFinish(*credit)) {
+      self = credit->self;
     }
   }
   if (self == nullptr) {
-    loop->AddTimer(std::max(deadline, absl::Now() + absl::Milliseconds(100)),
-                   [loop, credit] { CheckStall(loop, credit); });
     return;
   }
+  credit->stall->Stop();
   self->metrics_.overflow_closes.Inc();
   self->outbox_.Close();
   self->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
@@ -173,7 +190,7 @@ void ProxyStream::CheckStall(wire::IoLoop* loop, std::shared_ptr<Credit> credit)
 
 void ProxyStream::OnReadDone(bool ok) {
   if (!ok) {
-    FinishOnce(grpc::Status::OK);
+    FinishOnce(*credit_, grpc::Status::OK);
     return;
   }
   metrics_.packets.WithLabels({"from_client", wire::TypeLabel(in_.type())}).Inc();
@@ -222,7 +239,7 @@ void ProxyStream::HandleData() {
   const size_t n = in_.data().data().size();
   {
     absl::MutexLock lock(&credit_->mu);
-    credit_->in_flight += n;
+    credit_->sent.Charge(n);  // ReadNext parks the next read if past the window
   }
   const bool sent =
       router_.SendData(this, std::move(in_), [credit = credit_, n] { Release(credit, n); });
@@ -238,24 +255,19 @@ void ProxyStream::HandleData() {
 // Per-connection flow control: stop reading this stream while its bytes wait for the agent
 // stream, instead of queueing without bound (apiserver-network-proxy#180, #881).
 void ProxyStream::ReadNext() {
-  absl::MutexLock lock(&credit_->mu);
-  if (credit_->owner == nullptr) {
-    return;  // finished
+  {
+    absl::MutexLock lock(&credit_->mu);
+    if (!credit_->sent.open()) {
+      credit_->window.Take(credit_->reads);
+    }
   }
-  if (credit_->in_flight > wire::kSendWindow) {
-    credit_->read_parked = true;
-    return;
-  }
-  StartRead(&in_);
+  credit_->reads->ReadNext();  // parks while the window (or nothing: finished) holds it
 }
 
 void ProxyStream::Release(const std::shared_ptr<Credit>& credit, size_t n) {
   absl::MutexLock lock(&credit->mu);
-  credit->in_flight -= n;
-  if (credit->owner != nullptr && credit->read_parked &&
-      credit->in_flight <= wire::kSendWindow / 2) {
-    credit->read_parked = false;
-    credit->owner->StartRead(&credit->owner->in_);
+  if (credit->sent.Credit(n)) {
+    credit->window.Release();  // starts the parked read, unless finished
   }
 }
 

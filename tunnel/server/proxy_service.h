@@ -3,9 +3,9 @@
 
 #include "client.grpc.pb.h"
 
+#include "agent/event/event_loop.h"
 #include "tunnel/server/router.h"
 #include "tunnel/server/server_metrics.h"
-#include "tunnel/wire/io_loop.h"
 
 namespace sluice::tunnel::server {
 
@@ -13,7 +13,7 @@ namespace sluice::tunnel::server {
 // per stream (proxy_service.cc). `loop` runs deferred finishes. Thread-safe.
 class ProxyService final : public ::ProxyService::CallbackService {
  public:
-  ProxyService(Router& router, ServerMetrics& metrics, wire::IoLoop& loop, size_t max_queued)
+  ProxyService(Router& router, ServerMetrics& metrics, event::EventLoop& loop, size_t max_queued)
       : router_(router), metrics_(metrics), loop_(loop), max_queued_(max_queued) {}
 
   grpc::ServerBidiReactor<wire::Packet, wire::Packet>* Proxy(
@@ -22,7 +22,7 @@ class ProxyService final : public ::ProxyService::CallbackService {
  private:
   Router& router_;
   ServerMetrics& metrics_;
-  wire::IoLoop& loop_;
+  event::EventLoop& loop_;
   const size_t max_queued_;
 };
 

@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/time/clock.h"
 
+#include "agent/base/clock.h"
 #include "agent/base/log.h"
 
 namespace sluice::tunnel::server {
@@ -191,7 +191,7 @@ std::string Router::Dial(Frontend* frontend, const wire::Packet& dial, const std
   }
   ++client_pending;
   pending_[key] = frontend;
-  tunnels_[frontend] = Tunnel{agent, key.second, 0, absl::Now(), client};
+  tunnels_[frontend] = Tunnel{agent, key.second, 0, base::MonotonicNow(), client};
   if (!agent->SendToAgent(dial, nullptr)) {
     pending_.erase(key);
     Unpend(tunnels_[frontend]);
@@ -218,7 +218,7 @@ void Router::OnDialResponse(AgentLink* agent, const wire::Packet& packet) {
   pending_.erase(it);
   Tunnel& t = tunnels_[f];
   Unpend(t);
-  metrics_.dial_duration.Observe(absl::ToDoubleSeconds(absl::Now() - t.started));
+  metrics_.dial_duration.Observe(absl::ToDoubleSeconds(base::MonotonicNow() - t.started));
   if (!rsp.error().empty() || rsp.connectid() <= 0) {
     metrics_.dial_failures.WithLabels({"error_response"}).Inc();
     tunnels_.erase(f);

@@ -79,7 +79,7 @@ class Router final {
     AgentLink* agent = nullptr;
     int64_t random = 0;
     int64_t connect_id = 0;  // 0 while the dial is pending
-    absl::Time started;
+    absl::Duration started;  // base::MonotonicNow() at the dial
     std::string client;
   };
   using Key = std::pair<AgentLink*, int64_t>;

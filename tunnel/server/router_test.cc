@@ -5,30 +5,10 @@
 
 #include "gtest/gtest.h"
 
+#include "tunnel/server/fake_agent.h"
+
 namespace sluice::tunnel::server {
 namespace {
-
-class FakeAgent final : public AgentLink {
- public:
-  explicit FakeAgent(std::string id, std::string ids = "") : id_(std::move(id)) {
-    ids_ = ParseAgentIdentifiers(ids);
-  }
-  bool SendToAgent(wire::Packet p, absl::AnyInvocable<void()> done) override {
-    sent.push_back(p);
-    if (done) {
-      done();
-    }
-    return true;
-  }
-  const std::string& agent_id() const override { return id_; }
-  const AgentIdentifiers& identifiers() const override { return ids_; }
-  std::shared_ptr<wire::ReadGate> gate() override { return nullptr; }
-  std::vector<wire::Packet> sent;
-
- private:
-  std::string id_;
-  AgentIdentifiers ids_;
-};
 
 class FakeFrontend final : public Frontend {
  public:

@@ -9,6 +9,7 @@
 #include "absl/strings/strip.h"
 #include "simdjson.h"
 
+#include "agent/base/clock.h"
 #include "agent/base/json.h"
 #include "agent/base/log.h"
 #include "agent/base/status.h"
@@ -21,6 +22,9 @@ namespace {
 constexpr char kTokenReviews[] = "/apis/authentication.k8s.io/v1/tokenreviews";
 constexpr char kServiceAccountPrefix[] = "system:serviceaccount:";
 constexpr size_t kMaxResponse = 1 << 20;
+
+// The rate limiter's time line: a wall-clock step must not stall reviews or release a burst.
+absl::Time MonotonicTime() { return absl::UnixEpoch() + base::MonotonicNow(); }
 
 }  // namespace
 
@@ -39,7 +43,7 @@ TokenReviewer::TokenReviewer(TokenReviewOptions options,
                              std::unique_ptr<kube::BearerToken> credentials)
     : options_(std::move(options)),
       credentials_(std::move(credentials)),
-      rate_(options_.qps, options_.burst, absl::Now()) {}
+      rate_(options_.qps, options_.burst, MonotonicTime()) {}
 
 RequestRate::RequestRate(double qps, int burst, absl::Time now)
     : qps_(qps), burst_(std::max(burst, 1)), tokens_(burst_), last_(now) {}
@@ -110,7 +114,7 @@ void TokenReviewer::Run() {
       queue_.pop_front();
     }
     // Wait out the rate limit; Stop() ends the wait (and fails this review below).
-    if (const absl::Duration wait = rate_.Take(absl::Now()); wait > absl::ZeroDuration()) {
+    if (const absl::Duration wait = rate_.Take(MonotonicTime()); wait > absl::ZeroDuration()) {
       absl::MutexLock lock(&mu_);
       mu_.AwaitWithTimeout(absl::Condition(&stopped_), wait);
       if (stopped_) {

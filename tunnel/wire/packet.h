@@ -30,8 +30,29 @@ inline constexpr size_t kDefaultConnBuffer = 16 << 20;
 // connection's source pauses.
 inline constexpr size_t kSendWindow = 1 << 20;
 
+// One connection's bytes sent toward the stream and not yet written by gRPC. Reading from the
+// connection's source pauses past kSendWindow and resumes at half of it, so one credit does not
+// undo a pause at once (apiserver-network-proxy#180). Thread: its owner's (or its owner's lock).
+class SendWindow final {
+ public:
+  // Returns whether the source must pause now.
+  bool Charge(size_t n) {
+    in_flight_ += n;
+    return !open();
+  }
+  // Returns whether a paused source may resume.
+  bool Credit(size_t n) {
+    in_flight_ -= n;
+    return in_flight_ <= kSendWindow / 2;
+  }
+  bool open() const { return in_flight_ <= kSendWindow; }
+
+ private:
+  size_t in_flight_ = 0;
+};
+
 // glibc malloc settings for the tunnel binaries. Every DATA chunk is allocated on a gRPC thread
-// and freed on the IoLoop (or the reverse); with the default dynamic mmap/trim thresholds the
+// and freed on the tunnel loop (or the reverse); with the default dynamic mmap/trim thresholds the
 // heap top is trimmed and re-faulted constantly (perf: >30% in page faults, 5x the CPU per
 // byte). Called first thing in main.
 void TuneMalloc();

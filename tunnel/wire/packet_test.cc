@@ -43,5 +43,16 @@ TEST(PacketTest, RejectsMismatchedPayloadAndBadIds) {
   EXPECT_EQ(TypeName(DIAL_CLS), "DIAL_CLS");
 }
 
+TEST(SendWindowTest, PausesPastTheWindowAndResumesAtHalf) {
+  SendWindow w;
+  EXPECT_FALSE(w.Charge(kSendWindow));  // exactly full is still open
+  EXPECT_TRUE(w.open());
+  EXPECT_TRUE(w.Charge(1));
+  EXPECT_FALSE(w.open());
+  EXPECT_FALSE(w.Credit(kSendWindow / 2));  // open again, but not yet down to half
+  EXPECT_TRUE(w.open());
+  EXPECT_TRUE(w.Credit(1));
+}
+
 }  // namespace
 }  // namespace sluice::tunnel::wire

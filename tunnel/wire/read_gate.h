@@ -56,10 +56,15 @@ class ReadGate final {
   }
 
   // The stream is finishing: no read starts after this returns. Returns false if already
-  // closed (so callers can use it to claim the single Finish).
+  // closed. This is the tunnel reactors' one "finish once" claim: whoever gets true calls
+  // Finish (or ends the writes), from a reaction, the loop or a gRPC thread alike.
   bool Close() {
     absl::MutexLock lock(&mu_);
     return !std::exchange(closed_, true);
+  }
+  bool closed() {
+    absl::MutexLock lock(&mu_);
+    return closed_;
   }
 
  private:

@@ -17,7 +17,8 @@
 
 namespace sluice::tunnel::wire {
 
-absl::StatusOr<std::unique_ptr<SocketPump>> SocketPump::Create(IoLoop& loop, base::UniqueFd fd,
+absl::StatusOr<std::unique_ptr<SocketPump>> SocketPump::Create(event::EventLoop& loop,
+                                                               base::UniqueFd fd,
                                                                Callbacks& callbacks,
                                                                size_t max_queued,
                                                                std::unique_ptr<TlsConn> tls) {
@@ -31,18 +32,20 @@ absl::StatusOr<std::unique_ptr<SocketPump>> SocketPump::Create(IoLoop& loop, bas
       std::unique_ptr<SocketPump>(new SocketPump(loop, std::move(fd), callbacks, max_queued));
   pump->tls_ = std::move(tls);
   pump->interest_ = EPOLLIN;
-  RETURN_IF_ERROR(loop.Add(raw, pump->interest_, pump.get()));
+  ASSIGN_OR_RETURN(pump->watch_, loop.Watch(raw, pump->interest_,
+                                            [p = pump.get()](uint32_t ev) { p->OnIoReady(ev); }));
   return pump;
 }
 
-SocketPump::SocketPump(IoLoop& loop, base::UniqueFd fd, Callbacks& callbacks, size_t max_queued)
-    : loop_(loop), fd_(std::move(fd)), callbacks_(callbacks), max_queued_(max_queued) {}
+SocketPump::SocketPump(event::EventLoop& loop, base::UniqueFd fd, Callbacks& callbacks,
+                       size_t max_queued)
+    : loop_(loop),
+      fd_(std::move(fd)),
+      callbacks_(callbacks),
+      max_queued_(max_queued),
+      last_write_(loop.MonotonicNow()) {}
 
-SocketPump::~SocketPump() {
-  if (fd_) {
-    loop_.Remove(fd_.get());
-  }
-}
+SocketPump::~SocketPump() = default;
 
 bool SocketPump::Write(std::string bytes) {
   if (done_ || closing_) {
@@ -201,7 +204,7 @@ void SocketPump::HandleWrite() {
     }
     out_offset_ += static_cast<size_t>(n);
     queued_ -= static_cast<size_t>(n);
-    last_write_ = absl::Now();
+    last_write_ = loop_.MonotonicNow();
     if (out_offset_ == front.size()) {
       out_.pop_front();
       out_offset_ = 0;
@@ -231,13 +234,21 @@ void SocketPump::UpdateInterest() {
   }
   // With no interest the fd leaves epoll entirely: a level-triggered EPOLLHUP would otherwise
   // be reported on every wait while reading is paused.
+  // Cancelled, not destroyed: this may run inside the watch's own callback (man 2 epoll_ctl:
+  // a closed or removed fd cannot be re-added by MOD, so resuming registers anew).
   absl::Status st;
   if (want == 0) {
-    loop_.Remove(fd_.get());
+    watch_->Cancel();
   } else if (interest_ == 0) {
-    st = loop_.Add(fd_.get(), want, this);
+    absl::StatusOr<std::unique_ptr<event::FileEvent>> w =
+        loop_.Watch(fd_.get(), want, [this](uint32_t ev) { OnIoReady(ev); });
+    st = w.status();
+    if (w.ok()) {
+      loop_.Post([old = std::move(watch_)] {});  // freed after its callback, if running
+      watch_ = std::move(*w);
+    }
   } else {
-    st = loop_.Modify(fd_.get(), want);
+    st = watch_->Modify(want);
   }
   interest_ = want;
   if (!st.ok()) {
@@ -253,7 +264,7 @@ void SocketPump::Finish(absl::Status reason) {
     tls_->Shutdown();
   }
   shutdown(fd_.get(), SHUT_RDWR);
-  loop_.Remove(fd_.get());
+  watch_->Cancel();  // not reset: Finish may run inside the watch's own callback
   fd_.Reset();
   callbacks_.OnSocketDone(std::move(reason));
 }

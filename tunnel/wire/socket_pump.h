@@ -7,19 +7,19 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "absl/time/clock.h"
 #include "absl/time/time.h"
 
 #include "agent/base/unique_fd.h"
-#include "tunnel/wire/io_loop.h"
+#include "agent/event/event_loop.h"
 #include "tunnel/wire/tls.h"
 
 namespace sluice::tunnel::wire {
 
 // Moves bytes between one non-blocking TCP (or Unix) socket and its tunnel: reads arrive as
-// chunks through Callbacks, writes queue up to a bound. Owns the fd. Thread: the IoLoop's.
+// chunks through Callbacks, writes queue up to a bound. Owns the fd, level-triggered on the
+// loop. Thread: the owning loop's.
 // Exists so the agent's backend sockets and the server's CONNECT clients share one pump.
-class SocketPump final : public IoLoop::Handler {
+class SocketPump final {
  public:
   class Callbacks {
    public:
@@ -33,10 +33,11 @@ class SocketPump final : public IoLoop::Handler {
   };
 
   // With `tls`, bytes are encrypted on the socket (the handshake runs inside the first I/O).
-  static absl::StatusOr<std::unique_ptr<SocketPump>> Create(IoLoop& loop, base::UniqueFd fd,
-                                                            Callbacks& callbacks, size_t max_queued,
+  static absl::StatusOr<std::unique_ptr<SocketPump>> Create(event::EventLoop& loop,
+                                                            base::UniqueFd fd, Callbacks& callbacks,
+                                                            size_t max_queued,
                                                             std::unique_ptr<TlsConn> tls = nullptr);
-  ~SocketPump() override;
+  ~SocketPump();
   SocketPump(const SocketPump&) = delete;
   SocketPump& operator=(const SocketPump&) = delete;
 
@@ -47,15 +48,13 @@ class SocketPump final : public IoLoop::Handler {
   // Stops reading, flushes what is queued, then shuts the socket down and reports done.
   void CloseAfterFlush();
   size_t queued() const { return queued_; }
-  // When bytes last left the write queue (stall detection).
-  absl::Time last_write() const { return last_write_; }
+  // When bytes last left the write queue, on the loop's monotonic clock (stall detection).
+  absl::Duration last_write() const { return last_write_; }
   bool done() const { return done_; }
 
-  // IoLoop::Handler
-  void OnIoReady(uint32_t events) override;
-
  private:
-  SocketPump(IoLoop& loop, base::UniqueFd fd, Callbacks& callbacks, size_t max_queued);
+  SocketPump(event::EventLoop& loop, base::UniqueFd fd, Callbacks& callbacks, size_t max_queued);
+  void OnIoReady(uint32_t events);
   void HandleRead();
   void HandleWrite();
   // One read or write through TLS or the plain socket: >0 bytes, 0 = would block, -1 = done.
@@ -64,8 +63,9 @@ class SocketPump final : public IoLoop::Handler {
   void UpdateInterest();
   void Finish(absl::Status reason);
 
-  IoLoop& loop_;
+  event::EventLoop& loop_;
   base::UniqueFd fd_;
+  std::unique_ptr<event::FileEvent> watch_;  // after fd_: unregistered before the close
   Callbacks& callbacks_;
   const size_t max_queued_;
   std::deque<std::string> out_;
@@ -75,7 +75,7 @@ class SocketPump final : public IoLoop::Handler {
   bool closing_ = false;
   bool done_ = false;
   uint32_t interest_ = 0;
-  absl::Time last_write_ = absl::Now();
+  absl::Duration last_write_;
   std::unique_ptr<TlsConn> tls_;
   bool read_wants_write_ = false;  // TLS renegotiation/handshake needs the socket writable
   bool write_wants_read_ = false;

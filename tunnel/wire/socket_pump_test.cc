@@ -9,6 +9,8 @@
 
 #include "gtest/gtest.h"
 
+#include "agent/event/loop_thread.h"
+
 namespace sluice::tunnel::wire {
 namespace {
 
@@ -37,7 +39,7 @@ bool WaitReadable(int fd) {
 }
 
 template <typename Fn>
-void OnLoop(IoLoop& loop, Fn fn) {
+void OnLoop(event::EventLoop& loop, Fn fn) {
   std::promise<void> p;
   loop.Post([&] {
     fn();
@@ -47,7 +49,8 @@ void OnLoop(IoLoop& loop, Fn fn) {
 }
 
 TEST(SocketPumpTest, ReadsUntilEofAndWritesQueued) {
-  auto loop = IoLoop::Create("test").value();
+  auto thread = event::LoopThread::Create("test").value();
+  event::EventLoop* loop = &thread->loop();
   Pair pair = SocketPair();
   Recorder rec;
   std::unique_ptr<SocketPump> pump;
@@ -69,7 +72,8 @@ TEST(SocketPumpTest, ReadsUntilEofAndWritesQueued) {
 }
 
 TEST(SocketPumpTest, CloseAfterFlushDeliversQueuedBytes) {
-  auto loop = IoLoop::Create("test").value();
+  auto thread = event::LoopThread::Create("test").value();
+  event::EventLoop* loop = &thread->loop();
   Pair pair = SocketPair();
   Recorder rec;
   std::unique_ptr<SocketPump> pump;
@@ -100,7 +104,7 @@ TEST(SocketPumpTest, CloseAfterFlushDeliversQueuedBytes) {
 // Found by the server_session fuzzer: an empty chunk stayed at the head of the queue, so
 // nothing after it was sent and EPOLLOUT woke the loop forever.
 TEST(SocketPumpTest, EmptyWriteIsANoOp) {
-  auto loop = IoLoop::CreateManual().value();
+  auto loop = event::EventLoop::Create().value();
   Pair pair = SocketPair();
   Recorder rec;
   auto pump = SocketPump::Create(*loop, std::move(pair.a), rec, 1024).value();

@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tunnel/server/router.h"
+
+namespace sluice::tunnel::server {
+
+// An agent stream for Router tests: records what the Router sends it and completes each write
+// at once. Thread: the test's.
+class FakeAgent final : public AgentLink {
+ public:
+  explicit FakeAgent(std::string id, std::string ids = "") : id_(std::move(id)) {
+    ids_ = ParseAgentIdentifiers(ids);
+  }
+  bool SendToAgent(wire::Packet p, absl::AnyInvocable<void()> done) override {
+    sent.push_back(p);
+    if (done) {
+      done();
+    }
+    return true;
+  }
+  const std::string& agent_id() const override { return id_; }
+  const AgentIdentifiers& identifiers() const override { return ids_; }
+  std::shared_ptr<wire::ReadGate> gate() override { return nullptr; }
+  std::vector<wire::Packet> sent;
+
+ private:
+  std::string id_;
+  AgentIdentifiers ids_;
+};
+
+}  // namespace sluice::tunnel::server
