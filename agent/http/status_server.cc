@@ -45,12 +45,13 @@ absl::StatusOr<std::unique_ptr<StatusServer>> StatusServer::Create(const std::st
     int one = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   });
-  for (auto& [path, fn] : routes) {
-    server->Get(path, [fn = std::move(fn)](const httplib::Request&, httplib::Response& res) {
-      Reply r = fn();
-      res.status = r.code;
-      res.set_content(r.body, r.content_type.c_str());
-    });
+  for (auto& route : routes) {
+    server->Get(route.first,
+                [fn = std::move(route.second)](const httplib::Request&, httplib::Response& res) {
+                  Reply r = fn();
+                  res.status = r.code;
+                  res.set_content(r.body, r.content_type.c_str());
+                });
   }
   const std::string bind_host = host.empty() ? "0.0.0.0" : host;
   int bound = -1;
