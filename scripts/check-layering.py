@@ -23,6 +23,8 @@ LAYERS = {
     "agent/etcd": {"agent/base"},
     "agent/vip": {"agent/base", "agent/net"},
     "agent/config": {"agent/base", "agent/net"},
+    # The one HTTP server for health, readiness and metrics (agent, tunnel server, proxy-agent).
+    "agent/http": {"agent/base"},
     # Data path: sockets, BPF objects and the per-connection state machines.
     "agent/fastpath": {"agent/base", "bpf"},
     "agent/socklb": {"agent/base", "agent/net", "agent/fastpath", "bpf"},
@@ -31,12 +33,13 @@ LAYERS = {
     "agent/sources": {"agent/base", "agent/config", "agent/etcd", "agent/event", "agent/kube"},
     "agent/proxier": {"agent/base", "agent/config", "agent/event", "agent/net", "agent/proxy",
                       "agent/socklb", "agent/vip"},
-    "agent/admin": {"agent/base", "agent/net", "agent/proxier", "agent/proxy"},
+    "agent/admin": {"agent/base", "agent/http", "agent/net", "agent/proxier", "agent/proxy"},
     # Tunnel: wire protocol first, then each end; the server reads agent tokens from the API.
     # Its sockets and deadlines run on the agent's EventLoop (one loop, one clock).
     "tunnel/wire": {"agent/base", "agent/event"},
-    "tunnel/agent": {"agent/base", "agent/event", "agent/net", "tunnel/wire"},
-    "tunnel/server": {"agent/base", "agent/event", "agent/kube", "agent/net", "tunnel/wire"},
+    "tunnel/agent": {"agent/base", "agent/event", "agent/http", "agent/net", "tunnel/wire"},
+    "tunnel/server": {"agent/base", "agent/event", "agent/http", "agent/kube", "agent/net",
+                      "tunnel/wire"},
     # Binaries: wire everything together.
     "agent/app": {"agent/admin", "agent/base", "agent/config", "agent/etcd", "agent/event",
                   "agent/fastpath", "agent/net", "agent/proxier", "agent/proxy", "agent/socklb",

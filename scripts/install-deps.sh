@@ -9,7 +9,7 @@ build=(build-essential cmake ninja-build pkg-config clang llvm libclang-rt-14-de
   bpftool libelf-dev zlib1g-dev libnl-3-dev libnl-route-3-dev libgrpc++-dev protobuf-compiler-grpc
   libprotobuf-dev protobuf-compiler libabsl-dev libgtest-dev libgmock-dev libcurl4-openssl-dev
   libssl-dev libsimdjson-dev libyaml-cpp-dev libcpp-httplib-dev libcap-dev)
-tests=(clang-format iproute2 socat curl iperf3 python3 python3-grpcio python3-yaml etcd-server etcd-client openssl procps
+tests=(clang-format clang-tidy iproute2 socat curl iperf3 python3 python3-grpcio python3-yaml etcd-server etcd-client openssl procps
   util-linux libcap2-bin)
 
 want=("${build[@]}")

@@ -6,7 +6,8 @@
 #   scripts/test.sh --tsan    g++ ThreadSanitizer build in build-tsan/ (Debian's abseil is not
 #                             instrumented: accesses guarded by absl::Mutex show as races)
 #   scripts/test.sh --clang   clang++ -Werror build in build-clang/ (abseil's must-use-Status
-#                             checks and -Wthread-safety only fire under clang)
+#                             checks and -Wthread-safety only fire under clang), plus the
+#                             `tidy` test (scripts/check-tidy.sh)
 # Extra arguments after the mode go to ctest (e.g. -R Mux -V).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +24,8 @@ cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo)
 case "$mode" in
   asan)  dir=build-asan;  cmake_args+=(-DSLUICE_ASAN=ON) ;;
   tsan)  dir=build-tsan;  cmake_args+=(-DSLUICE_TSAN=ON) ;;
-  clang) dir=build-clang; cmake_args+=(-DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang) ;;
+  clang) dir=build-clang; cmake_args+=(-DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang
+                                       -DCMAKE_EXPORT_COMPILE_COMMANDS=ON) ;;  # the tidy test
 esac
 
 cmake -S . -B "$dir" "${cmake_args[@]}" >/dev/null

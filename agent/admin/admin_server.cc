@@ -2,7 +2,6 @@
 #include "agent/admin/admin_server.h"
 
 #include "absl/strings/str_cat.h"
-#include "httplib.h"
 
 #include "agent/base/json.h"
 #include "agent/base/log.h"
@@ -13,13 +12,28 @@ namespace sluice::admin {
 
 namespace {
 
-// Admin requests are tiny GETs; bound what a client can make us hold.
-constexpr size_t kMaxPayload = 4096;
-constexpr int kThreadsPerServer = 2;
+using Reply = http::StatusServer::Reply;
 
-void ServeHealth(httplib::Response& res, const HealthReport& report) {
-  res.status = report.healthy ? 200 : 503;
-  res.set_content(report.body, "application/json");
+Reply HealthReply(const HealthReport& report) {
+  return Reply{report.healthy ? 200 : 503, report.body, "application/json"};
+}
+
+// Serves `routes` on `address` (IP:PORT); null when `address` is empty (disabled).
+absl::StatusOr<std::unique_ptr<http::StatusServer>> Serve(
+    const std::string& address, std::vector<http::StatusServer::Route> routes) {
+  if (address.empty()) {
+    return nullptr;
+  }
+  auto addr = net::SocketAddress::Parse(address);
+  if (!addr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bind address \"", address, "\": want IP:PORT, e.g. 0.0.0.0:10256"));
+  }
+  ASSIGN_OR_RETURN(auto server, http::StatusServer::Create(addr->ip().ToString(), addr->port(),
+                                                           std::move(routes)));
+  LOG(INFO) << "serving admin endpoints on "
+            << net::SocketAddress(addr->ip(), server->port()).ToString();
+  return server;
 }
 
 }  // namespace
@@ -31,99 +45,43 @@ absl::StatusOr<std::unique_ptr<AdminServer>> AdminServer::Create(const std::stri
                                                                  AdminSources sources) {
   auto server = std::unique_ptr<AdminServer>(new AdminServer(std::move(sources)));
   const AdminSources& src = server->sources_;
-  if (!healthz_address.empty()) {
-    server->healthz_ = std::make_unique<httplib::Server>();
-    server->healthz_->Get("/healthz", [&src](const httplib::Request&, httplib::Response& res) {
-      ServeHealth(res, Healthz(src.health()));
+  ASSIGN_OR_RETURN(
+      server->healthz_,
+      Serve(healthz_address, {{"/healthz", [&src] { return HealthReply(Healthz(src.health())); }},
+                              {"/livez", [&src] { return HealthReply(Livez(src.health())); }},
+                              // /healthz plus the optional readiness condition, with its reason.
+                              {"/readyz", [&src] {
+                                 HealthReport report = Healthz(src.health());
+                                 const std::string why = src.not_ready ? src.not_ready() : "";
+                                 if (report.healthy && !why.empty()) {
+                                   report = HealthReport{
+                                       .healthy = false,
+                                       .body = "{\"notReady\": " + base::JsonString(why) + "}"};
+                                 }
+                                 return HealthReply(report);
+                               }}}));
+  std::vector<http::StatusServer::Route> metrics = {
+      {"/metrics",
+       [&src] {
+         return Reply{200, src.metrics->Render(), "text/plain; version=0.0.4; charset=utf-8"};
+       }},
+      {"/proxyMode",
+       [&src] {
+         return Reply{200, src.proxy_mode(), "text/plain; charset=utf-8"};
+       }},
+      {"/debug/services",
+       [&src] {
+         return Reply{200, src.debug_services(), "application/json"};
+       }},
+      // kube-proxy also answers health on the metrics port.
+      {"/healthz", [&src] { return HealthReply(Healthz(src.health())); }}};
+  if (src.debug_connections) {
+    metrics.emplace_back("/debug/connections", [&src] {
+      return Reply{200, src.debug_connections(), "application/json"};
     });
-    server->healthz_->Get("/livez", [&src](const httplib::Request&, httplib::Response& res) {
-      ServeHealth(res, Livez(src.health()));
-    });
-    // /healthz plus the optional readiness condition, with its reason in the body.
-    server->healthz_->Get("/readyz", [&src](const httplib::Request&, httplib::Response& res) {
-      HealthReport report = Healthz(src.health());
-      const std::string why = src.not_ready ? src.not_ready() : "";
-      if (report.healthy && !why.empty()) {
-        report =
-            HealthReport{.healthy = false, .body = "{\"notReady\": " + base::JsonString(why) + "}"};
-      }
-      ServeHealth(res, report);
-    });
-    ASSIGN_OR_RETURN(server->healthz_port_, server->Start(*server->healthz_, healthz_address));
   }
-  if (!metrics_address.empty()) {
-    server->metrics_ = std::make_unique<httplib::Server>();
-    server->metrics_->Get("/metrics", [&src](const httplib::Request&, httplib::Response& res) {
-      res.set_content(src.metrics->Render(), "text/plain; version=0.0.4; charset=utf-8");
-    });
-    server->metrics_->Get("/proxyMode", [&src](const httplib::Request&, httplib::Response& res) {
-      res.set_content(src.proxy_mode(), "text/plain; charset=utf-8");
-    });
-    server->metrics_->Get("/debug/services",
-                          [&src](const httplib::Request&, httplib::Response& res) {
-                            res.set_content(src.debug_services(), "application/json");
-                          });
-    if (src.debug_connections) {
-      server->metrics_->Get("/debug/connections",
-                            [&src](const httplib::Request&, httplib::Response& res) {
-                              res.set_content(src.debug_connections(), "application/json");
-                            });
-    }
-    // kube-proxy also answers health on the metrics port.
-    server->metrics_->Get("/healthz", [&src](const httplib::Request&, httplib::Response& res) {
-      ServeHealth(res, Healthz(src.health()));
-    });
-    ASSIGN_OR_RETURN(server->metrics_port_, server->Start(*server->metrics_, metrics_address));
-  }
+  ASSIGN_OR_RETURN(server->metrics_, Serve(metrics_address, std::move(metrics)));
   return server;
-}
-
-absl::StatusOr<int> AdminServer::Start(httplib::Server& server, const std::string& address) {
-  auto addr = net::SocketAddress::Parse(address);
-  if (!addr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bind address \"", address, "\": want IP:PORT, e.g. 0.0.0.0:10256"));
-  }
-  server.new_task_queue = [] { return new httplib::ThreadPool(kThreadsPerServer); };
-  server.set_payload_max_length(kMaxPayload);
-  server.set_read_timeout(5, 0);
-  server.set_write_timeout(5, 0);
-  server.set_keep_alive_max_count(10);
-  // httplib's default options add SO_REUSEPORT, which would let a second agent share the port
-  // silently; keep only SO_REUSEADDR.
-  server.set_socket_options([](socket_t sock) {
-    int one = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  });
-  const std::string host = addr->ip().ToString();
-  int port = addr->port();
-  if (port == 0) {
-    port = server.bind_to_any_port(host);
-  } else if (!server.bind_to_port(host, port)) {
-    port = -1;
-  }
-  if (port < 0) {
-    return absl::UnavailableError(
-        absl::StrCat("listen on ", address, ": address in use or not local"));
-  }
-  threads_.emplace_back([&server] { server.listen_after_bind(); });
-  // stop() is a no-op until the accept loop runs; wait for it so the destructor cannot hang.
-  for (int i = 0; i < 5000 && !server.is_running(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  LOG(INFO) << "serving admin endpoints on " << net::SocketAddress(addr->ip(), port).ToString();
-  return port;
-}
-
-AdminServer::~AdminServer() {
-  for (auto* s : {healthz_.get(), metrics_.get()}) {
-    if (s != nullptr) {
-      s->stop();
-    }
-  }
-  for (auto& t : threads_) {
-    t.join();
-  }
 }
 
 }  // namespace sluice::admin

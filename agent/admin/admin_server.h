@@ -4,17 +4,13 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
 
 #include "agent/admin/health.h"
 #include "agent/base/metrics.h"
-
-namespace httplib {
-class Server;
-}
+#include "agent/http/status_server.h"
 
 namespace sluice::admin {
 
@@ -31,32 +27,28 @@ struct AdminSources {
 
 // kube-proxy's two HTTP servers: /healthz, /livez (and /readyz) on --healthz-bind-address, and
 // /metrics, /proxyMode, /debug/services (and our /debug/connections) on --metrics-bind-address.
-// An empty address disables that server. Owns one listener thread per server; handlers only read
-// AdminSources.
+// An empty address disables that server. Owns one http::StatusServer per address; handlers only
+// read AdminSources.
 class AdminServer final {
  public:
   // Binds both addresses now, so a taken or bad address fails at start.
   static absl::StatusOr<std::unique_ptr<AdminServer>> Create(const std::string& healthz_address,
                                                              const std::string& metrics_address,
                                                              AdminSources sources);
-  ~AdminServer();
   AdminServer(const AdminServer&) = delete;
   AdminServer& operator=(const AdminServer&) = delete;
 
   // The ports actually bound (useful with port 0); 0 when disabled.
-  int healthz_port() const { return healthz_port_; }
-  int metrics_port() const { return metrics_port_; }
+  int healthz_port() const { return healthz_ ? healthz_->port() : 0; }
+  int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
 
  private:
   explicit AdminServer(AdminSources sources);
-  absl::StatusOr<int> Start(httplib::Server& server, const std::string& address);
 
+  // Declared first so the servers, whose handlers read it, are destroyed before it.
   const AdminSources sources_;
-  std::unique_ptr<httplib::Server> healthz_;
-  std::unique_ptr<httplib::Server> metrics_;
-  int healthz_port_ = 0;
-  int metrics_port_ = 0;
-  std::vector<std::thread> threads_;
+  std::unique_ptr<http::StatusServer> healthz_;
+  std::unique_ptr<http::StatusServer> metrics_;
 };
 
 }  // namespace sluice::admin

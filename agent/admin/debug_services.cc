@@ -15,6 +15,7 @@ using base::JsonString;
 template <typename T, typename Fn>
 std::string Array(const std::vector<T>& items, Fn fn) {
   std::vector<std::string> parts;
+  parts.reserve(items.size());
   for (const auto& item : items) {
     parts.push_back(fn(item));
   }

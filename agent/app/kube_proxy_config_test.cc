@@ -31,6 +31,7 @@ class KubeProxyConfigTest : public ::testing::Test {
     RegisterFlags(*flags_, opts_);
     args.insert(args.begin(), "/usr/local/bin/" + program);
     std::vector<char*> argv;
+    argv.reserve(args.size());
     for (auto& a : args) {
       argv.push_back(a.data());
     }

@@ -26,6 +26,7 @@ class OptionsTest : public ::testing::Test {
     RegisterFlags(*flags_, opts_);
     args.insert(args.begin(), "sluice-agent");
     std::vector<char*> argv;
+    argv.reserve(args.size());
     for (auto& a : args) {
       argv.push_back(a.data());
     }

@@ -28,6 +28,7 @@ class FlagSetTest : public ::testing::Test {
   absl::Status Parse(std::vector<std::string> args) {
     args.insert(args.begin(), "prog");
     std::vector<char*> argv;
+    argv.reserve(args.size());
     for (auto& a : args) {
       argv.push_back(a.data());
     }

@@ -92,6 +92,7 @@ TEST(WarnIgnoredFlagsTest, OnlyChangedFlagsAreReported) {
   f.String("lease-label", &label, "x");
   std::vector<std::string> args = {"prog", "--profiling", "--lease-label=" + label};
   std::vector<char*> argv;
+  argv.reserve(args.size());
   for (auto& a : args) {
     argv.push_back(a.data());
   }

@@ -4,6 +4,9 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <cerrno>
+#include <cstring>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -25,7 +28,7 @@ int FreePort() {
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0) << strerror(errno);
   socklen_t len = sizeof(sa);
   getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
   close(fd);

@@ -19,7 +19,7 @@ config::ServicePtr Svc(const std::string& name, const char* ip, int port) {
 }
 
 config::EndpointSlicePtr Slice(const std::string& service, const std::string& name,
-                               std::vector<const char*> ips) {
+                               const std::vector<const char*>& ips) {
   auto s = std::make_shared<config::EndpointSlice>();
   s->meta.id = {"default", name};
   s->service_name = service;

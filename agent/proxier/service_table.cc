@@ -83,6 +83,7 @@ std::vector<net::SocketAddress> Select(
     chosen = ApplyHints(chosen, source, node);
   }
   std::vector<net::SocketAddress> out;
+  out.reserve(chosen.size());
   for (const auto* e : chosen) {
     out.push_back(e->address);
   }

@@ -56,6 +56,7 @@ config::EndpointSlicePtr Slice(std::vector<Endpoint> eps, const char* name = "we
 
 std::vector<std::string> Strings(const std::vector<net::SocketAddress>& v) {
   std::vector<std::string> out;
+  out.reserve(v.size());
   for (const auto& a : v) {
     out.push_back(a.ToString());
   }

@@ -86,8 +86,9 @@ testing::AssertionResult Connectable(const net::IpAddress& ip, bool freebind = f
   int rc = -1;
   for (int tries = 0; rc < 0 && tries < 500; ++tries) {
     if (tries > 0) {
-      if (errno != ENETUNREACH)
+      if (errno != ENETUNREACH) {
         break;
+      }
       usleep(10'000);
     }
     client.Reset(socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -137,8 +138,9 @@ class NetlinkVipManagerTest : public testing::Test {
   }
 
   std::unique_ptr<NetlinkVipManager> Create(std::string interface_name = "",
-                                            std::vector<std::string> local_ranges = {}) {
+                                            const std::vector<std::string>& local_ranges = {}) {
     std::vector<net::Cidr> ranges;
+    ranges.reserve(local_ranges.size());
     for (const std::string& r : local_ranges) {
       ranges.push_back(*net::Cidr::Parse(r));
     }

@@ -132,11 +132,12 @@ void DatapathTest::SetUp() {
 
 void AgentTest::StartAgent(std::vector<std::string> extra, std::vector<std::string> prefix) {
   std::vector<std::string> argv = std::move(prefix);
-  for (std::string a : {std::string(SLUICE_AGENT_BINARY), "--source=file:" + dir_,
-                        std::string("--healthz-bind-address="),
-                        absl::StrCat("--metrics-bind-address=127.0.0.1:", metrics_port_),
-                        std::string("--sync-period=2s"), std::string("--min-sync-period=0s"),
-                        std::string("--workers=2"), std::string("--hostname-override=node1")}) {
+  for (const std::string& a :
+       {std::string(SLUICE_AGENT_BINARY), "--source=file:" + dir_,
+        std::string("--healthz-bind-address="),
+        absl::StrCat("--metrics-bind-address=127.0.0.1:", metrics_port_),
+        std::string("--sync-period=2s"), std::string("--min-sync-period=0s"),
+        std::string("--workers=2"), std::string("--hostname-override=node1")}) {
     argv.push_back(a);
   }
   if (!datapath_.empty()) {

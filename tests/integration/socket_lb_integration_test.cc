@@ -38,7 +38,7 @@ const std::vector<PortSpec> kBackendHttp = {{"http", 8080}};
 // A client thread calling Hello() in a loop until destroyed, counting answers and failures.
 class Load {
  public:
-  explicit Load(std::string to)
+  explicit Load(const std::string& to)
       : thread_([this, to] {
           while (!stop_) {
             (Hello(to).empty() ? failed : ok)++;
@@ -227,7 +227,7 @@ TEST_F(SocketLbTest, AffinityTimesOut) {
 TEST_F(SocketLbTest, EndpointChurnUnderLoadLosesNothing) {
   StartBackends();
   auto echo = TcpServer::Start(Addr("127.0.0.5:8080"), TcpServer::Mode::kEcho);
-  auto slice = [](std::vector<std::string> ips) {
+  auto slice = [](const std::vector<std::string>& ips) {
     return ServiceYaml("web", {"10.96.0.10"}, kHttp) + "---\n" +
            SliceYaml("web", ips, kBackendHttp);
   };

@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 
@@ -23,7 +24,8 @@ class TestCgroup final {
   const std::string& path() const { return path_; }
 
  private:
-  TestCgroup(std::string path, std::string original) : path_(path), original_(original) {}
+  TestCgroup(std::string path, std::string original)
+      : path_(std::move(path)), original_(std::move(original)) {}
   std::string path_;
   std::string original_;  // the cgroup directory the process came from
 };

@@ -41,6 +41,7 @@ Subprocess::Subprocess(std::vector<std::string> argv) {
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
   std::vector<char*> args;
+  args.reserve(argv.size() + 1);  // and the terminating null
   for (auto& a : argv) {
     args.push_back(a.data());
   }

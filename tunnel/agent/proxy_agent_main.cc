@@ -13,9 +13,9 @@
 #include "agent/base/flags.h"
 #include "agent/base/log.h"
 #include "agent/base/status.h"
+#include "agent/http/status_server.h"
 #include "tunnel/agent/tunnel_agent.h"
 #include "tunnel/wire/packet.h"
-#include "tunnel/wire/status_server.h"
 #include "tunnel/wire/upstream_flags.h"
 
 namespace sluice::tunnel::agent {
@@ -135,8 +135,8 @@ TunnelAgentConfig ToConfig(const ProxyAgentFlags& o) {
 }
 
 struct StatusServers {
-  std::unique_ptr<wire::StatusServer> health;
-  std::unique_ptr<wire::StatusServer> admin;
+  std::unique_ptr<http::StatusServer> health;
+  std::unique_ptr<http::StatusServer> admin;
 };
 
 // /healthz, /readyz (503 until a server stream is up) and /metrics on the health port, and
@@ -144,25 +144,25 @@ struct StatusServers {
 absl::StatusOr<StatusServers> StartStatusServers(const ProxyAgentFlags& o, TunnelAgent& agent,
                                                  base::Registry& registry) {
   auto metrics = [&registry] {
-    return wire::StatusServer::Reply{200, registry.Render(),
+    return http::StatusServer::Reply{200, registry.Render(),
                                      "text/plain; version=0.0.4; charset=utf-8"};
   };
   StatusServers s;
-  ASSIGN_OR_RETURN(s.health, wire::StatusServer::Create(
+  ASSIGN_OR_RETURN(s.health, http::StatusServer::Create(
                                  o.health_server_host, static_cast<int>(o.health_server_port),
                                  {{"/healthz",
                                    [] {
-                                     return wire::StatusServer::Reply{200, "ok"};
+                                     return http::StatusServer::Reply{200, "ok"};
                                    }},
                                   {"/readyz",
                                    [&agent] {
                                      return agent.ConnectedServers() > 0
-                                                ? wire::StatusServer::Reply{200, "ok"}
-                                                : wire::StatusServer::Reply{
+                                                ? http::StatusServer::Reply{200, "ok"}
+                                                : http::StatusServer::Reply{
                                                       503, "not connected to any proxy server"};
                                    }},
                                   {"/metrics", metrics}}));
-  ASSIGN_OR_RETURN(s.admin, wire::StatusServer::Create(o.admin_bind_address,
+  ASSIGN_OR_RETURN(s.admin, http::StatusServer::Create(o.admin_bind_address,
                                                        static_cast<int>(o.admin_server_port),
                                                        {{"/metrics", metrics}}));
   return s;

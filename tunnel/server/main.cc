@@ -17,6 +17,7 @@
 #include "agent/base/metrics.h"
 #include "agent/base/status.h"
 #include "agent/event/loop_thread.h"
+#include "agent/http/status_server.h"
 #include "agent/kube/client_config.h"
 #include "tunnel/server/agent_service.h"
 #include "tunnel/server/http_connect.h"
@@ -26,7 +27,6 @@
 #include "tunnel/server/server_options.h"
 #include "tunnel/wire/credentials.h"
 #include "tunnel/wire/packet.h"
-#include "tunnel/wire/status_server.h"
 #include "tunnel/wire/tls.h"
 
 namespace sluice::tunnel::server {
@@ -157,32 +157,32 @@ bool Configure(int argc, char** argv, ServerOptions& o, std::vector<Strategy>& s
 }
 
 struct StatusServers {
-  std::unique_ptr<wire::StatusServer> health;
-  std::unique_ptr<wire::StatusServer> admin;
+  std::unique_ptr<http::StatusServer> health;
+  std::unique_ptr<http::StatusServer> admin;
 };
 
 absl::StatusOr<StatusServers> StartStatusServers(const ServerOptions& o, Router& router,
                                                  base::Registry& registry) {
   StatusServers s;
-  ASSIGN_OR_RETURN(s.health, wire::StatusServer::Create(
+  ASSIGN_OR_RETURN(s.health, http::StatusServer::Create(
                                  o.health_bind_address, static_cast<int>(o.health_port),
                                  {{"/healthz",
                                    [] {
-                                     return wire::StatusServer::Reply{200, "ok"};
+                                     return http::StatusServer::Reply{200, "ok"};
                                    }},
                                   {"/readyz", [&router] {
                                      if (router.stopped_dialing()) {
-                                       return wire::StatusServer::Reply{500, "shutting down"};
+                                       return http::StatusServer::Reply{500, "shutting down"};
                                      }
                                      return router.ReadyAgents() > 0
-                                                ? wire::StatusServer::Reply{200, "ok"}
-                                                : wire::StatusServer::Reply{500,
+                                                ? http::StatusServer::Reply{200, "ok"}
+                                                : http::StatusServer::Reply{500,
                                                                             "no agent connected"};
                                    }}}));
   ASSIGN_OR_RETURN(s.admin,
-                   wire::StatusServer::Create(o.admin_bind_address, static_cast<int>(o.admin_port),
+                   http::StatusServer::Create(o.admin_bind_address, static_cast<int>(o.admin_port),
                                               {{"/metrics", [&registry] {
-                                                  return wire::StatusServer::Reply{
+                                                  return http::StatusServer::Reply{
                                                       200, registry.Render(),
                                                       "text/plain; version=0.0.4; charset=utf-8"};
                                                 }}}));
