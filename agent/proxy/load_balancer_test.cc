@@ -22,6 +22,7 @@ TEST(BalancerTest, NoEndpointsPicksNothing) {
 TEST(BalancerTest, RoundRobinCyclesThroughEveryEndpoint) {
   Balancer b(kThree, {}, 7);
   std::vector<net::SocketAddress> picks;
+  picks.reserve(6);
   for (int i = 0; i < 6; ++i) {
     picks.push_back(*b.Pick(Ip("1.1.1.1"), absl::ZeroDuration()));
   }

@@ -42,7 +42,7 @@ class Connection final : public event::DeferredDeletable,
   Connection(Worker& worker, ListenKey key, base::UniqueFd client,
              const net::SocketAddress& client_addr, const Route& route)
       : worker_(worker),
-        key_(std::move(key)),
+        key_(key),
         client_addr_(client_addr),
         active_(route.active),
         sizes_(route.sizes),

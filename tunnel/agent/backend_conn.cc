@@ -69,7 +69,7 @@ BackendConn::BackendConn(event::EventLoop& loop, Resolver& resolver, Owner& owne
 
 BackendConn::~BackendConn() = default;
 
-void BackendConn::Dial(const std::string& address, std::weak_ptr<BackendConn> self) {
+void BackendConn::Dial(const std::string& address, const std::weak_ptr<BackendConn>& self) {
   address_ = address;
   std::string host;
   uint16_t port = 0;

@@ -50,7 +50,7 @@ class BackendConn final : public wire::SocketPump::Callbacks {
   BackendConn& operator=(const BackendConn&) = delete;
 
   // `self` is a weak handle used to deliver the resolver's answer safely.
-  void Dial(const std::string& address, std::weak_ptr<BackendConn> self);
+  void Dial(const std::string& address, const std::weak_ptr<BackendConn>& self);
   // Bytes from the tunnel. False: the bounded queue overflowed (the caller closes us). Past the
   // high watermark the connection holds `gate` (the server stream's reads) until it drains.
   bool Write(std::string bytes, const std::shared_ptr<wire::ReadGate>& gate);

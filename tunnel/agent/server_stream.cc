@@ -18,7 +18,7 @@ std::string Header(const grpc::ClientContext& ctx, const char* name) {
 
 }  // namespace
 
-ServerStream::ServerStream(TunnelAgent& agent, std::shared_ptr<grpc::Channel> channel,
+ServerStream::ServerStream(TunnelAgent& agent, const std::shared_ptr<grpc::Channel>& channel,
                            const std::string& token, std::promise<bool> ready)
     : agent_(agent),
       stub_(::AgentService::NewStub(channel)),

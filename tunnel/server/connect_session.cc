@@ -91,7 +91,7 @@ bool ConnectSession::Deliver(wire::Packet p, const std::shared_ptr<wire::ReadGat
     loop_.Post([weak, gate, bytes = std::move(*p.mutable_data()->mutable_data())]() mutable {
       if (auto self = weak.lock()) {
         self->posted_bytes_ -= bytes.size();
-        self->OnAgentData(std::move(bytes), std::move(gate));
+        self->OnAgentData(std::move(bytes), gate);
       }
     });
     return true;
@@ -123,7 +123,7 @@ void ConnectSession::Abort(const std::string& why) {
 void ConnectSession::OnSocketData(std::string bytes) {
   switch (state_) {
     case State::kHead:
-      OnHeadBytes(std::move(bytes));
+      OnHeadBytes(bytes);
       break;
     case State::kEstablished:
       SendUpstream(std::move(bytes));
@@ -133,7 +133,7 @@ void ConnectSession::OnSocketData(std::string bytes) {
   }
 }
 
-void ConnectSession::OnHeadBytes(std::string bytes) {
+void ConnectSession::OnHeadBytes(const std::string& bytes) {
   head_ += bytes;
   const size_t end = head_.find("\r\n\r\n");
   if (end == std::string::npos) {
@@ -182,7 +182,7 @@ void ConnectSession::OnDialResponse(const wire::Packet& p) {
   pump_->SetReading(window_.open());
 }
 
-void ConnectSession::OnAgentData(std::string bytes, std::shared_ptr<wire::ReadGate> gate) {
+void ConnectSession::OnAgentData(std::string bytes, const std::shared_ptr<wire::ReadGate>& gate) {
   if (state_ != State::kEstablished) {
     return;
   }

@@ -51,9 +51,9 @@ class ConnectSession final : public wire::SocketPump::Callbacks,
                  ServerMetrics& metrics, const HttpConnectOptions& options, int64_t random,
                  std::string client);
   void OnDeadline();
-  void OnHeadBytes(std::string bytes);
+  void OnHeadBytes(const std::string& bytes);
   void OnDialResponse(const wire::Packet& packet);
-  void OnAgentData(std::string bytes, std::shared_ptr<wire::ReadGate> gate);
+  void OnAgentData(std::string bytes, const std::shared_ptr<wire::ReadGate>& gate);
   // Any thread: hold `gate`; the loop then watches for a stall.
   void HoldAgent(const std::shared_ptr<wire::ReadGate>& gate);
   void ReleaseAgent();

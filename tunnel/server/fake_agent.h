@@ -14,7 +14,7 @@ namespace sluice::tunnel::server {
 // at once. Thread: the test's.
 class FakeAgent final : public AgentLink {
  public:
-  explicit FakeAgent(std::string id, std::string ids = "") : id_(std::move(id)) {
+  explicit FakeAgent(std::string id, const std::string& ids = "") : id_(std::move(id)) {
     ids_ = ParseAgentIdentifiers(ids);
   }
   bool SendToAgent(wire::Packet p, absl::AnyInvocable<void()> done) override {

@@ -100,7 +100,7 @@ class ProxyStream final : public Reactor, public Frontend {
     absl::Duration last_write ABSL_GUARDED_BY(mu);
   };
   void HoldAgent(const std::shared_ptr<wire::ReadGate>& gate);
-  static void CheckStall(std::shared_ptr<Credit> credit);
+  static void CheckStall(const std::shared_ptr<Credit>& credit);
   static void Release(const std::shared_ptr<Credit>& credit, size_t n);
 
   // The one Finish claim (ReadGate::Close, as AgentStream's): true for the first caller only,
@@ -155,14 +155,14 @@ void ProxyStream::HoldAgent(const std::shared_ptr<wire::ReadGate>& gate) {
 
 // Loop thread, while holding: no write completed toward the client for kStallGrace means it
 // stopped reading; finish the stream (claiming Finish through `credit`).
-void ProxyStream::CheckStall(std::shared_ptr<Credit> credit) {
+void ProxyStream::CheckStall(const std::shared_ptr<Credit>& credit) {
   if (credit->stall == nullptr) {
     // Weak: the watch lives inside the Credit. A check that drops the last reference frees the
     // watch through ~Credit's Post, not inside its own timer callback.
     credit->stall =
         std::make_unique<wire::StallWatch>(credit->loop, [weak = std::weak_ptr<Credit>(credit)] {
           if (auto c = weak.lock()) {
-            CheckStall(std::move(c));
+            CheckStall(c);
           }
         });
   }

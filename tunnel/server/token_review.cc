@@ -62,7 +62,7 @@ TokenReviewer::~TokenReviewer() {
   }
 }
 
-void TokenReviewer::Review(std::string authorization, Done done) {
+void TokenReviewer::Review(const std::string& authorization, Done done) {
   absl::string_view token = authorization;
   if (!absl::ConsumePrefix(&token, "Bearer ") || token.empty()) {
     std::move(done)(absl::UnauthenticatedError("no bearer token"));

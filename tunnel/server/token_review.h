@@ -65,7 +65,7 @@ class TokenReviewer final {
   // Queues a review of an "authorization" header value; `done` runs once, on the reviewer's
   // thread, or inline when the request is refused at once (no bearer token, queue full,
   // stopped).
-  void Review(std::string authorization, Done done) ABSL_LOCKS_EXCLUDED(mu_);
+  void Review(const std::string& authorization, Done done) ABSL_LOCKS_EXCLUDED(mu_);
   // Fails queued and later reviews with Unavailable and interrupts the running one.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
