@@ -23,8 +23,8 @@ class ServerStream final : public StreamReactor {
  public:
   // Prepares the call; Start() starts it. `ready` gets true once initial metadata named a new
   // server.
-  ServerStream(TunnelAgent& agent, const std::shared_ptr<grpc::Channel>& channel, const std::string& token,
-               std::promise<bool> ready);
+  ServerStream(TunnelAgent& agent, const std::shared_ptr<grpc::Channel>& channel,
+               const std::string& token, std::promise<bool> ready);
   // Separate from construction so that the owner can list the stream under its lock first
   // and start it without holding a lock across gRPC. A Cancel() before it still ends the call.
   void Start() { StartCall(); }
