@@ -17,9 +17,10 @@ constexpr size_t kMaxTokenBytes = 64 << 10;
 
 absl::StatusOr<std::unique_ptr<BearerToken>> BearerToken::Create(std::string fixed,
                                                                  std::string file,
-                                                                 absl::Duration reload_period) {
+                                                                 absl::Duration reload_period,
+                                                                 const base::Clock& clock) {
   auto token = std::unique_ptr<BearerToken>(
-      new BearerToken(std::move(fixed), std::move(file), reload_period));
+      new BearerToken(std::move(fixed), std::move(file), reload_period, clock));
   if (token->from_file()) {
     absl::MutexLock lock(&token->mu_);
     RETURN_IF_ERROR(token->ReadLocked());
@@ -34,19 +35,19 @@ absl::Status BearerToken::ReadLocked() {
     return absl::InvalidArgumentError(absl::StrCat("token file ", file_, " is empty"));
   }
   token_ = std::move(token);
-  read_at_ = base::MonotonicNow();
+  read_at_ = clock_.MonotonicNow();
   return absl::OkStatus();
 }
 
 std::string BearerToken::Get() {
   absl::MutexLock lock(&mu_);
-  if (from_file() && base::MonotonicNow() - read_at_ >= reload_period_) {
+  if (from_file() && clock_.MonotonicNow() - read_at_ >= reload_period_) {
     if (absl::Status st = ReadLocked(); !st.ok()) {
       if (!failing_) {
         LOG(WARNING) << "keeping the previous API token: " << st;
       }
       failing_ = true;
-      read_at_ = base::MonotonicNow();  // retry after another period, not on every request
+      read_at_ = clock_.MonotonicNow();  // retry after another period, not on every request
     } else {
       failing_ = false;
     }

@@ -8,6 +8,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
+#include "agent/base/clock.h"
+
 namespace sluice::kube {
 
 // The bearer token sent with every API request: a fixed string, or a file that is re-read when
@@ -19,9 +21,11 @@ class BearerToken final {
   // Client-go re-reads token files every minute; so do we.
   static constexpr absl::Duration kReloadPeriod = absl::Minutes(1);
 
-  // A file token must be readable and non-empty now.
+  // A file token must be readable and non-empty now. `clock` (its monotonic reading) times the
+  // reload period and must outlive the token.
   static absl::StatusOr<std::unique_ptr<BearerToken>> Create(
-      std::string fixed, std::string file, absl::Duration reload_period = kReloadPeriod);
+      std::string fixed, std::string file, absl::Duration reload_period = kReloadPeriod,
+      const base::Clock& clock = base::RealClock::Get());
 
   // The current token ("" when there is none). Re-reads the file when due; a failed re-read
   // keeps the previous token and is logged once per failure streak.
@@ -31,12 +35,17 @@ class BearerToken final {
   bool from_file() const { return !file_.empty(); }
 
  private:
-  BearerToken(std::string fixed, std::string file, absl::Duration reload_period)
-      : file_(std::move(file)), reload_period_(reload_period), token_(std::move(fixed)) {}
+  BearerToken(std::string fixed, std::string file, absl::Duration reload_period,
+              const base::Clock& clock)
+      : file_(std::move(file)),
+        reload_period_(reload_period),
+        clock_(clock),
+        token_(std::move(fixed)) {}
   absl::Status ReadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string file_;
   const absl::Duration reload_period_;
+  const base::Clock& clock_;
   absl::Mutex mu_;
   std::string token_ ABSL_GUARDED_BY(mu_);
   absl::Duration read_at_ ABSL_GUARDED_BY(mu_) = -absl::InfiniteDuration();  // monotonic

@@ -46,10 +46,13 @@ TEST_F(BearerTokenTest, FileIsTrimmedAndReReadWhenInvalidated) {
 
 TEST_F(BearerTokenTest, FileIsReReadPeriodically) {
   Write("one");
-  auto t = BearerToken::Create("", path_, absl::Milliseconds(10));
+  base::FakeClock clock;
+  auto t = BearerToken::Create("", path_, absl::Minutes(1), clock);
   ASSERT_TRUE(t.ok());
   Write("two");
-  absl::SleepFor(absl::Milliseconds(20));
+  clock.Advance(absl::Seconds(59));
+  EXPECT_EQ((*t)->Get(), "one");
+  clock.Advance(absl::Seconds(1));
   EXPECT_EQ((*t)->Get(), "two");
 }
 
