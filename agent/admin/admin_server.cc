@@ -61,10 +61,7 @@ absl::StatusOr<std::unique_ptr<AdminServer>> AdminServer::Create(const std::stri
                                  return HealthReply(report);
                                }}}));
   std::vector<http::StatusServer::Route> metrics = {
-      {"/metrics",
-       [&src] {
-         return Reply{200, src.metrics->Render(), "text/plain; version=0.0.4; charset=utf-8"};
-       }},
+      {"/metrics", [&src] { return http::StatusServer::Metrics(*src.metrics); }},
       {"/proxyMode",
        [&src] {
          return Reply{200, src.proxy_mode(), "text/plain; charset=utf-8"};

@@ -11,6 +11,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 
+#include "agent/base/metrics.h"
+
 namespace httplib {
 class Server;
 }
@@ -30,6 +32,10 @@ class StatusServer final {
     std::string content_type = "text/plain; charset=utf-8";
   };
   using Route = std::pair<std::string, std::function<Reply()>>;
+  // `registry` rendered in the Prometheus text format, as every /metrics of ours answers.
+  static Reply Metrics(const base::Registry& registry) {
+    return Reply{200, registry.Render(), "text/plain; version=0.0.4; charset=utf-8"};
+  }
 
   // Binds `host:port` now (empty host: every address; port 0 picks one), so a taken or
   // non-local address fails here, naming it. Serving starts before this returns.

@@ -143,10 +143,7 @@ struct StatusServers {
 // /metrics on the admin port, as upstream proxy-agent serves them.
 absl::StatusOr<StatusServers> StartStatusServers(const ProxyAgentFlags& o, TunnelAgent& agent,
                                                  base::Registry& registry) {
-  auto metrics = [&registry] {
-    return http::StatusServer::Reply{200, registry.Render(),
-                                     "text/plain; version=0.0.4; charset=utf-8"};
-  };
+  auto metrics = [&registry] { return http::StatusServer::Metrics(registry); };
   StatusServers s;
   ASSIGN_OR_RETURN(s.health, http::StatusServer::Create(
                                  o.health_server_host, static_cast<int>(o.health_server_port),

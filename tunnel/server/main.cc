@@ -179,13 +179,10 @@ absl::StatusOr<StatusServers> StartStatusServers(const ServerOptions& o, Router&
                                                 : http::StatusServer::Reply{500,
                                                                             "no agent connected"};
                                    }}}));
-  ASSIGN_OR_RETURN(s.admin,
-                   http::StatusServer::Create(o.admin_bind_address, static_cast<int>(o.admin_port),
-                                              {{"/metrics", [&registry] {
-                                                  return http::StatusServer::Reply{
-                                                      200, registry.Render(),
-                                                      "text/plain; version=0.0.4; charset=utf-8"};
-                                                }}}));
+  ASSIGN_OR_RETURN(
+      s.admin, http::StatusServer::Create(
+                   o.admin_bind_address, static_cast<int>(o.admin_port),
+                   {{"/metrics", [&registry] { return http::StatusServer::Metrics(registry); }}}));
   return s;
 }
 
