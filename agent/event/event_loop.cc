@@ -11,6 +11,8 @@
 #include <cstring>
 #include <string>
 
+#include "absl/strings/str_cat.h"
+
 #include "agent/base/clock.h"
 #include "agent/base/log.h"
 #include "agent/base/status.h"
@@ -47,9 +49,12 @@ absl::Status FileEvent::Modify(uint32_t events) {
   epoll_event ev{};
   ev.events = events;
   ev.data.ptr = this;
-  if (epoll_ctl(loop_.epoll_fd_.get(), EPOLL_CTL_MOD, fd_, &ev) != 0) {
-    return base::ErrnoStatus(errno, "epoll_ctl(MOD fd " + std::to_string(fd_) + ")");
+  const int op = registered_ ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+  if (epoll_ctl(loop_.epoll_fd_.get(), op, fd_, &ev) != 0) {
+    return base::ErrnoStatus(
+        errno, absl::StrCat("epoll_ctl(", registered_ ? "MOD" : "ADD", " fd ", fd_, ")"));
   }
+  registered_ = true;
   return absl::OkStatus();
 }
 

@@ -46,7 +46,8 @@ class FileEvent final {
   ~FileEvent();
 
   // Replaces the interest mask (EPOLL_CTL_MOD). With EPOLLET this also re-arms the edge: the
-  // kernel reports the current readiness again.
+  // kernel reports the current readiness again. After Cancel it registers the fd again
+  // (EPOLL_CTL_ADD), so an owner that leaves epoll while idle keeps its FileEvent.
   absl::Status Modify(uint32_t events);
   // Runs the callback with `events` later in the current loop iteration, without a syscall. An
   // edge-triggered user calls this when it stops early for fairness and must be called back

@@ -223,6 +223,21 @@ TEST_F(EventLoopTest, FileEventOnPipe) {
   EXPECT_EQ(got, "hi");
 }
 
+TEST_F(EventLoopTest, ModifyAfterCancelRegistersAgain) {
+  PipeFds p = MakePipe();
+  int calls = 0;
+  auto fe = loop_->Watch(p.read_end.get(), EPOLLIN, [&](uint32_t) { ++calls; });
+  ASSERT_TRUE(fe.ok()) << fe.status();
+  ASSERT_EQ(write(p.write_end.get(), "x", 1), 1);
+  (*fe)->Cancel();
+  EXPECT_FALSE(loop_->RunOnce(absl::ZeroDuration()));  // readable, but no longer watched
+  EXPECT_EQ(calls, 0);
+  ASSERT_TRUE((*fe)->Modify(EPOLLIN).ok());
+  EXPECT_TRUE(loop_->RunOnce(absl::ZeroDuration()));
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE((*fe)->Modify(EPOLLIN).ok());  // registered: a plain MOD again
+}
+
 TEST_F(EventLoopTest, ModifyAndActivate) {
   PipeFds p = MakePipe();
   std::vector<uint32_t> seen;

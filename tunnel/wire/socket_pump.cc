@@ -234,19 +234,11 @@ void SocketPump::UpdateInterest() {
   }
   // With no interest the fd leaves epoll entirely: a level-triggered EPOLLHUP would otherwise
   // be reported on every wait while reading is paused.
-  // Cancelled, not destroyed: this may run inside the watch's own callback (man 2 epoll_ctl:
-  // a closed or removed fd cannot be re-added by MOD, so resuming registers anew).
+  // Cancelled, not destroyed (this may run inside the watch's own callback); Modify registers
+  // it again on resume.
   absl::Status st;
   if (want == 0) {
     watch_->Cancel();
-  } else if (interest_ == 0) {
-    absl::StatusOr<std::unique_ptr<event::FileEvent>> w =
-        loop_.Watch(fd_.get(), want, [this](uint32_t ev) { OnIoReady(ev); });
-    st = w.status();
-    if (w.ok()) {
-      loop_.Post([old = std::move(watch_)] {});  // freed after its callback, if running
-      watch_ = std::move(*w);
-    }
   } else {
     st = watch_->Modify(want);
   }
