@@ -18,11 +18,16 @@ absl::StatusOr<std::unique_ptr<Pipe>> Pipe::Create(int size_bytes) {
     return base::ErrnoStatus(errno, "pipe2");
   }
   base::UniqueFd read_end(fds[0]), write_end(fds[1]);
-  int capacity = fcntl(write_end.get(), F_SETPIPE_SZ, size_bytes);
-  if (capacity < 0) {
+  int capacity = -1;
+  if (size_bytes > 0) {
+    capacity = fcntl(write_end.get(), F_SETPIPE_SZ, size_bytes);
     // EPERM past fs.pipe-max-size or the per-user soft limit: the default-sized pipe still
     // works, only with fewer bytes per splice.
-    VLOG(1) << "fcntl(F_SETPIPE_SZ " << size_bytes << "): " << strerror(errno);
+    if (capacity < 0) {
+      VLOG(1) << "fcntl(F_SETPIPE_SZ " << size_bytes << "): " << strerror(errno);
+    }
+  }
+  if (capacity < 0) {
     capacity = fcntl(write_end.get(), F_GETPIPE_SZ);
     if (capacity < 0) {
       return base::ErrnoStatus(errno, "fcntl(F_GETPIPE_SZ)");
@@ -44,8 +49,10 @@ absl::StatusOr<std::unique_ptr<Pipe>> PipePool::Get() {
     idle_.pop_back();
     return pipe;
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<Pipe> pipe, Pipe::Create(options_.pipe_size));
+  const bool fits = open_bytes_ + static_cast<size_t>(options_.pipe_size) <= options_.budget_bytes;
+  ASSIGN_OR_RETURN(std::unique_ptr<Pipe> pipe, Pipe::Create(fits ? options_.pipe_size : 0));
   ++created_;
+  open_bytes_ += pipe->capacity();
   return pipe;
 }
 
@@ -55,14 +62,14 @@ void PipePool::Put(std::unique_ptr<Pipe>&& pipe) {
   }
   if (pipe->bytes_in_pipe() != 0) {
     ++closed_non_empty_;
-    pipe.reset();
-    return;
-  }
-  if (idle_.size() < options_.max_idle) {
+    Close(std::move(pipe));
+  } else if (idle_.size() < options_.max_idle) {
     idle_.push_back(std::move(pipe));
   } else {
-    pipe.reset();
+    Close(std::move(pipe));
   }
 }
+
+void PipePool::Close(std::unique_ptr<Pipe> pipe) { open_bytes_ -= pipe->capacity(); }
 
 }  // namespace sluice::proxy

@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <vector>
+
 #include "gtest/gtest.h"
 
 namespace sluice::proxy {
@@ -19,6 +21,26 @@ TEST(PipePoolTest, PipesAreSizedNonBlockingAndCloexec) {
   EXPECT_TRUE(fcntl((*pipe)->read_fd(), F_GETFL) & O_NONBLOCK);
   EXPECT_TRUE(fcntl((*pipe)->write_fd(), F_GETFD) & FD_CLOEXEC);
   EXPECT_EQ((*pipe)->bytes_in_pipe(), 0u);
+}
+
+TEST(PipePoolTest, LargePipesOnlyWithinTheBudget) {
+  PipePool pool({.pipe_size = 256 * 1024, .budget_bytes = 600 * 1024});
+  std::vector<std::unique_ptr<Pipe>> pipes;
+  for (int i = 0; i < 3; ++i) {
+    pipes.push_back(*pool.Get());
+  }
+  EXPECT_EQ(pipes[0]->capacity(), 256u * 1024);
+  EXPECT_EQ(pipes[1]->capacity(), 256u * 1024);
+  // A third would pass 600 KiB: the kernel's default instead.
+  const size_t small = pipes[2]->capacity();
+  EXPECT_LT(small, 256u * 1024);
+  EXPECT_EQ(pool.open_bytes(), 512u * 1024 + small);
+  // A large pipe closed (it held bytes) frees its share of the budget.
+  ASSERT_EQ(write(pipes[0]->write_fd(), "x", 1), 1);
+  pipes[0]->Added(1);
+  pool.Put(std::move(pipes[0]));
+  EXPECT_EQ(pool.open_bytes(), 256u * 1024 + small);
+  EXPECT_EQ((*pool.Get())->capacity(), 256u * 1024);
 }
 
 TEST(PipePoolTest, EmptyPipeIsReused) {
@@ -56,6 +78,7 @@ TEST(PipePoolTest, IdleListIsBounded) {
   }
   EXPECT_EQ(pool.idle(), 2u);
   EXPECT_EQ(pool.created(), 3u);
+  EXPECT_EQ(pool.open_bytes(), 2u * 1024 * 1024);  // the third, closed, left the budget
   EXPECT_EQ(pool.closed_non_empty(), 0u);
 }
 
