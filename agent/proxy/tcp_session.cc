@@ -2,7 +2,6 @@
 #include "agent/proxy/tcp_session.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <sys/socket.h>
 
 #include <cstring>
@@ -21,17 +20,6 @@ constexpr uint32_t kSocketEvents = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
 
 CloseReason ResetOf(fastpath::Side side) {
   return side == fastpath::Side::kClient ? CloseReason::kClientReset : CloseReason::kBackendReset;
-}
-
-absl::Status CheckNonBlocking(int fd, const char* which) {
-  int flags = fcntl(fd, F_GETFL);
-  if (flags < 0) {
-    return base::ErrnoStatus(errno, std::string("fcntl(F_GETFL ") + which + ")");
-  }
-  if ((flags & O_NONBLOCK) == 0) {
-    return absl::InvalidArgumentError(std::string(which) + " socket is blocking");
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -68,8 +56,6 @@ absl::StatusOr<std::unique_ptr<TcpSession>> TcpSession::Create(
     event::EventLoop& loop, PipePool& pool, base::UniqueFd client, base::UniqueFd backend,
     const Options& options, TcpSessionCallbacks& callbacks, SockmapContext* sockmap,
     bool sockmap_at_start) {
-  RETURN_IF_ERROR(CheckNonBlocking(client.get(), "client"));
-  RETURN_IF_ERROR(CheckNonBlocking(backend.get(), "backend"));
   RETURN_IF_ERROR(net::SetTcpNoDelay(client.get()));
   RETURN_IF_ERROR(net::SetTcpNoDelay(backend.get()));
   std::unique_ptr<TcpSession> session(new TcpSession(

@@ -56,10 +56,11 @@ class TcpSession final : public event::DeferredDeletable, private SockmapSession
   // The data path a connection used, for the per-path counters.
   enum class Path { kSockmap, kSplice, kCopy };
 
-  // Both fds must be non-blocking connected TCP sockets. Starts forwarding at once. With a
-  // `sockmap` context (not owned; outlives the session) the connection is enrolled in the fast
-  // path at once if `sockmap_at_start`, else when it outgrows SockmapPromotion; if the kernel
-  // refuses the sockets it stays on splice (see fallback()).
+  // Both fds must be non-blocking connected TCP sockets (not checked: that would cost two fcntl
+  // calls per connection). Starts forwarding at once. With a `sockmap` context (not owned;
+  // outlives the session) the connection is enrolled in the fast path at once if
+  // `sockmap_at_start`, else when it outgrows SockmapPromotion; if the kernel refuses the
+  // sockets it stays on splice (see fallback()).
   static absl::StatusOr<std::unique_ptr<TcpSession>> Create(
       event::EventLoop& loop, PipePool& pool, base::UniqueFd client, base::UniqueFd backend,
       const Options& options, TcpSessionCallbacks& callbacks, SockmapContext* sockmap = nullptr,
