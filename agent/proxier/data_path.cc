@@ -154,11 +154,7 @@ bool DataPath::AddRoute(proxy::RouteTable& routes, const ServicePortInfo& info,
   if (!active) {
     active = std::make_shared<std::atomic<int64_t>>(0);
   }
-  auto& sizes = sizes_[key];
-  if (!sizes) {
-    sizes = std::make_shared<proxy::ConnectionSizes>();
-  }
-  it->second = proxy::Route{info.name.ToString(), BalancerFor(info, external, next), active, sizes};
+  it->second = proxy::Route{info.name.ToString(), BalancerFor(info, external, next), active};
   return true;
 }
 
@@ -259,7 +255,6 @@ absl::flat_hash_set<net::IpAddress> DataPath::WantedVips(const ServiceTable& tab
       vips.insert(it->first.address.ip());
       ++it;
     } else {
-      sizes_.erase(it->first);
       it = active_.erase(it);
     }
   }

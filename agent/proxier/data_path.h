@@ -100,7 +100,6 @@ class DataPath final : public TableConsumer {
   // Open-connection counters by listener, kept across syncs; a removed listener's counter stays
   // (and its VIP on the node) until its connections have closed.
   std::map<proxy::ListenKey, std::shared_ptr<std::atomic<int64_t>>> active_;
-  std::map<proxy::ListenKey, std::shared_ptr<proxy::ConnectionSizes>> sizes_;  // as active_
   BalancerMap balancers_;
 
   mutable absl::Mutex mu_;

@@ -23,26 +23,6 @@ struct ListenKey {
   friend auto operator<=>(const ListenKey&, const ListenKey&) = default;
 };
 
-// The typical size of a listener's TCP connections: an exponentially weighted mean of the bytes
-// (both directions) of its closed connections, 1/8 weight each. It decides whether a new
-// connection starts on the sockmap fast path (see SockmapPromotion). Unknown (no connection
-// closed yet) reads as UINT64_MAX: a new service starts there. Thread-safe.
-class ConnectionSizes final {
- public:
-  void Add(uint64_t bytes) {
-    uint64_t old = mean_.load(std::memory_order_relaxed);
-    uint64_t next;
-    do {
-      next = old == kUnknown ? bytes : old - old / 8 + bytes / 8;
-    } while (!mean_.compare_exchange_weak(old, next, std::memory_order_relaxed));
-  }
-  uint64_t mean() const { return mean_.load(std::memory_order_relaxed); }
-
- private:
-  static constexpr uint64_t kUnknown = ~uint64_t{0};
-  std::atomic<uint64_t> mean_{kUnknown};
-};
-
 // Where connections to one listening address go. A listener exists only while its route has
 // endpoints: with none, the kernel itself refuses (TCP RST, ICMP port unreachable).
 struct Route {
@@ -52,8 +32,6 @@ struct Route {
   // plane keeps a removed service's VIP while this is non-zero, so its established connections
   // can run to completion.
   std::shared_ptr<std::atomic<int64_t>> active = std::make_shared<std::atomic<int64_t>>(0);
-  // Kept across syncs like `active`.
-  std::shared_ptr<ConnectionSizes> sizes = std::make_shared<ConnectionSizes>();
 };
 
 // The data path's view of the service table: immutable, posted to every worker after a sync.

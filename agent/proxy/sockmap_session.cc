@@ -45,29 +45,28 @@ SockmapSession::~SockmapSession() {
 }
 
 void SockmapSession::Start(bool at_start) {
-  promote_timer_ = loop_.CreateTimer([this] {
-    promote_due_ = true;
-    MaybePromote();
-  });
   if (at_start) {
     Enrol();
-  } else {
-    promote_timer_->Arm(context_.promotion.age);
+    return;
   }
+  promote_timer_ = loop_.CreateTimer([this] { OnPromoteTimer(); });
+  window_start_ = loop_.MonotonicNow();
+  promote_timer_->Arm(context_.promotion.age);
 }
 
-void SockmapSession::MaybePromote() {
-  if (closed_ || link_ != nullptr || fallback_.has_value() || pump(Side::kClient).finished() ||
-      pump(Side::kBackend).finished()) {
+void SockmapSession::OnPromoteTimer() {
+  if (closed_ || pump(Side::kClient).finished() || pump(Side::kBackend).finished()) {
     return;
   }
-  promote_due_ |=
-      pump(Side::kClient).bytes() + pump(Side::kBackend).bytes() >= context_.promotion.bytes;
-  if (!promote_due_) {
+  const absl::Duration now = loop_.MonotonicNow();
+  const uint64_t bytes = PumpBytes();
+  if (context_.promotion.Quiet(bytes - window_bytes_, now - window_start_)) {
+    Enrol();
     return;
   }
-  promote_timer_->Disarm();
-  Enrol();
+  window_start_ = now;
+  window_bytes_ = bytes;
+  promote_timer_->Arm(context_.promotion.recheck);
 }
 
 void SockmapSession::Enrol() {
@@ -109,10 +108,7 @@ void SockmapSession::AttachReady() {
   }
 }
 
-bool SockmapSession::AfterPumps(bool moved) {
-  if (moved) {
-    MaybePromote();
-  }
+bool SockmapSession::AfterPumps() {
   if (link_ == nullptr) {
     return true;
   }

@@ -20,22 +20,30 @@ namespace sluice::proxy {
 
 class SockmapSession;
 
-// Which connections go through the kernel. Enrolment costs about twenty bpf(2) and setsockopt
-// calls per connection, and removal as many, so measured on loopback (2 vCPUs, 16 clients
-// fetching 1 KiB over HTTP/1.0) short connections ran at ~4.5k conn/s on sockmap against
-// ~6.7k on splice, while bulk streams and long request/response connections gained (4-stream
-// bulk 11.8 vs 5.6 Gbit/s, 64 B ping-pong p50 30 vs 56 us). The rule:
-//   - a listener whose connections average `bytes` or more (ConnectionSizes; unknown counts as
-//     big) enrols each new connection at once, before any byte is read;
-//   - other connections start on splice and are promoted once they have moved `bytes` or been
-//     open for `age`. A direction then attaches only when its pump holds no byte and its last
-//     read emptied the socket: the verdict takes whole skbs from the receive queue
-//     (tcp_read_skb ignores how much of the head skb was read), so attaching after a partial
-//     read would send that skb's head twice. A pump that never catches up keeps its direction.
-// docs/architecture.md, "Sockmap fast path", has the numbers.
+// Which connections go through the kernel: the quiet, long-lived ones. Measured on 2 vCPUs
+// (issue 12, docs/performance.md), the kernel path wins on request/response traffic (64 B
+// ping-pong p50 ~30 against ~70 us on splice) and loses on bulk: a redirect to egress goes through
+// the destination's psock kworker, which serialises a connection, and splice with 1 MiB pipes
+// moved 1 and 4 bulk streams faster than sockmap on loopback and through veths. Short
+// connections lose too: enrolment and removal cost about twenty syscalls each (~4.5k against
+// ~6.7k conn/s). So every connection starts on splice; once it has been open for `age`, and
+// then every `recheck`, it is promoted if it moved less than `max_rate` over that window. A
+// direction then attaches only when its pump holds no byte and its last read emptied the
+// socket: the verdict takes whole skbs from the receive queue (tcp_read_skb ignores how much of
+// the head skb was read), so attaching after a partial read would send that skb's head twice. A
+// pump that never catches up keeps its direction. A promoted connection that turns bulk later
+// stays in the kernel (it still works, only slower).
 struct SockmapPromotion {
-  uint64_t bytes = uint64_t{64} << 10;
   absl::Duration age = absl::Milliseconds(50);
+  absl::Duration recheck = absl::Seconds(1);
+  // 512 Mbit/s: 64 B ping-pong moves ~1 MB/s, a bulk stream several hundred MB/s.
+  uint64_t max_rate = uint64_t{64} << 20;  // bytes per second, both directions
+
+  // Whether a connection that moved `bytes` in the last `window` is quiet enough.
+  bool Quiet(uint64_t bytes, absl::Duration window) const {
+    return static_cast<double>(bytes) <
+           static_cast<double>(max_rate) * absl::ToDoubleSeconds(window);
+  }
 };
 
 // A worker's share of the fast path, handed to each of its sessions.
@@ -78,13 +86,13 @@ class SockmapSession final {
   SockmapSession(const SockmapSession&) = delete;
   SockmapSession& operator=(const SockmapSession&) = delete;
 
-  // Enrols now if `at_start` (before the pumps read anything: both directions attach at once),
-  // else once the connection is due.
+  // Enrols now if `at_start` (before the pumps read anything: both directions attach at once;
+  // the startup probe and tests), else once the connection is quiet (SockmapPromotion).
   void Start(bool at_start);
-  // After the pumps ran (`moved`: they moved bytes): promotes a due connection, hands each
-  // direction whose pump holds no byte to the kernel, and lets relays whose pump forwarded
-  // passed bytes resume. Returns false if the session closed.
-  bool AfterPumps(bool moved);
+  // After the pumps ran: hands each pending direction whose pump holds no byte to the kernel,
+  // and lets relays whose pump forwarded passed bytes resume. Returns false if the session
+  // closed.
+  bool AfterPumps();
   // `src` sent its FIN (or hung up). Returns false if the session closed.
   bool OnSrcEof(fastpath::Side src);
   // A flow-control signal from the worker's ring for source socket `cookie`.
@@ -113,7 +121,11 @@ class SockmapSession final {
  private:
   static int Index(fastpath::Side s) { return static_cast<int>(s); }
   SplicePump& pump(fastpath::Side s) { return *pumps_[Index(s)]; }
-  void MaybePromote();
+  // The promotion timer: enrols a quiet connection, else looks again after `recheck`.
+  void OnPromoteTimer();
+  uint64_t PumpBytes() {
+    return pump(fastpath::Side::kClient).bytes() + pump(fastpath::Side::kBackend).bytes();
+  }
   void Enrol();
   // Hands each pending direction whose pump holds no byte to the kernel.
   void AttachReady();
@@ -136,7 +148,9 @@ class SockmapSession final {
   std::unique_ptr<event::Timer> promote_timer_;
   std::unique_ptr<event::Timer> poll_timer_;  // only while a relay is paused or draining
   absl::Duration poll_interval_;
-  bool promote_due_ = false;
+  // The current promotion window: when it began and PumpBytes() then.
+  absl::Duration window_start_;
+  uint64_t window_bytes_ = 0;
   bool used_ = false;
   bool closed_ = false;
 };

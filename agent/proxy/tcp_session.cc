@@ -185,7 +185,7 @@ void TcpSession::RunPumps() {
     // Cheaper than re-arming the timer per event: OnIdleTimer re-arms for the remainder.
     last_activity_ = loop_.MonotonicNow();
   }
-  if (sockmap_ != nullptr && !sockmap_->AfterPumps(moved)) {
+  if (sockmap_ != nullptr && !sockmap_->AfterPumps()) {
     return;
   }
   if (upstream_.finished() && downstream_.finished()) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 
@@ -333,16 +334,27 @@ class SockmapSessionTest : public TcpSessionTest {
       GTEST_SKIP() << "sockmap only";
     }
   }
+  void Exchange(const std::string& first, absl::AnyInvocable<void()> between,
+                const std::string& big);
+  TcpSession::Path PathNow();
 };
 
 INSTANTIATE_TEST_SUITE_P(Sockmap, SockmapSessionTest, ::testing::Values(Mode::kSockmap),
                          [](const auto&) { return std::string("sockmap"); });
 
-TEST_P(SockmapSessionTest, ShortExchangeStaysOnSpliceAndABigOneMovesToTheKernel) {
-  sockmap_->promotion = {.bytes = 64 << 10, .age = absl::Hours(1)};
-  at_start_ = false;
-  StartSession();
-  const std::string small = RandomBytes(1000, 1), big = RandomBytes(4 << 20, 2);
+TEST(SockmapPromotionTest, QuietMeansUnderTheRateOverTheWindow) {
+  const SockmapPromotion p{.max_rate = 1000};  // bytes per second
+  EXPECT_TRUE(p.Quiet(49, absl::Milliseconds(50)));
+  EXPECT_FALSE(p.Quiet(50, absl::Milliseconds(50)));
+  EXPECT_TRUE(p.Quiet(0, absl::Milliseconds(1)));
+  EXPECT_FALSE(SockmapPromotion{.max_rate = 0}.Quiet(0, absl::Seconds(1)));
+}
+
+// Runs `big` from the client to the backend in 64 KiB bursts, as a request/response protocol
+// would (between them the pump empties the socket, the only point where a direction may be
+// handed to the kernel mid-stream), after `first` and `between`.
+void SockmapSessionTest::Exchange(const std::string& first, absl::AnyInvocable<void()> between,
+                                  const std::string& big) {
   std::string at_backend, at_client;
   std::thread backend([&] {
     at_backend = RecvToEof(backend_.far.get());
@@ -350,17 +362,8 @@ TEST_P(SockmapSessionTest, ShortExchangeStaysOnSpliceAndABigOneMovesToTheKernel)
     backend_.far.Reset();
   });
   std::thread client([&] {
-    EXPECT_TRUE(SendAll(client_.far.get(), small));
-    absl::SleepFor(absl::Milliseconds(50));
-    absl::Notification checked;
-    loop_->Post([&] {
-      EXPECT_EQ(session_->path(), TcpSession::Path::kSplice);  // 1000 bytes: not promoted
-      EXPECT_EQ(session_->DirectionState(true), "splice");
-      checked.Notify();
-    });
-    checked.WaitForNotification();
-    // In bursts, as a request/response protocol would: between them the pump empties the
-    // socket, the only point where a direction may be handed to the kernel mid-stream.
+    EXPECT_TRUE(SendAll(client_.far.get(), first));
+    between();
     for (size_t off = 0; off < big.size(); off += 64 << 10) {
       EXPECT_TRUE(SendAll(client_.far.get(), big.substr(off, 64 << 10)));
       absl::SleepFor(absl::Milliseconds(1));
@@ -372,13 +375,58 @@ TEST_P(SockmapSessionTest, ShortExchangeStaysOnSpliceAndABigOneMovesToTheKernel)
   client.join();
   backend.join();
   EXPECT_EQ(reason_, CloseReason::kDone);
-  EXPECT_TRUE(at_backend == small + big) << at_backend.size();
+  EXPECT_TRUE(at_backend == first + big) << at_backend.size();
   EXPECT_EQ(at_client, "bye");
+  EXPECT_EQ(to_backend_, first.size() + big.size());
+}
+
+// The session's path, read on the loop's thread.
+TcpSession::Path SockmapSessionTest::PathNow() {
+  TcpSession::Path path = TcpSession::Path::kCopy;
+  absl::Notification read;
+  loop_->Post([&] {
+    path = session_->path();
+    read.Notify();
+  });
+  read.WaitForNotification();
+  return path;
+}
+
+TEST_P(SockmapSessionTest, QuietConnectionMovesToTheKernel) {
+  sockmap_->promotion = {.age = absl::Milliseconds(1),
+                         .recheck = absl::Milliseconds(1),
+                         .max_rate = uint64_t{1} << 50};
+  at_start_ = false;
+  StartSession();
+  Exchange(
+      RandomBytes(1000, 1),
+      [&] {
+        const absl::Time deadline = absl::Now() + absl::Seconds(10);
+        while (PathNow() != TcpSession::Path::kSockmap && absl::Now() < deadline) {
+          absl::SleepFor(absl::Milliseconds(1));
+        }
+        EXPECT_EQ(PathNow(), TcpSession::Path::kSockmap);
+      },
+      RandomBytes(4 << 20, 2));
   EXPECT_EQ(path_, TcpSession::Path::kSockmap);
-  // Some of `big` went through the verdict. How much is up to when the pump first finds the
-  // socket empty, which a loaded machine can delay by many bursts.
+  // Some of the bursts went through the verdict. How much is up to when the pump first finds
+  // the socket empty, which a loaded machine can delay by many bursts.
   EXPECT_GT(kernel_to_backend_, 0u);
-  EXPECT_EQ(to_backend_, small.size() + big.size());
+}
+
+TEST_P(SockmapSessionTest, BusyConnectionStaysOnSplice) {
+  // Every window is over the rate, however slow the machine: the timer looks again and again
+  // and never enrols.
+  sockmap_->promotion = {
+      .age = absl::Milliseconds(1), .recheck = absl::Milliseconds(1), .max_rate = 0};
+  at_start_ = false;
+  StartSession();
+  Exchange(
+      RandomBytes(1000, 1), [] { absl::SleepFor(absl::Milliseconds(20)); },
+      RandomBytes(4 << 20, 2));
+  EXPECT_EQ(path_, TcpSession::Path::kSplice);
+  EXPECT_EQ(kernel_to_backend_, 0u);
+  EXPECT_EQ(kernel_to_client_, 0u);
 }
 
 TEST_P(SockmapSessionTest, ClientThatAlreadySentFinStaysOnSplice) {

@@ -45,7 +45,6 @@ class Connection final : public event::DeferredDeletable,
         key_(key),
         client_addr_(client_addr),
         active_(route.active),
-        sizes_(route.sizes),
         client_(std::move(client)),
         dialer_(std::make_unique<BackendDialer>(*worker.loop_, route.balancer, client_addr.ip(),
                                                 worker.options_.dial_budget, *this)) {
@@ -95,13 +94,10 @@ class Connection final : public event::DeferredDeletable,
     }
   }
   void OnDialed(BackendDialer&, base::UniqueFd backend) override {
-    SockmapContext* sockmap = worker_.sockmap_.get();
-    // Connections of a listener whose connections are typically big go into the kernel at
-    // once, before a byte is read; the others start on splice (SockmapPromotion).
-    const bool at_start = sockmap != nullptr && sizes_->mean() >= sockmap->promotion.bytes;
-    auto session =
-        TcpSession::Create(*worker_.loop_, worker_.pipes_, std::move(client_), std::move(backend),
-                           worker_.options_.session, *this, sockmap, at_start);
+    // Every connection starts on splice; a quiet one moves into the kernel (SockmapPromotion).
+    auto session = TcpSession::Create(*worker_.loop_, worker_.pipes_, std::move(client_),
+                                      std::move(backend), worker_.options_.session, *this,
+                                      worker_.sockmap_.get(), /*sockmap_at_start=*/false);
     if (!session.ok()) {
       LOG(WARNING) << "session for " << key_.ToString() << ": " << session.status();
       worker_.metrics_.connections_failed.Inc();
@@ -119,7 +115,6 @@ class Connection final : public event::DeferredDeletable,
   // TcpSessionCallbacks
   void OnSessionClosed(TcpSession& session, CloseReason reason) override {
     DataPathMetrics& m = worker_.metrics_;
-    sizes_->Add(session.bytes_to_backend() + session.bytes_to_client());
     m.bytes_to_backend.Inc(static_cast<double>(session.bytes_to_backend()));
     m.bytes_to_client.Inc(static_cast<double>(session.bytes_to_client()));
     CountPathBytes(session);
@@ -162,7 +157,6 @@ class Connection final : public event::DeferredDeletable,
   const ListenKey key_;
   const net::SocketAddress client_addr_;
   const std::shared_ptr<std::atomic<int64_t>> active_;
-  const std::shared_ptr<ConnectionSizes> sizes_;
   base::UniqueFd client_;
   std::unique_ptr<BackendDialer> dialer_;
   std::unique_ptr<TcpSession> session_;

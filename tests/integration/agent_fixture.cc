@@ -130,6 +130,15 @@ void DatapathTest::SetUp() {
   }
 }
 
+bool DatapathTest::WaitEnrolled() {
+  return !sockmap() ||
+         testutil::WaitFor(
+             [&] {
+               return Get("/debug/connections").find("\"path\": \"sockmap\"") != std::string::npos;
+             },
+             absl::Seconds(10));
+}
+
 void AgentTest::StartAgent(std::vector<std::string> extra, std::vector<std::string> prefix) {
   std::vector<std::string> argv = std::move(prefix);
   for (const std::string& a :

@@ -87,6 +87,10 @@ class DatapathTest : public AgentTest, public ::testing::WithParamInterface<std:
   void SetUp() override;
   bool sockmap() const { return GetParam() == "sockmap"; }
   bool socket_lb() const { return GetParam() == "socket-lb"; }
+  // On the sockmap path, waits until a connection is in the kernel: the agent enrols a
+  // connection once it has been quiet for 50 ms (SockmapPromotion), so a test that wants the
+  // kernel to carry a bulk transfer connects, waits here, then sends. True on other paths.
+  bool WaitEnrolled();
 };
 inline const std::vector<std::string> kDatapaths = {"splice", "sockmap", "socket-lb"};
 inline std::string DatapathName(const ::testing::TestParamInfo<std::string>& info) {

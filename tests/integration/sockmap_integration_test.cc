@@ -64,17 +64,27 @@ TEST_F(SockmapAgentTest, AutoPicksSockmapAndShowsEachConnectionsPath) {
   auto fd = ConnectTcp(Addr(kVip), &err);
   ASSERT_TRUE(fd) << strerror(err);
   ASSERT_TRUE(EchoOnce(fd.get(), "ping"));
-  const std::string view = Get("/debug/connections");
+  // Quiet for 50 ms: into the kernel (SockmapPromotion).
+  std::string view;
+  EXPECT_TRUE(testutil::WaitFor(
+      [&] {
+        view = Get("/debug/connections");
+        return view.find("\"toBackend\": {\"state\": \"attached\"") != std::string::npos;
+      },
+      absl::Seconds(10)))
+      << view;
   EXPECT_NE(view.find("\"path\": \"sockmap\""), std::string::npos) << view;
   EXPECT_NE(view.find("\"toBackend\": {\"state\": \"attached\""), std::string::npos) << view;
   EXPECT_NE(view.find("\"listener\": \"tcp/10.96.0.20:80\""), std::string::npos) << view;
+  ASSERT_TRUE(EchoOnce(fd.get(), "pong!"));  // through the kernel
   fd.Reset();
   EXPECT_TRUE(testutil::WaitFor(
       [&] {
         return MetricValue(
-                   "sluice_datapath_bytes_total{path=\"sockmap\",direction=\"to_client\"}") == 4;
+                   "sluice_datapath_bytes_total{path=\"sockmap\",direction=\"to_client\"}") == 5;
       },
       absl::Seconds(5)));
+  EXPECT_EQ(MetricValue("sluice_bytes_total{direction=\"to_client\"}"), 9);  // "ping" by the pump
   EXPECT_EQ(MetricValue("sluice_datapath_connections_total{path=\"sockmap\"}"), 1);
 }
 
@@ -214,6 +224,8 @@ TEST_P(SlowBackendTest, FastClientKeepsKernelMemoryBounded) {
   int err = 0;
   auto fd = ConnectTcp(Addr(kVip), &err);
   ASSERT_TRUE(fd) << strerror(err);
+  // A quiet connection that turns bulk (a bulk one would stay on splice).
+  ASSERT_TRUE(WaitEnrolled()) << Get("/debug/connections");
   fcntl(fd.get(), F_SETFL, fcntl(fd.get(), F_GETFL) | O_NONBLOCK);
 
   const uint64_t mem_before = NetnsTcpMemory();
