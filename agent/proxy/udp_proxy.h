@@ -19,6 +19,7 @@
 #include "agent/net/address.h"
 #include "agent/proxy/data_path_metrics.h"
 #include "agent/proxy/load_balancer.h"
+#include "agent/proxy/udp_send.h"
 
 namespace sluice::proxy {
 
@@ -29,6 +30,8 @@ struct UdpOptions {
   absl::Duration idle_timeout = absl::Seconds(30);
   // Per listener (and so per worker): each flow holds a socket and an ephemeral port.
   size_t max_flows = 16384;
+  // UDP_SEGMENT for runs of equal-size datagrams of one flow, where the kernel has it.
+  bool gso = true;
 };
 
 // Scratch space for one recvmmsg/sendmmsg batch. A worker's UDP listeners and flows run on one
@@ -38,7 +41,7 @@ struct UdpOptions {
 struct DatagramArena {
   // recvmmsg batch: amortises one syscall and one epoll wake-up over up to 32 datagrams
   // without letting one busy socket delay the others for long.
-  static constexpr int kBatch = 32;
+  static constexpr int kBatch = UdpSender::kMaxDatagrams;
   // Bounds every non-jumbogram UDP payload (IPv4: 65507 bytes, IPv6: 65527).
   static constexpr size_t kMaxDatagram = 65535;
   // IP_PKTINFO or IPV6_PKTINFO, the only control message we ask for.
@@ -52,6 +55,10 @@ struct DatagramArena {
   std::array<iovec, kBatch> iov{};
   std::array<sockaddr_storage, kBatch> names{};
   alignas(cmsghdr) std::array<std::array<char, kControlSize>, kBatch> control{};
+  // The received datagrams being forwarded, compacted: one flow's run is contiguous, as a GSO
+  // message needs.
+  std::array<iovec, kBatch> out{};
+  UdpSender sender;
 };
 
 // One worker's share of one UDP service address: the bound (SO_REUSEPORT) socket and a flow
@@ -98,12 +105,9 @@ class UdpProxy final {
   void OnListenerReadable();
   // The flow for the arena's datagram i; nullptr if it was dropped (and counted).
   Flow* FlowToBackend(int i);
-  // Sends the arena's messages [first, first + count) on the flow's socket; returns how many
-  // went out. A socket error closes the flow.
+  // Sends the arena's out[first, first + count) on the flow's socket; returns how many went
+  // out. A socket error closes the flow.
   int SendToBackend(Flow* flow, int first, int count);
-  // sendmmsg until done or the buffer is full (the rest are dropped). A datagram the kernel
-  // refuses is skipped; the first error that is not about one datagram lands in *hard_error.
-  int SendBatch(int fd, mmsghdr* msgs, int count, int* hard_error);
   // The client's flow, opened if needed; nullptr if the datagram was dropped (and counted).
   Flow* FlowFor(const net::SocketAddress& client, msghdr& hdr);
   Flow* OpenFlow(const net::SocketAddress& client, msghdr& hdr);

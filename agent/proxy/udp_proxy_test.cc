@@ -7,6 +7,7 @@
 #include <chrono>
 #include <functional>
 #include <future>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <thread>
@@ -118,6 +119,53 @@ class UdpProxyTest : public ::testing::Test {
   }
   double Dropped(const char* reason) { return metrics_.udp_dropped.WithLabels({reason}).Value(); }
 
+  // Sends `payloads` from `from` to `to` while the loop is held, so that the proxy reads them
+  // in one batch, then checks that `at` receives each alone, in order, from `expect_from`.
+  void SendHeldBatch(int from, const net::SocketAddress& to, int at,
+                     const std::vector<std::string>& payloads,
+                     const std::optional<net::SocketAddress>& expect_from) {
+    std::promise<void> release;
+    std::shared_future<void> released = release.get_future().share();
+    loop_->Post([released] { released.wait(); });
+    for (const std::string& p : payloads) {
+      SendTo(from, p, to);
+    }
+    release.set_value();
+    for (size_t i = 0; i < payloads.size(); ++i) {
+      net::SocketAddress source;
+      auto got = RecvFrom(at, &source);
+      ASSERT_TRUE(got) << "datagram " << i << " missing";
+      EXPECT_EQ(got->size(), payloads[i].size()) << "datagram " << i;
+      EXPECT_EQ(*got, payloads[i]) << "datagram " << i;
+      if (expect_from) {
+        EXPECT_EQ(source, *expect_from);
+      }
+    }
+  }
+
+  // Runs of equal-size datagrams (GSO material when `options.gso`), a short end, mixed sizes
+  // and an empty datagram, in both directions of one flow.
+  void CheckRunsKeepTheirBoundaries(const UdpOptions& options) {
+    base::UniqueFd backend = UdpSocket();
+    base::UniqueFd client = UdpSocket();
+    StartProxy(MakeBalancer({Local(backend.get())}), options);
+    const net::SocketAddress flow = Echo(client.get(), backend.get(), "open");
+    std::vector<std::string> payloads;
+    const size_t sizes[] = {64, 64, 64, 64, 64, 20, 64, 64, 1000, 1000, 1000, 3, 0, 7, 7};
+    for (size_t i = 0; i < std::size(sizes); ++i) {
+      payloads.push_back(RandomBytes(sizes[i], i + 1));
+    }
+    SendHeldBatch(client.get(), service_, backend.get(), payloads, flow);
+    SendHeldBatch(backend.get(), flow, client.get(), payloads, service_);
+    const double n = 1 + static_cast<double>(payloads.size());
+    EXPECT_TRUE(WaitUntil([&] {
+      return metrics_.udp_datagrams_to_backend.Value() == n &&
+             metrics_.udp_datagrams_to_client.Value() == n;
+    }));
+    EXPECT_EQ(Dropped("send_failed"), 0);
+    EXPECT_EQ(Flows(), 1u);
+  }
+
   // Client -> proxy -> backend -> proxy -> client, checking both hops. Returns the flow's
   // source address as the backend saw it.
   net::SocketAddress Echo(int client, int backend, const std::string& payload) {
@@ -202,6 +250,14 @@ TEST_F(UdpProxyTest, InterleavedClientsInOneBatchKeepTheirFlowsAndOrder) {
   // Counted after sendmmsg returns, which may be after the backend already has them.
   EXPECT_TRUE(WaitUntil([&] { return metrics_.udp_datagrams_to_backend.Value() == 8; }));
   EXPECT_EQ(Flows(), 2u);
+}
+
+TEST_F(UdpProxyTest, SegmentedRunsKeepTheirBoundaries) {
+  CheckRunsKeepTheirBoundaries(UdpOptions{.gso = true});
+}
+
+TEST_F(UdpProxyTest, UnsegmentedRunsKeepTheirBoundaries) {
+  CheckRunsKeepTheirBoundaries(UdpOptions{.gso = false});
 }
 
 TEST_F(UdpProxyTest, IdleFlowIsClosed) {
