@@ -25,9 +25,9 @@ TEST(PipePoolTest, PipesAreSizedNonBlockingAndCloexec) {
 
 TEST(PipePoolTest, LargePipesOnlyWithinTheBudget) {
   PipePool pool({.pipe_size = 256 * 1024, .budget_bytes = 600 * 1024});
-  std::vector<std::unique_ptr<Pipe>> pipes;
-  for (int i = 0; i < 3; ++i) {
-    pipes.push_back(*pool.Get());
+  std::vector<std::unique_ptr<Pipe>> pipes(3);
+  for (auto& p : pipes) {
+    p = *pool.Get();
   }
   EXPECT_EQ(pipes[0]->capacity(), 256u * 1024);
   EXPECT_EQ(pipes[1]->capacity(), 256u * 1024);
