@@ -1,20 +1,28 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "agent/proxy/udp_send.h"
 
+#include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
+#include <cerrno>
+#include <cstdint>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "gtest/gtest.h"
 
+#include "agent/base/status.h"
 #include "agent/base/unique_fd.h"
 #include "agent/net/socket.h"
 #include "agent/proxy/test_sockets.h"
+#include "tests/testutil/netns.h"
 
 // UdpSender against real loopback sockets: whatever it packs into GSO messages must arrive as
 // the same datagrams, with the same boundaries, in order.
@@ -71,10 +79,11 @@ std::optional<std::string> Receive(int fd, int* gso_size = nullptr) {
   return buf;
 }
 
-std::vector<std::string> Payloads(const std::vector<size_t>& sizes) {
+// `seed` tells batches of equal sizes apart.
+std::vector<std::string> Payloads(const std::vector<size_t>& sizes, uint32_t seed = 1) {
   std::vector<std::string> out;
   for (size_t i = 0; i < sizes.size(); ++i) {
-    out.push_back(RandomBytes(sizes[i], static_cast<uint32_t>(i + 1)));
+    out.push_back(RandomBytes(sizes[i], seed + static_cast<uint32_t>(i)));
   }
   return out;
 }
@@ -82,6 +91,7 @@ std::vector<std::string> Payloads(const std::vector<size_t>& sizes) {
 UdpSendResult SendAll(int fd, std::vector<std::string>& payloads, UdpGsoState* gso,
                       const UdpPeer& peer = {}) {
   std::vector<iovec> iov;
+  iov.reserve(payloads.size());
   for (std::string& p : payloads) {
     iov.push_back(iovec{p.data(), p.size()});
   }
@@ -180,6 +190,82 @@ TEST(UdpSenderGsoTest, EqualSizeRunIsOneGsoMessage) {
   EXPECT_EQ(gso_size, 64);
   EXPECT_EQ(Receive(pair.receiver.get(), &gso_size), payloads[5]);  // after the short end
   EXPECT_EQ(gso.max_segment, 65535u);
+}
+
+// Sets the MTU of `lo` in the calling thread's network namespace.
+absl::Status SetLoopbackMtu(int mtu) {
+  base::UniqueFd fd(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!fd) {
+    return base::ErrnoStatus(errno, "socket(AF_INET)");
+  }
+  ifreq request{};
+  strncpy(request.ifr_name, "lo", IFNAMSIZ - 1);
+  request.ifr_mtu = mtu;
+  if (ioctl(fd.get(), SIOCSIFMTU, &request) < 0) {
+    return base::ErrnoStatus(errno, "ioctl(SIOCSIFMTU lo)");
+  }
+  return absl::OkStatus();
+}
+
+// The fallback when the route refuses a segment size, provoked for real: udp_send_skb fails a
+// GSO message when one segment plus headers exceeds the route's MTU (EINVAL; EMSGSIZE on 6.18,
+// checked with strace). Narrowing means max_segment drops to just below the refused size, so
+// that size goes out one datagram per message from then on while smaller runs keep GSO.
+TEST(UdpSenderGsoTest, SegmentSizeOverMtuIsRefusedAndSentOneByOne) {
+  if (!UdpGsoSupported()) {
+    GTEST_SKIP() << "no UDP_SEGMENT on this kernel";
+  }
+  // A namespace of the test's own, so that lo's MTU can shrink without touching the host. It
+  // is declared first to outlive the sockets made inside it.
+  absl::StatusOr<std::unique_ptr<testutil::NetNs>> netns = testutil::NetNs::Create();
+  if (absl::IsPermissionDenied(netns.status())) {
+    GTEST_SKIP() << "needs CAP_SYS_ADMIN for a network namespace: " << netns.status();
+  }
+  ASSERT_TRUE(netns.ok()) << netns.status();
+  // 1200 + 28 header bytes exceed 1000; 500 + 28 do not. A lone 1200-byte datagram is still
+  // sent: IP_PMTUDISC_WANT (the default) lets the kernel fragment it.
+  constexpr int kMtu = 1000;
+  constexpr size_t kRefused = 1200;
+  constexpr size_t kFits = 500;
+  const absl::Status mtu = SetLoopbackMtu(kMtu);
+  ASSERT_TRUE(mtu.ok()) << mtu;
+  Pair pair;
+  // With UDP_GRO the receiver takes a GSO message whole (udp_unexpected_gso), so a run that
+  // went out as one message would show up as one merged datagram and fail ExpectReceived.
+  int on = 1;
+  ASSERT_EQ(setsockopt(pair.receiver.get(), SOL_UDP, UDP_GRO, &on, sizeof(on)), 0);
+  UdpGsoState gso;
+
+  // The first batch meets the refusal and is resent one by one: nothing lost or merged. Only
+  // the refusal moves max_segment off its 65535 start, so it shows that the kernel refused.
+  auto refused = Payloads(std::vector<size_t>(8, kRefused), 1);
+  UdpSendResult r = SendAll(pair.sender.get(), refused, &gso);
+  EXPECT_EQ(r.delivered, 8);
+  EXPECT_EQ(r.dropped, 0);
+  EXPECT_EQ(r.hard_error, 0);
+  EXPECT_EQ(gso.max_segment, kRefused - 1);
+  ExpectReceived(pair.receiver.get(), refused);
+
+  // The same size again is no longer offered as GSO, so there is no second refusal to narrow
+  // the state further.
+  auto again = Payloads(std::vector<size_t>(8, kRefused), 101);
+  r = SendAll(pair.sender.get(), again, &gso);
+  EXPECT_EQ(r.delivered, 8);
+  EXPECT_EQ(r.dropped, 0);
+  EXPECT_EQ(gso.max_segment, kRefused - 1);
+  ExpectReceived(pair.receiver.get(), again);
+
+  // A size under the narrowed limit that fits the MTU is still one GSO message.
+  auto fits = Payloads(std::vector<size_t>(8, kFits), 201);
+  EXPECT_EQ(SendAll(pair.sender.get(), fits, &gso).delivered, 8);
+  int gso_size = 0;
+  std::string whole;
+  for (const std::string& p : fits) {
+    whole += p;
+  }
+  EXPECT_EQ(Receive(pair.receiver.get(), &gso_size), whole);
+  EXPECT_EQ(gso_size, static_cast<int>(kFits));
+  EXPECT_EQ(gso.max_segment, kRefused - 1);
 }
 
 }  // namespace
