@@ -113,7 +113,8 @@ UdpSendResult UdpSender::Send(int fd, const iovec* datagrams, int count, const U
       const int err = errno;
       if (segment_size_[m] != 0 && (err == EINVAL || err == EIO || err == EMSGSIZE)) {
         // This route will not take GSO at this size: a segment plus headers exceeds its MTU
-        // (EINVAL), or the device cannot checksum (EIO, any size). Resend these one by one.
+        // (EMSGSIZE; EINVAL before 6.x), or the device cannot checksum (EIO, any size).
+        // Resend these one by one.
         gso->max_segment = err == EIO ? 0 : segment_size_[m] - 1;
         max_segment = gso->max_segment;
         VLOG(1) << "UDP_SEGMENT " << segment_size_[m] << " refused (" << strerror(err)

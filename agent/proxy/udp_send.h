@@ -39,8 +39,11 @@ struct UdpPeer {
 };
 
 // Per-peer, per-direction GSO state, kept by the caller between batches (one per flow and
-// direction). Starts permissive and narrows on the kernel's verdict: EINVAL when a segment plus
-// headers exceeds the route's MTU (udp_send_skb), EIO without checksum offload on the device.
+// direction). Starts permissive and narrows on the kernel's verdict: EMSGSIZE (6.18; EINVAL on
+// older kernels) when a segment plus headers exceeds the route's MTU, EIO on older kernels
+// without checksum offload on the device. Narrowing goes one byte below the refused size, so a
+// flow pays one refused sendmmsg per distinct larger size; it never widens again (a route's MTU
+// rarely grows while a flow lives).
 struct UdpGsoState {
   size_t max_segment = 65535;  // runs of datagrams larger than this go out one by one
 };
