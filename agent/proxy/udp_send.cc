@@ -113,7 +113,8 @@ UdpSendResult UdpSender::Send(int fd, const iovec* datagrams, int count, const U
       const int err = errno;
       if (segment_size_[m] != 0 && (err == EINVAL || err == EIO || err == EMSGSIZE)) {
         // This route will not take GSO at this size: a segment plus headers exceeds its MTU
-        // (EMSGSIZE; EINVAL before 6.x), or the device cannot checksum (EIO, any size).
+        // (EMSGSIZE on 6.18, EINVAL from udp_send_skb on older kernels), or the device cannot
+        // checksum (EIO, any size).
         // Resend these one by one.
         gso->max_segment = err == EIO ? 0 : segment_size_[m] - 1;
         max_segment = gso->max_segment;
