@@ -114,8 +114,7 @@ UdpSendResult UdpSender::Send(int fd, const iovec* datagrams, int count, const U
       if (segment_size_[m] != 0 && (err == EINVAL || err == EIO || err == EMSGSIZE)) {
         // This route will not take GSO at this size: a segment plus headers exceeds its MTU
         // (EMSGSIZE on 6.18, EINVAL from udp_send_skb on older kernels), or the device cannot
-        // checksum (EIO, any size).
-        // Resend these one by one.
+        // checksum (EIO, any size). Resend these one by one.
         gso->max_segment = err == EIO ? 0 : segment_size_[m] - 1;
         max_segment = gso->max_segment;
         VLOG(1) << "UDP_SEGMENT " << segment_size_[m] << " refused (" << strerror(err)
