@@ -75,7 +75,9 @@ int UdpSender::Pack(const iovec* datagrams, int first, int count, const UdpPeer&
       h.msg_controllen = peer.control_len;
     } else {
       char* out = control_[m].data();
-      std::memcpy(out, peer.control, peer.control_len);
+      if (peer.control_len > 0) {  // memcpy from a null pointer is undefined even for 0 bytes
+        std::memcpy(out, peer.control, peer.control_len);
+      }
       const auto gso_size = static_cast<uint16_t>(size);  // the kernel reads a __u16
       h.msg_control = out;
       h.msg_controllen = peer.control_len + PutCmsg(out + peer.control_len, SOL_UDP, UDP_SEGMENT,
