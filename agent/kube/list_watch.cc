@@ -4,6 +4,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
+#include "agent/base/clock.h"
 #include "agent/base/log.h"
 #include "agent/base/status.h"
 #include "agent/base/strings.h"
@@ -208,13 +209,13 @@ ListWatcher::Step ListWatcher::Watch() {
   VLOG(1) << "kube " << resource_.name << ": watching from resourceVersion " << resource_version_;
   LineSplitter lines(options_.max_event_bytes);
   StreamState stream;
-  const absl::Time start = absl::Now();
+  const absl::Duration start = base::MonotonicNow();  // a wall-clock step must not count
   absl::StatusOr<HttpResponse> result =
       client_->Get(target, timeout + options_.watch_grace, [&](std::string_view bytes) {
         stream.answered = true;
         return lines.Feed(bytes, [&](std::string_view line) { return OnEventLine(line, stream); });
       });
-  const bool healthy = stream.events > 0 || absl::Now() - start >= kHealthyWatch;
+  const bool healthy = stream.events > 0 || base::MonotonicNow() - start >= kHealthyWatch;
   if (healthy) {
     backoff_.Reset();
     unauthorized_streak_ = 0;

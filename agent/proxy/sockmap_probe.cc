@@ -16,8 +16,10 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 
 #include "agent/base/capabilities.h"
+#include "agent/base/clock.h"
 #include "agent/base/metrics.h"
 #include "agent/base/status.h"
 #include "agent/event/event_loop.h"
@@ -69,9 +71,9 @@ absl::Status SendAll(int fd, const std::string& data, const char* who) {
 }
 
 // Waits, in a peer thread, for the worker's side to reach a state only a gauge shows.
-absl::Status Await(absl::AnyInvocable<bool()> done, absl::Time deadline, const char* what) {
+absl::Status Await(absl::AnyInvocable<bool()> done, absl::Duration deadline, const char* what) {
   while (!done()) {
-    if (absl::Now() > deadline) {
+    if (base::MonotonicNow() > deadline) {
       return Fail(what);
     }
     absl::SleepFor(absl::Milliseconds(1));
@@ -111,9 +113,9 @@ absl::StatusOr<Pair> LoopbackPair(int far_receive_buffer) {
 // The client: sends until flow control paused its direction (the backend reads nothing until
 // then), waits for the resume, sends once more through the kernel, half-closes, and expects
 // the reply and the backend's FIN.
-absl::Status RunClient(int fd, const SockmapFlow& flow, absl::Time deadline, uint64_t& sent) {
+absl::Status RunClient(int fd, const SockmapFlow& flow, absl::Duration deadline, uint64_t& sent) {
   while (flow.pauses.Value() == 0) {
-    if (absl::Now() > deadline) {
+    if (base::MonotonicNow() > deadline) {
       return Fail(absl::StrCat("no flow-control pause after ", sent, " bytes"));
     }
     RETURN_IF_ERROR(SendAll(fd, Pattern(sent, kChunk), "client"));
@@ -140,7 +142,8 @@ absl::Status RunClient(int fd, const SockmapFlow& flow, absl::Time deadline, uin
 
 // The backend: reads nothing until the pause, then the client's whole stream, in order, up to
 // the forwarded FIN; replies and half-closes.
-absl::Status RunBackend(int fd, const SockmapFlow& flow, absl::Time deadline, uint64_t& received) {
+absl::Status RunBackend(int fd, const SockmapFlow& flow, absl::Duration deadline,
+                        uint64_t& received) {
   RETURN_IF_ERROR(Await([&] { return flow.pauses.Value() > 0; }, deadline, "no pause"));
   char buf[64 << 10];
   ssize_t n;
@@ -215,7 +218,8 @@ absl::Status Exchange(event::EventLoop& loop, Connection& conn, int client_fd, i
                       const SockmapFlow& flow) {
   std::unique_ptr<event::Timer> watchdog = loop.CreateTimer([&conn] { conn.Abort(); });
   watchdog->Arm(kDeadline);
-  const absl::Time deadline = absl::Now() + kDeadline;
+  // Monotonic, as the loop's watchdog: a wall-clock step must not stretch the probe.
+  const absl::Duration deadline = base::MonotonicNow() + kDeadline;
   uint64_t sent = kEarly, received = 0;
   absl::Status client_status, backend_status;
   // A peer that fails resets the connection, which ends the other peer and the loop.

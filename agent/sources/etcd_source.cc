@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
+#include "agent/base/clock.h"
 #include "agent/base/log.h"
 #include "agent/base/status.h"
 
@@ -133,7 +134,7 @@ void EtcdSource::Run() {
 }
 
 absl::Status EtcdSource::List() {
-  const absl::Time start = absl::Now();
+  const absl::Duration start = base::MonotonicNow();
   Batch next;
   ASSIGN_OR_RETURN(const int64_t revision,
                    client_->RangeAll(layout_.RangeStart(), layout_.RangeEnd(),
@@ -150,7 +151,8 @@ absl::Status EtcdSource::List() {
   }
   LOG(INFO) << channel_->name() << ": read " << store_.services.size() << " services and "
             << store_.slices.size() << " endpoint slices at revision " << revision << " from "
-            << client_->endpoint().url << " in " << absl::FormatDuration(absl::Now() - start);
+            << client_->endpoint().url << " in "
+            << absl::FormatDuration(base::MonotonicNow() - start);
   Synced();
   return absl::OkStatus();
 }
