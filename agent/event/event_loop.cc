@@ -18,26 +18,53 @@
 #include "agent/base/status.h"
 
 namespace sluice::event {
-namespace {}  // namespace
+namespace {
+
+// The eventfd's tag: no slot has this index.
+constexpr uint64_t kWakeTag = ~uint64_t{0};
+
+}  // namespace
 
 // ---- FileEvent ----
 
 FileEvent::FileEvent(EventLoop& loop, int fd, absl::AnyInvocable<void(uint32_t events)> cb)
-    : loop_(loop), fd_(fd), cb_(std::move(cb)) {
+    : loop_(loop),
+      fd_(fd),
+      slot_([&loop, this] {
+        if (loop.free_slots_.empty()) {
+          loop.slots_.push_back({});
+          return static_cast<uint32_t>(loop.slots_.size() - 1);
+        }
+        const uint32_t slot = loop.free_slots_.back();
+        loop.free_slots_.pop_back();
+        return slot;
+      }()),
+      cb_(std::move(cb)) {
+  loop_.slots_[slot_].fe = this;
   ++loop_.live_handles_;
 }
 
 FileEvent::~FileEvent() {
-  --loop_.live_handles_;
   Cancel();
+  EventLoop::Slot& slot = loop_.slots_[slot_];
+  slot.fe = nullptr;
+  ++slot.generation;  // (already moved on unless this handle never registered)
+  loop_.free_slots_.push_back(slot_);
+  --loop_.live_handles_;
 }
 
-void FileEvent::Cancel() {
+uint64_t FileEvent::Tag() const { return (uint64_t{loop_.slots_[slot_].generation} << 32) | slot_; }
+
+void FileEvent::Cancel() { Unregister(/*del=*/true); }
+
+void FileEvent::Detach() { Unregister(/*del=*/false); }
+
+void FileEvent::Unregister(bool del) {
   if (!registered_) {
     return;
   }
   registered_ = false;
-  if (epoll_ctl(loop_.epoll_fd_.get(), EPOLL_CTL_DEL, fd_, nullptr) != 0) {
+  if (del && epoll_ctl(loop_.epoll_fd_.get(), EPOLL_CTL_DEL, fd_, nullptr) != 0) {
     // EBADF/ENOENT: the fd was closed first, which already dropped it from the epoll set
     // (unless dup'ed). That is an ordering bug in the owner, but harmless here.
     LOG(WARNING) << "epoll_ctl(DEL fd " << fd_ << "): " << strerror(errno);
@@ -48,7 +75,7 @@ void FileEvent::Cancel() {
 absl::Status FileEvent::Modify(uint32_t events) {
   epoll_event ev{};
   ev.events = events;
-  ev.data.ptr = this;
+  ev.data.u64 = Tag();
   const int op = registered_ ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
   if (epoll_ctl(loop_.epoll_fd_.get(), op, fd_, &ev) != 0) {
     return base::ErrnoStatus(
@@ -109,10 +136,9 @@ absl::StatusOr<std::unique_ptr<EventLoop>> EventLoop::Create(const base::Clock& 
     return base::ErrnoStatus(errno, "eventfd");
   }
   std::unique_ptr<EventLoop> loop(new EventLoop(clock, std::move(epoll_fd), std::move(wake_fd)));
-  // The loop's own address tags the eventfd: it can never be a FileEvent's.
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.ptr = loop.get();
+  ev.data.u64 = kWakeTag;
   if (epoll_ctl(loop->epoll_fd_.get(), EPOLL_CTL_ADD, loop->wake_fd_.get(), &ev) != 0) {
     return base::ErrnoStatus(errno, "epoll_ctl(ADD eventfd)");
   }
@@ -173,13 +199,30 @@ void EventLoop::Post(absl::AnyInvocable<void() &&> fn) {
 
 absl::StatusOr<std::unique_ptr<FileEvent>> EventLoop::Watch(
     int fd, uint32_t epoll_events, absl::AnyInvocable<void(uint32_t events)> cb) {
+  return Register(fd, epoll_events, std::move(cb), EPOLL_CTL_ADD);
+}
+
+absl::StatusOr<std::unique_ptr<FileEvent>> EventLoop::Adopt(
+    int fd, uint32_t epoll_events, absl::AnyInvocable<void(uint32_t events)> cb) {
+  return Register(fd, epoll_events, std::move(cb), EPOLL_CTL_MOD);
+}
+
+absl::StatusOr<std::unique_ptr<FileEvent>> EventLoop::Register(
+    int fd, uint32_t epoll_events, absl::AnyInvocable<void(uint32_t)> cb, int first_op) {
   std::unique_ptr<FileEvent> fe(new FileEvent(*this, fd, std::move(cb)));
   epoll_event ev{};
   ev.events = epoll_events;
-  ev.data.ptr = fe.get();
-  if (epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
+  ev.data.u64 = fe->Tag();
+  int op = first_op;
+  int rc = epoll_ctl(epoll_fd_.get(), op, fd, &ev);
+  if (rc != 0 && errno == ENOENT && op == EPOLL_CTL_MOD) {
+    op = EPOLL_CTL_ADD;
+    rc = epoll_ctl(epoll_fd_.get(), op, fd, &ev);
+  }
+  if (rc != 0) {
     fe->registered_ = false;  // so its destructor skips EPOLL_CTL_DEL
-    return base::ErrnoStatus(errno, "epoll_ctl(ADD fd " + std::to_string(fd) + ")");
+    return base::ErrnoStatus(
+        errno, absl::StrCat("epoll_ctl(", op == EPOLL_CTL_ADD ? "ADD" : "MOD", " fd ", fd, ")"));
   }
   return fe;
 }
@@ -249,20 +292,21 @@ int EventLoop::WaitTimeoutMs() {
 
 bool EventLoop::DispatchFileEvents(int n) {
   bool ran = false;
-  ready_count_ = n;
   for (int i = 0; i < n; ++i) {
-    void* ptr = ready_[i].data.ptr;
-    if (ptr == this) {
+    const uint64_t tag = ready_[i].data.u64;
+    if (tag == kWakeTag) {
       uint64_t count;
       // Drains the eventfd; EAGAIN means another wake-up already drained it.
       (void)!read(wake_fd_.get(), &count, sizeof(count));
-    } else if (ptr != nullptr) {  // nullptr: its FileEvent died earlier in this batch
-      auto* fe = static_cast<FileEvent*>(ptr);
-      fe->cb_(ready_[i].events);
+      continue;
+    }
+    // Read afresh for every event: a callback may add slots (the vector moves) or end handles.
+    const Slot& slot = slots_[static_cast<uint32_t>(tag)];
+    if (slot.fe != nullptr && slot.generation == static_cast<uint32_t>(tag >> 32)) {
+      slot.fe->cb_(ready_[i].events);
       ran = true;
     }
   }
-  ready_count_ = 0;
   return ran;
 }
 
@@ -332,15 +376,12 @@ void EventLoop::Wake() {
 }
 
 void EventLoop::Forget(FileEvent* fe) {
-  for (int i = 0; i < ready_count_; ++i) {
-    if (ready_[i].data.ptr == fe) {
-      ready_[i].data.ptr = nullptr;
-    }
-  }
+  ++slots_[fe->slot_].generation;
   if (fe->activated_events_ != 0) {
     std::replace(activated_.begin(), activated_.end(), fe, static_cast<FileEvent*>(nullptr));
     std::replace(activated_running_.begin(), activated_running_.end(), fe,
                  static_cast<FileEvent*>(nullptr));
+    fe->activated_events_ = 0;  // so an Activate after a new Modify queues it again
   }
 }
 

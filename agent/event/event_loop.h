@@ -33,7 +33,8 @@ class DeferredDeletable {
 };
 
 // One fd registered with the loop's epoll set. Destruction removes it (EPOLL_CTL_DEL), so it must
-// be destroyed before the fd is closed; declare the FileEvent after the UniqueFd it watches.
+// be destroyed before the fd is closed; declare the FileEvent after the UniqueFd it watches. An
+// owner that closes the fd at once may Detach() first and spare that syscall.
 // The events mask is passed to epoll verbatim: add EPOLLET for edge-triggered (the data path does,
 // see TcpSession), leave it out for level-triggered (listeners, eventfds). EPOLLERR and EPOLLHUP
 // are always reported by the kernel (man 2 epoll_ctl).
@@ -57,14 +58,24 @@ class FileEvent final {
   // handed to another FileEvent at once, even from inside this event's own callback; the
   // object itself is freed later by its owner. No-op when already cancelled.
   void Cancel();
+  // Like Cancel, but leaves the fd in the epoll set: for an owner that closes the fd right away
+  // (close() removes it, unless the file is shared, e.g. dup'ed: its events then reach no
+  // handle until that last reference goes) or hands it to a new handle with EventLoop::Adopt.
+  // Saves the EPOLL_CTL_DEL, one syscall per connection and side. The handle is not Modify'd
+  // again. No-op when cancelled.
+  void Detach();
   int fd() const { return fd_; }
 
  private:
   friend class EventLoop;
   FileEvent(EventLoop& loop, int fd, absl::AnyInvocable<void(uint32_t events)> cb);
+  // The epoll_event data: the slot and its generation (see EventLoop::slots_).
+  uint64_t Tag() const;
+  void Unregister(bool del);
 
   EventLoop& loop_;
   const int fd_;
+  const uint32_t slot_;
   absl::AnyInvocable<void(uint32_t events)> cb_;
   uint32_t activated_events_ = 0;  // non-zero while queued in loop_.activated_
   bool registered_ = true;
@@ -132,6 +143,11 @@ class EventLoop final {
   // Registers fd (not owned). Fails if epoll refuses the fd (EPERM for regular files, EEXIST).
   absl::StatusOr<std::unique_ptr<FileEvent>> Watch(int fd, uint32_t epoll_events,
                                                    absl::AnyInvocable<void(uint32_t events)> cb);
+  // Watch for an fd whose earlier handle was Detach()ed: takes its registration over with one
+  // EPOLL_CTL_MOD (which also reports the current readiness as a new edge). An fd that is not
+  // in the set is added instead.
+  absl::StatusOr<std::unique_ptr<FileEvent>> Adopt(int fd, uint32_t epoll_events,
+                                                   absl::AnyInvocable<void(uint32_t events)> cb);
   // Returns a disarmed timer.
   std::unique_ptr<Timer> CreateTimer(absl::AnyInvocable<void()> cb);
   // Frees obj at the end of the current iteration (or at the next one when called outside Run).
@@ -161,7 +177,11 @@ class EventLoop final {
   bool RunPosted();
   bool RunDeferredDeletes();
   void Wake();
-  // Called by ~FileEvent so that queued events for it are dropped, not dispatched to freed memory.
+  absl::StatusOr<std::unique_ptr<FileEvent>> Register(int fd, uint32_t epoll_events,
+                                                      absl::AnyInvocable<void(uint32_t)> cb,
+                                                      int first_op);
+  // Called when a FileEvent stops watching: events already harvested, or still coming for a
+  // detached fd, carry the old generation and are dropped, not dispatched to freed memory.
   void Forget(FileEvent* fe);
 
   const base::Clock& clock_;
@@ -173,7 +193,15 @@ class EventLoop final {
   absl::Time now_;
   absl::Duration mono_now_;
   std::array<epoll_event, kMaxEventsPerWait> ready_{};
-  int ready_count_ = 0;  // > 0 only while DispatchFileEvents runs
+  // FileEvents by slot. epoll reports (generation << 32 | slot); a slot's generation moves on
+  // whenever its handle stops watching, so an event for a cancelled, detached or freed handle
+  // never matches. Slots are reused through free_slots_.
+  struct Slot {
+    FileEvent* fe = nullptr;
+    uint32_t generation = 0;
+  };
+  std::vector<Slot> slots_;
+  std::vector<uint32_t> free_slots_;
   std::vector<FileEvent*> activated_;
   std::vector<FileEvent*> activated_running_;
   std::map<Timer::Key, Timer*> timers_;

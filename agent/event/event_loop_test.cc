@@ -238,6 +238,74 @@ TEST_F(EventLoopTest, ModifyAfterCancelRegistersAgain) {
   EXPECT_TRUE((*fe)->Modify(EPOLLIN).ok());  // registered: a plain MOD again
 }
 
+TEST_F(EventLoopTest, DetachedHandleHearsNothingAndAdoptTakesTheRegistrationOver) {
+  PipeFds p = MakePipe();
+  int old_calls = 0, new_calls = 0;
+  auto old_fe = loop_->Watch(p.read_end.get(), EPOLLIN, [&](uint32_t) { ++old_calls; });
+  ASSERT_TRUE(old_fe.ok()) << old_fe.status();
+  ASSERT_EQ(write(p.write_end.get(), "x", 1), 1);
+  (*old_fe)->Detach();
+  // Still in the epoll set (level-triggered and readable), but reported to no handle.
+  EXPECT_FALSE(loop_->RunOnce(absl::ZeroDuration()));
+  EXPECT_EQ(old_calls, 0);
+  old_fe->reset();
+  // A plain Watch would fail with EEXIST; Adopt re-tags the registration with one MOD.
+  EXPECT_EQ(loop_->Watch(p.read_end.get(), EPOLLIN, [](uint32_t) {}).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  auto new_fe = loop_->Adopt(p.read_end.get(), EPOLLIN, [&](uint32_t) { ++new_calls; });
+  ASSERT_TRUE(new_fe.ok()) << new_fe.status();
+  EXPECT_TRUE(loop_->RunOnce(absl::ZeroDuration()));
+  EXPECT_EQ(new_calls, 1);
+  EXPECT_EQ(old_calls, 0);
+}
+
+TEST_F(EventLoopTest, AdoptAddsAnFdThatIsNotWatched) {
+  PipeFds p = MakePipe();
+  int calls = 0;
+  auto fe = loop_->Adopt(p.read_end.get(), EPOLLIN, [&](uint32_t) { ++calls; });
+  ASSERT_TRUE(fe.ok()) << fe.status();
+  ASSERT_EQ(write(p.write_end.get(), "x", 1), 1);
+  EXPECT_TRUE(loop_->RunOnce(absl::ZeroDuration()));
+  EXPECT_EQ(calls, 1);
+}
+
+// Detach-then-close relies on close() leaving the epoll set. When the file outlives the fd (a
+// dup here; in the wild a /proc reader's or another thread's passing reference), its events
+// still come, tagged with a generation no live handle has, even after the slot is reused.
+TEST_F(EventLoopTest, EventsOfADetachedSharedFileReachNoHandle) {
+  PipeFds p = MakePipe();
+  base::UniqueFd dup_of_read(dup(p.read_end.get()));
+  ASSERT_TRUE(dup_of_read);
+  int old_calls = 0;
+  auto old_fe = loop_->Watch(p.read_end.get(), EPOLLIN | EPOLLET, [&](uint32_t) { ++old_calls; });
+  ASSERT_TRUE(old_fe.ok()) << old_fe.status();
+  (*old_fe)->Detach();
+  old_fe->reset();
+  p.read_end.Reset();  // the dup keeps the file, so it stays in the epoll set
+  PipeFds q = MakePipe();
+  int new_calls = 0;
+  auto new_fe =
+      loop_->Watch(q.read_end.get(), EPOLLIN, [&](uint32_t) { ++new_calls; });  // reuses the slot
+  ASSERT_TRUE(new_fe.ok()) << new_fe.status();
+  ASSERT_EQ(write(p.write_end.get(), "x", 1), 1);  // an edge for the stale registration only
+  loop_->RunOnce(absl::ZeroDuration());
+  EXPECT_EQ(old_calls, 0);
+  EXPECT_EQ(new_calls, 0);
+}
+
+TEST_F(EventLoopTest, ActivateAfterCancelAndModifyIsDelivered) {
+  PipeFds p = MakePipe();
+  int calls = 0;
+  auto fe = loop_->Watch(p.write_end.get(), 0, [&](uint32_t) { ++calls; });
+  ASSERT_TRUE(fe.ok()) << fe.status();
+  (*fe)->Activate(EPOLLIN);
+  (*fe)->Cancel();  // drops the queued activation
+  ASSERT_TRUE((*fe)->Modify(0).ok());
+  (*fe)->Activate(EPOLLIN);
+  EXPECT_TRUE(loop_->RunOnce(absl::ZeroDuration()));
+  EXPECT_EQ(calls, 1);
+}
+
 TEST_F(EventLoopTest, ModifyAndActivate) {
   PipeFds p = MakePipe();
   std::vector<uint32_t> seen;

@@ -68,6 +68,9 @@ absl::StatusOr<SocketAddress> NameOf(int fd, bool peer) {
 
 absl::StatusOr<base::UniqueFd> ListenTcp(const SocketAddress& addr, bool reuseport, int backlog) {
   ASSIGN_OR_RETURN(base::UniqueFd fd, NewBoundSocket(addr, SOCK_STREAM, reuseport));
+  // Inherited by accepted sockets (the child is a copy of the listener): one call per listener
+  // instead of one per connection.
+  RETURN_IF_ERROR(SetTcpNoDelay(fd.get()));
   if (listen(fd.get(), backlog) != 0) {
     return base::ErrnoStatus(errno, "listen " + addr.ToString());
   }
@@ -90,6 +93,7 @@ absl::StatusOr<base::UniqueFd> DialTcp(const SocketAddress& addr) {
   if (!fd) {
     return base::ErrnoStatus(errno, "socket");
   }
+  RETURN_IF_ERROR(SetTcpNoDelay(fd.get()));
   sockaddr_storage ss;
   socklen_t len = addr.ToSockaddr(&ss);
   int rc;

@@ -15,7 +15,8 @@ namespace sluice::net {
 // A listening TCP socket with SO_REUSEADDR, and SO_REUSEPORT when `reuseport` (one listener per
 // worker, balanced by the kernel). IP_FREEBIND/IPV6_FREEBIND let us bind a service VIP before the
 // VIP manager has added it to the node. IPv6 sockets are IPV6_V6ONLY: a v4 service and a v6
-// service on the same port are separate listeners.
+// service on the same port are separate listeners. TCP_NODELAY is set on the listener, so every
+// accepted socket has it without a setsockopt of its own.
 absl::StatusOr<base::UniqueFd> ListenTcp(const SocketAddress& addr, bool reuseport, int backlog);
 
 // A bound UDP socket with the same address options as ListenTcp, plus IP_PKTINFO or
@@ -23,8 +24,9 @@ absl::StatusOr<base::UniqueFd> ListenTcp(const SocketAddress& addr, bool reusepo
 // leave from the service address a wildcard socket was reached on).
 absl::StatusOr<base::UniqueFd> BindUdp(const SocketAddress& addr, bool reuseport);
 
-// Starts a non-blocking connect. EINPROGRESS is success: wait for EPOLLOUT, then check
-// SocketError(). Fails only if the connect is refused synchronously (EADDRNOTAVAIL, ENETUNREACH).
+// Starts a non-blocking connect with TCP_NODELAY set (as Go's net.Dial does: a proxy sends what it
+// has at once). EINPROGRESS is success: wait for EPOLLOUT, then check SocketError(). Fails only
+// if the connect is refused synchronously (EADDRNOTAVAIL, ENETUNREACH).
 absl::StatusOr<base::UniqueFd> DialTcp(const SocketAddress& addr);
 
 // The pending socket error (SO_ERROR), clearing it: 0 if none, else an errno value (also the

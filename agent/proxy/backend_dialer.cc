@@ -125,7 +125,7 @@ void BackendDialer::OnWritable() {
     Failed(Classify(err));
     return;
   }
-  RetireWatch();  // the session registers the same fd next
+  RetireWatch();  // the session adopts the fd's registration next
   timer_->Disarm();
   done_ = true;
   callbacks_.OnDialed(*this, std::move(fd_));
@@ -149,7 +149,9 @@ void BackendDialer::Failed(DialFailure reason) {
 
 void BackendDialer::RetireWatch() {
   if (watch_) {
-    watch_->Cancel();
+    // Detach, not Cancel: the fd is closed next (Failed) or adopted by the session (OnWritable),
+    // either of which takes it out of epoll or over without an EPOLL_CTL_DEL.
+    watch_->Detach();
     retired_.push_back(std::move(watch_));
   }
 }

@@ -32,6 +32,8 @@ class BackendDialerCallbacks {
   // Each failed attempt (the dialer goes on unless the budget is spent).
   virtual void OnDialAttemptFailed(DialFailure reason) = 0;
   // Exactly one of these ends the dial; the owner then DeferDeletes the dialer.
+  // `backend` is still in the loop's epoll set, its watch detached: register it with
+  // EventLoop::Adopt (or close it).
   virtual void OnDialed(BackendDialer& dialer, base::UniqueFd backend) = 0;
   virtual void OnDialGaveUp(BackendDialer& dialer) = 0;
 };

@@ -56,8 +56,6 @@ absl::StatusOr<std::unique_ptr<TcpSession>> TcpSession::Create(
     event::EventLoop& loop, PipePool& pool, base::UniqueFd client, base::UniqueFd backend,
     const Options& options, TcpSessionCallbacks& callbacks, SockmapContext* sockmap,
     bool sockmap_at_start) {
-  RETURN_IF_ERROR(net::SetTcpNoDelay(client.get()));
-  RETURN_IF_ERROR(net::SetTcpNoDelay(backend.get()));
   std::unique_ptr<TcpSession> session(new TcpSession(
       loop, pool, std::move(client), std::move(backend), options, callbacks, sockmap));
   RETURN_IF_ERROR(session->Start(sockmap_at_start));
@@ -80,7 +78,14 @@ TcpSession::TcpSession(event::EventLoop& loop, PipePool& pool, base::UniqueFd cl
                                         downstream_, static_cast<SockmapSessionCallbacks&>(*this))),
       last_activity_(loop.MonotonicNow()) {}
 
-TcpSession::~TcpSession() = default;
+TcpSession::~TcpSession() {
+  // The sockets close right after (members): closing leaves the epoll set, no EPOLL_CTL_DEL.
+  for (auto* event : {client_event_.get(), backend_event_.get()}) {
+    if (event != nullptr) {
+      event->Detach();
+    }
+  }
+}
 
 absl::Status TcpSession::Start(bool sockmap_at_start) {
   if (sockmap_ != nullptr) {
@@ -92,8 +97,9 @@ absl::Status TcpSession::Start(bool sockmap_at_start) {
   ASSIGN_OR_RETURN(client_event_,
                    loop_.Watch(client_.get(), SocketEvents(Side::kClient),
                                [this](uint32_t ev) { OnSocketEvents(Side::kClient, ev); }));
+  // The dialer leaves the backend in epoll: one EPOLL_CTL_MOD takes it over.
   ASSIGN_OR_RETURN(backend_event_,
-                   loop_.Watch(backend_.get(), SocketEvents(Side::kBackend),
+                   loop_.Adopt(backend_.get(), SocketEvents(Side::kBackend),
                                [this](uint32_t ev) { OnSocketEvents(Side::kBackend, ev); }));
   idle_timer_ = loop_.CreateTimer([this] { OnIdleTimer(); });
   idle_timer_->Arm(idle_timeout_);
@@ -208,6 +214,11 @@ bool TcpSession::Step(fastpath::Side src, bool& yielded) {
       yielded = true;
       return true;
     case SplicePump::Result::kEof:
+      if (Pump(fastpath::Other(src)).finished() && !Kernel(fastpath::Other(src))) {
+        // The last direction: the session closes both sockets now (kDone), and close() sends
+        // this FIN. dst's own stream ended, so nothing unread makes close() send a RST instead.
+        return true;
+      }
       // ENOTCONN: the peer is already gone; its reset reaches us as an error event.
       if (shutdown(dst_fd, SHUT_WR) != 0 && errno != ENOTCONN) {
         VLOG(2) << "shutdown(fd " << dst_fd << ", SHUT_WR): " << strerror(errno);

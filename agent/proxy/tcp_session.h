@@ -56,8 +56,10 @@ class TcpSession final : public event::DeferredDeletable, private SockmapSession
   // The data path a connection used, for the per-path counters.
   enum class Path { kSockmap, kSplice, kCopy };
 
-  // Both fds must be non-blocking connected TCP sockets (not checked: that would cost two fcntl
-  // calls per connection). Starts forwarding at once. With a `sockmap` context (not owned;
+  // Both fds must be non-blocking connected TCP sockets with TCP_NODELAY (not checked: that
+  // would cost syscalls per connection; net::ListenTcp's accepted sockets inherit it and
+  // net::DialTcp sets it). `backend` may still be in the loop's epoll set from the dialer's
+  // detached watch (it is adopted). Starts forwarding at once. With a `sockmap` context (not owned;
   // outlives the session) the connection is enrolled in the fast path at once if
   // `sockmap_at_start`, else when it outgrows SockmapPromotion; if the kernel refuses the
   // sockets it stays on splice (see fallback()).

@@ -379,9 +379,9 @@ void UdpProxy::CloseFlow(Flow& flow) {
   SLUICE_CHECK(it != flows_.end() && it->second.get() == &flow);
   std::unique_ptr<Flow> owned = std::move(it->second);
   flows_.erase(it);
-  owned->event->Cancel();
+  owned->event->Detach();  // the close just below leaves the epoll set: no EPOLL_CTL_DEL
   owned->idle->Disarm();
-  owned->fd.Reset();  // unregistered first, so the fd number may be reused at once
+  owned->fd.Reset();
   metrics_.udp_flows.Add(-1);
   loop_.DeferDelete(std::move(owned));
 }
