@@ -31,8 +31,9 @@ LAYERS = {
     "agent/proxy": {"agent/base", "agent/net", "agent/event", "agent/fastpath"},
     # Control plane: turns the merged config into data-path and kernel state.
     "agent/sources": {"agent/base", "agent/config", "agent/etcd", "agent/event", "agent/kube"},
-    "agent/proxier": {"agent/base", "agent/config", "agent/event", "agent/net", "agent/proxy",
-                      "agent/socklb", "agent/vip"},
+    # fastpath: the reuseport program DataPath attaches to each group of worker listeners.
+    "agent/proxier": {"agent/base", "agent/config", "agent/event", "agent/fastpath", "agent/net",
+                      "agent/proxy", "agent/socklb", "agent/vip"},
     "agent/admin": {"agent/base", "agent/http", "agent/net", "agent/proxier", "agent/proxy"},
     # Tunnel: wire protocol first, then each end; the server reads agent tokens from the API.
     # Its sockets and deadlines run on the agent's EventLoop (one loop, one clock).

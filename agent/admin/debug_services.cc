@@ -86,12 +86,13 @@ std::string RenderDebugConnections(const std::vector<proxy::ConnectionInfo>& con
   std::vector<std::string> parts;
   parts.reserve(connections.size());
   for (const auto& c : connections) {
-    parts.push_back(absl::StrCat(
-        "{\"listener\": ", JsonString(c.listener), ", \"client\": ", JsonString(c.client),
-        ", \"backend\": ", JsonString(c.backend), ", \"path\": ", JsonString(c.path),
-        ", \"toBackend\": {\"state\": ", JsonString(c.to_backend), ", \"bytes\": ",
-        c.bytes_to_backend, "}, \"toClient\": {\"state\": ", JsonString(c.to_client),
-        ", \"bytes\": ", c.bytes_to_client, "}}"));
+    parts.push_back(
+        absl::StrCat("{\"worker\": ", c.worker, ", \"listener\": ", JsonString(c.listener),
+                     ", \"client\": ", JsonString(c.client),
+                     ", \"backend\": ", JsonString(c.backend), ", \"path\": ", JsonString(c.path),
+                     ", \"toBackend\": {\"state\": ", JsonString(c.to_backend), ", \"bytes\": ",
+                     c.bytes_to_backend, "}, \"toClient\": {\"state\": ", JsonString(c.to_client),
+                     ", \"bytes\": ", c.bytes_to_client, "}}"));
   }
   return absl::StrCat("{\"connections\": [\n  ", absl::StrJoin(parts, ",\n  "), "\n]}\n");
 }

@@ -91,6 +91,16 @@ absl::Status Agent::StartDataPath() {
   dp.worker.udp.max_flows = static_cast<size_t>(opts_.udp_max_flows_per_worker);
   RETURN_IF_ERROR(ChooseDataPath(dp.workers));
   dp.worker.sockmap = sockmap_.get();
+  if (dp.workers > 1) {
+    auto balancer = fastpath::ReuseportBalancer::Create(static_cast<uint32_t>(dp.workers));
+    if (balancer.ok()) {
+      tcp_balancer_ = std::move(*balancer);
+      dp.tcp_balancer = tcp_balancer_.get();
+    } else {
+      LOG(WARNING) << "new TCP connections are spread over the workers by the kernel's hash, "
+                   << "not in turn: " << balancer.status().message();
+    }
+  }
   ASSIGN_OR_RETURN(data_path_, proxier::DataPath::Create(dp, *vips_, *data_path_metrics_));
   // Socket LB first: within a sync, a local client is balanced at the socket before the proxy
   // listens, and the listener of a removed port closes after its frontends went.

@@ -12,6 +12,7 @@
 #include "agent/base/unique_fd.h"
 #include "agent/config/mux.h"
 #include "agent/event/event_loop.h"
+#include "agent/fastpath/reuseport_balancer.h"
 #include "agent/fastpath/sockmap_fast_path.h"
 #include "agent/proxier/change_tracker.h"
 #include "agent/proxier/data_path.h"
@@ -72,7 +73,10 @@ class Agent final {
   std::unique_ptr<vip::VipManager> vips_;
   std::unique_ptr<proxy::DataPathMetrics> data_path_metrics_;
   std::unique_ptr<fastpath::SockmapFastPath> sockmap_;  // outlives the workers that use it
-  std::string datapath_ = "splice";                     // the path in use, for /proxyMode
+  // Hands new TCP connections to the workers in turn (null: the kernel's hash). Its program
+  // stays attached to the listener groups on its own reference.
+  std::unique_ptr<fastpath::ReuseportBalancer> tcp_balancer_;
+  std::string datapath_ = "splice";  // the path in use, for /proxyMode
   std::unique_ptr<proxier::DataPath> data_path_;
   std::unique_ptr<socklb::SocketLb> socket_lb_;  // outlives socket_balancing_
   std::unique_ptr<proxier::SocketBalancing> socket_balancing_;

@@ -11,6 +11,7 @@
 
 #include "agent/base/log.h"
 #include "agent/base/status.h"
+#include "agent/fastpath/reuseport_balancer.h"
 #include "agent/net/socket.h"
 
 namespace sluice::proxier {
@@ -99,6 +100,14 @@ absl::Status DataPath::OpenListener(const proxy::ListenKey& key) {
       return base::Annotate(fd.status(), absl::StrCat("listen ", key.ToString()));
     }
     fds.push_back(std::move(*fd));
+  }
+  // Worker i's socket joined the group i-th: the program's index is the worker. A failure
+  // leaves this group on the kernel's hash; connections are served either way.
+  if (key.transport == proxy::Transport::kTcp && options_.tcp_balancer != nullptr) {
+    if (absl::Status st = options_.tcp_balancer->Attach(fds[0].get()); !st.ok()) {
+      LOG(WARNING) << "listen " << key.ToString() << ": " << st
+                   << " (new connections are spread by the kernel's hash)";
+    }
   }
   for (size_t i = 0; i < workers_.size(); ++i) {
     workers_[i]->AddListener(key, std::move(fds[i]));

@@ -17,6 +17,10 @@
 #include "agent/proxy/worker.h"
 #include "agent/vip/vip_manager.h"
 
+namespace sluice::fastpath {
+class ReuseportBalancer;
+}  // namespace sluice::fastpath
+
 namespace sluice::proxier {
 
 // The userspace proxy as a TableConsumer: for each service port it makes the service addresses
@@ -32,6 +36,9 @@ class DataPath final : public TableConsumer {
     proxy::Worker::Options worker;
     std::vector<net::Cidr> nodeport_cidrs;  // node addresses for NodePorts; empty = all
     int backlog = 4096;
+    // Spreads new TCP connections over the workers in turn; null: the kernel's 4-tuple hash.
+    // Not owned; outlives the DataPath.
+    const fastpath::ReuseportBalancer* tcp_balancer = nullptr;
   };
 
   static absl::StatusOr<std::unique_ptr<DataPath>> Create(const Options& options,

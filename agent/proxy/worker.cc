@@ -271,6 +271,7 @@ std::vector<ConnectionInfo> Worker::Connections(absl::Duration timeout) {
     infos.reserve(connections_.size());
     for (const auto& [raw, conn] : connections_) {
       infos.push_back(raw->Describe());
+      infos.back().worker = id_;
     }
     absl::MutexLock lock(&result->mu);
     result->infos = std::move(infos);

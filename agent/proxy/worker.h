@@ -26,6 +26,7 @@ class Connection;
 
 // One TCP connection as /debug/connections shows it.
 struct ConnectionInfo {
+  int worker = 0;        // the worker that accepted it
   std::string listener;  // "tcp/10.96.0.10:80"
   std::string client;    // the client's address
   std::string backend;   // the endpoint dialled (the last attempt while dialling)

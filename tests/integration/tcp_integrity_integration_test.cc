@@ -14,6 +14,7 @@
 #include "absl/synchronization/notification.h"
 
 #include "agent/base/unique_fd.h"
+#include "agent/net/socket.h"
 #include "tests/integration/agent_fixture.h"
 #include "tests/testutil/tcp_server.h"
 
@@ -267,6 +268,42 @@ TEST_P(TcpIntegrityTest, FiveThousandConcurrentConnections) {
   fds.clear();
   EXPECT_TRUE(testutil::WaitFor([&] { return MetricValue("sluice_connections_active") == 0; },
                                 absl::Seconds(10)));
+}
+
+// With two workers, new connections go to them in turn (bpf/reuseport.bpf.c), not by the
+// kernel's 4-tuple hash: a few long-lived connections never pile onto one worker.
+TEST_P(TcpIntegrityTest, ConnectionsAreSpreadOverTheWorkersInTurn) {
+  if (socket_lb()) {
+    GTEST_SKIP() << "socket LB holds no connection in the agent";
+  }
+  StartWith(TcpServer::Mode::kEcho);  // --workers=2
+  std::vector<base::UniqueFd> fds;
+  std::vector<std::string> clients;
+  for (int i = 0; i < 8; ++i) {
+    fds.push_back(Connect());
+    char c = 'x';
+    ASSERT_EQ(send(fds.back().get(), &c, 1, MSG_NOSIGNAL), 1);
+    ASSERT_EQ(recv(fds.back().get(), &c, 1, 0), 1);  // accepted and dialled
+    auto local = net::LocalAddress(fds.back().get());
+    ASSERT_TRUE(local.ok()) << local.status();
+    clients.push_back(local->ToString());
+  }
+  const std::string listing = Get("/debug/connections");
+  // One entry per line: {"worker": N, "listener": ..., "client": "ADDR", ...}
+  auto worker_of = [&](const std::string& client) {
+    const size_t at = listing.find(absl::StrCat("\"client\": \"", client, "\""));
+    const size_t line = listing.rfind("{\"worker\": ", at);
+    return at == std::string::npos || line == std::string::npos ? -1 : listing[line + 11] - '0';
+  };
+  // In turn: consecutive connections never share a worker (by the hash, all 8 alternate with
+  // probability 1/128), so each worker holds 4.
+  for (size_t i = 0; i < clients.size(); ++i) {
+    const int w = worker_of(clients[i]);
+    ASSERT_TRUE(w == 0 || w == 1) << clients[i] << " in\n" << listing;
+    if (i > 0) {
+      EXPECT_NE(w, worker_of(clients[i - 1])) << i << " in\n" << listing;
+    }
+  }
 }
 
 // --max-connections-per-worker: beyond it new connections are reset at accept, the open ones
