@@ -10,8 +10,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <random>
 #include <set>
 #include <sstream>
 
@@ -104,37 +106,49 @@ int RunCommand(std::vector<std::string> argv, std::string* output, absl::Duratio
 
 namespace {
 
-int BindAnyPort() {
+// Whether `port` on 127.0.0.1 can be bound now.
+bool Bindable(int port) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  int port = -1;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   close(fd);
-  return port;
+  return ok;
+}
+
+// The first port of the kernel's ephemeral range (net.ipv4.ip_local_port_range).
+int EphemeralLow() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 32768;
+  in >> low;
+  return low;
 }
 
 }  // namespace
 
 int FreePort() {
-  // The kernel may hand out a port it just gave us again; a test that asks for two (etcd's
-  // client and peer ports) would then find the second in use.
+  // Below the ephemeral range: a port bind(0) hands out is one the kernel may give next to any
+  // test's outgoing connection as its source port (thousands a second while the connection
+  // tests run beside this one), and the port then is "in use" by the time the test's server
+  // binds it (seen in CI). Random in a band between the bench harness's 25000-25600 and the
+  // NodePort range (30000-32767, which tests use), so tests in parallel processes rarely pick
+  // the same one; never twice in one process.
   static absl::Mutex mu;
   static std::set<int> given ABSL_GUARDED_BY(mu);
+  static std::mt19937 rng(std::random_device{}());
   absl::MutexLock lock(&mu);
-  int port = -1;
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    port = BindAnyPort();
-    if (port < 0 || given.insert(port).second) {
-      break;
+  const int high = std::min(29999, EphemeralLow() - 1);
+  std::uniform_int_distribution<int> pick(std::max(1024, high - 4299), high);
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const int port = pick(rng);
+    if (!given.contains(port) && Bindable(port)) {
+      given.insert(port);
+      return port;
     }
   }
-  return port;
+  return -1;
 }
 
 }  // namespace sluice::testutil
