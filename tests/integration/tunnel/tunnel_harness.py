@@ -8,6 +8,7 @@ import ctypes
 import hashlib
 import http.server
 import os
+import random
 import select
 import shutil
 import signal
@@ -34,15 +35,22 @@ _given_ports = set()
 
 
 def free_port():
-    """A port free a moment ago, never one this process was given before (the kernel may hand
-    the same one out again, and a harness asks for several at once)."""
+    """A port on 127.0.0.1 that was free a moment ago, never one this process was given before.
+    Random in 25700-29999, below the kernel's ephemeral range, as testutil::FreePort picks:
+    a port bind(0) hands out may be taken next as the source port of any test's outgoing
+    connection before the server binds it."""
+    high = min(29999, int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0]) - 1)
     while True:
+        port = random.randint(max(1024, high - 4299), high)
+        if port in _given_ports:
+            continue
         with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _given_ports:
-            _given_ports.add(port)
-            return port
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _given_ports.add(port)
+        return port
 
 
 def wait_until(cond, timeout=15.0, what="condition"):
