@@ -28,18 +28,7 @@ constexpr uint64_t kWakeTag = ~uint64_t{0};
 // ---- FileEvent ----
 
 FileEvent::FileEvent(EventLoop& loop, int fd, absl::AnyInvocable<void(uint32_t events)> cb)
-    : loop_(loop),
-      fd_(fd),
-      slot_([&loop, this] {
-        if (loop.free_slots_.empty()) {
-          loop.slots_.push_back({});
-          return static_cast<uint32_t>(loop.slots_.size() - 1);
-        }
-        const uint32_t slot = loop.free_slots_.back();
-        loop.free_slots_.pop_back();
-        return slot;
-      }()),
-      cb_(std::move(cb)) {
+    : loop_(loop), fd_(fd), slot_(loop.TakeSlot()), cb_(std::move(cb)) {
   loop_.slots_[slot_].fe = this;
   ++loop_.live_handles_;
 }
@@ -373,6 +362,16 @@ void EventLoop::Wake() {
   uint64_t one = 1;
   // EAGAIN only when the counter is near overflow, which means a wake-up is pending anyway.
   (void)!write(wake_fd_.get(), &one, sizeof(one));
+}
+
+uint32_t EventLoop::TakeSlot() {
+  if (free_slots_.empty()) {
+    slots_.push_back({});
+    return static_cast<uint32_t>(slots_.size() - 1);
+  }
+  const uint32_t slot = free_slots_.back();
+  free_slots_.pop_back();
+  return slot;
 }
 
 void EventLoop::Forget(FileEvent* fe) {

@@ -180,6 +180,8 @@ class EventLoop final {
   absl::StatusOr<std::unique_ptr<FileEvent>> Register(int fd, uint32_t epoll_events,
                                                       absl::AnyInvocable<void(uint32_t)> cb,
                                                       int first_op);
+  // A free slot for a new FileEvent (see slots_).
+  uint32_t TakeSlot();
   // Called when a FileEvent stops watching: events already harvested, or still coming for a
   // detached fd, carry the old generation and are dropped, not dispatched to freed memory.
   void Forget(FileEvent* fe);
