@@ -34,10 +34,8 @@ FileEvent::FileEvent(EventLoop& loop, int fd, absl::AnyInvocable<void(uint32_t e
 }
 
 FileEvent::~FileEvent() {
-  Cancel();
-  EventLoop::Slot& slot = loop_.slots_[slot_];
-  slot.fe = nullptr;
-  ++slot.generation;  // (already moved on unless this handle never registered)
+  Cancel();  // moves the slot's generation on, unless no event can carry this handle's tag
+  loop_.slots_[slot_].fe = nullptr;
   loop_.free_slots_.push_back(slot_);
   --loop_.live_handles_;
 }
