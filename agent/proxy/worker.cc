@@ -56,7 +56,8 @@ class Connection final : public event::DeferredDeletable,
   const ListenKey& key() const { return key_; }
 
   ConnectionInfo Describe() const {
-    ConnectionInfo info{.listener = key_.ToString(),
+    ConnectionInfo info{.worker = worker_.id_,
+                        .listener = key_.ToString(),
                         .client = client_addr_.ToString(),
                         .backend = dialer_->endpoint().ToString(),
                         .path = "dialling"};
@@ -271,7 +272,6 @@ std::vector<ConnectionInfo> Worker::Connections(absl::Duration timeout) {
     infos.reserve(connections_.size());
     for (const auto& [raw, conn] : connections_) {
       infos.push_back(raw->Describe());
-      infos.back().worker = id_;
     }
     absl::MutexLock lock(&result->mu);
     result->infos = std::move(infos);
