@@ -13,6 +13,7 @@
 #include "agent/net/address.h"
 #include "agent/net/socket.h"
 #include "tests/testutil/netns.h"
+#include "tests/testutil/tcp_server.h"
 
 namespace sluice::fastpath {
 namespace {
@@ -46,11 +47,9 @@ class ReuseportKernelTest : public ::testing::Test {
     const net::SocketAddress at = *net::LocalAddress(listeners[0].get());
     std::vector<base::UniqueFd> clients;
     for (int i = 0; i < n; ++i) {
-      base::UniqueFd c(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-      sockaddr_storage ss;
-      const socklen_t len = at.ToSockaddr(&ss);
-      EXPECT_EQ(connect(c.get(), reinterpret_cast<sockaddr*>(&ss), len), 0) << strerror(errno);
-      clients.push_back(std::move(c));
+      int err = 0;
+      clients.push_back(testutil::ConnectTcp(at, &err));
+      EXPECT_TRUE(clients.back()) << strerror(err);
     }
     std::vector<int> accepted;
     for (const auto& l : listeners) {

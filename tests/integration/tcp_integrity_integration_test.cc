@@ -290,10 +290,11 @@ TEST_P(TcpIntegrityTest, ConnectionsAreSpreadOverTheWorkersInTurn) {
   }
   const std::string listing = Get("/debug/connections");
   // One entry per line: {"worker": N, "listener": ..., "client": "ADDR", ...}
+  const std::string kWorker = "{\"worker\": ";
   auto worker_of = [&](const std::string& client) {
     const size_t at = listing.find(absl::StrCat("\"client\": \"", client, "\""));
-    const size_t line = listing.rfind("{\"worker\": ", at);
-    return at == std::string::npos || line == std::string::npos ? -1 : listing[line + 11] - '0';
+    const size_t entry = at == std::string::npos ? at : listing.rfind(kWorker, at);
+    return entry == std::string::npos ? -1 : listing[entry + kWorker.size()] - '0';
   };
   // In turn: consecutive connections never share a worker (by the hash, all 8 alternate with
   // probability 1/128), so each worker holds 4.
