@@ -19,6 +19,8 @@
 
 #include "absl/synchronization/mutex.h"
 
+#include "agent/base/unique_fd.h"
+
 extern char** environ;
 
 namespace sluice::testutil {
@@ -108,14 +110,12 @@ namespace {
 
 // Whether `port` on 127.0.0.1 can be bound now.
 bool Bindable(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  base::UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   addr.sin_port = htons(static_cast<uint16_t>(port));
-  const bool ok = fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  close(fd);
-  return ok;
+  return fd && bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
 }
 
 // The first port of the kernel's ephemeral range (net.ipv4.ip_local_port_range).

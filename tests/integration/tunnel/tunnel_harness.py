@@ -39,7 +39,8 @@ def free_port():
     Random in 25700-29999, below the kernel's ephemeral range, as testutil::FreePort picks:
     a port bind(0) hands out may be taken next as the source port of any test's outgoing
     connection before the server binds it."""
-    high = min(29999, int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0]) - 1)
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        high = min(29999, int(f.read().split()[0]) - 1)
     while True:
         port = random.randint(max(1024, high - 4299), high)
         if port in _given_ports:
