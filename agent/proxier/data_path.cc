@@ -15,6 +15,13 @@
 #include "agent/net/socket.h"
 
 namespace sluice::proxier {
+namespace {
+
+// How long a sync waits for a worker's loop before going on without it (a loop turns in
+// microseconds; one stalled this long is logged).
+constexpr absl::Duration kWorkerWait = absl::Seconds(5);
+
+}  // namespace
 
 std::vector<net::IpAddress> NodeAddresses(const std::vector<net::Cidr>& cidrs,
                                           const absl::flat_hash_set<net::IpAddress>& exclude) {
@@ -274,8 +281,10 @@ absl::Status DataPath::SyncListeners(const proxy::RouteTable& routes) {
   absl::Status result;
   // Held while listeners open: Listeners() (the admin thread) reads open_, no worker does.
   absl::MutexLock lock(&mu_);
+  bool closed = false;
   auto close = [&](std::map<proxy::ListenKey, std::string>::iterator it) {
     mu_.AssertHeld();  // called below with mu_ held; the analysis does not follow into lambdas
+    closed = true;
     for (auto& w : workers_) {
       w->RemoveListener(it->first);
     }
@@ -298,6 +307,15 @@ absl::Status DataPath::SyncListeners(const proxy::RouteTable& routes) {
   }
   while (open != open_.end()) {
     open = close(open);
+  }
+  // A listener no longer listed is closed when this returns, as the next client expects: a
+  // port moved elsewhere must refuse, not reach the old socket still queued for closing.
+  if (closed) {
+    for (auto& w : workers_) {
+      if (!w->Flush(kWorkerWait)) {
+        LOG(WARNING) << "a worker did not close its removed listeners within " << kWorkerWait;
+      }
+    }
   }
   return result;
 }

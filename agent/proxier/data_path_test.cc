@@ -1,17 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "agent/proxier/data_path.h"
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-
 #include <cerrno>
-#include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 #include "agent/base/metrics.h"
 #include "agent/vip/fake_vip_manager.h"
+#include "tests/testutil/process.h"
+#include "tests/testutil/tcp_server.h"
 
 namespace sluice::proxier {
 namespace {
@@ -21,19 +20,6 @@ using ::testing::Pair;
 using ::testing::SizeIs;
 
 net::IpAddress Ip(const char* text) { return *net::IpAddress::Parse(text); }
-
-// A TCP port that is free on loopback right now.
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0) << strerror(errno);
-  socklen_t len = sizeof(sa);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
-  close(fd);
-  return ntohs(sa.sin_port);
-}
 
 // Cluster IPs on 127/8 need no VIP: the listeners bind unprivileged.
 ServicePortInfoPtr Port(const char* name, const char* cluster_ip, int port, bool endpoints) {
@@ -72,7 +58,7 @@ class DataPathTest : public ::testing::Test {
 // Syncs after the first two patch only the changed ports; re-applying the same table (the
 // periodic resync) rebuilds everything and has the VipManager scan the kernel.
 TEST_F(DataPathTest, PatchesChangedPortsAndRescansOnPeriodicSync) {
-  const int port = FreePort();
+  const int port = testutil::FreePort();
   auto a = Port("a", "127.0.0.2", port, true);
   auto b = Port("b", "127.0.0.3", port, true);
   auto c = Port("c", "127.0.0.4", port, true);
@@ -104,7 +90,7 @@ TEST_F(DataPathTest, PatchesChangedPortsAndRescansOnPeriodicSync) {
 // Two ports claiming one listener: the first in table order keeps it, also when the first
 // arrives in a later, patched sync.
 TEST_F(DataPathTest, ConflictingClaimsKeepTheFirstPort) {
-  const int port = FreePort();
+  const int port = testutil::FreePort();
   auto a = Port("a", "127.0.0.5", port, true);
   auto b = Port("b", "127.0.0.5", port, true);
   auto other = Port("other", "127.0.0.6", port, true);
@@ -116,6 +102,21 @@ TEST_F(DataPathTest, ConflictingClaimsKeepTheFirstPort) {
   ASSERT_TRUE(dp_->Apply(Table({a, b, other})).ok());
   EXPECT_THAT(dp_->Listeners(), ElementsAre(Pair(a->name.ToString(), SizeIs(1)),
                                             Pair(other->name.ToString(), SizeIs(1))));
+}
+
+// Apply returns with a removed listener closed in every worker: the next client is refused,
+// not queued on a socket whose close is still posted. Without the wait this failed in CI.
+TEST_F(DataPathTest, RemovedListenerRefusesOnceApplyReturns) {
+  const int port = testutil::FreePort();
+  auto a = Port("a", "127.0.0.7", port, true);
+  const auto to = *net::SocketAddress::Parse(absl::StrCat("127.0.0.7:", port));
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_TRUE(dp_->Apply(Table({a})).ok());
+    ASSERT_TRUE(dp_->Apply(Table({})).ok());
+    int err = 0;
+    EXPECT_FALSE(testutil::ConnectTcp(to, &err)) << "round " << i;
+    ASSERT_EQ(err, ECONNREFUSED) << "round " << i;
+  }
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 
 #include <cerrno>
 
-#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 
 #include "agent/base/log.h"
 #include "agent/base/status.h"
@@ -259,29 +259,31 @@ void Worker::UpdateUdpRoutes() {
   }
 }
 
-std::vector<ConnectionInfo> Worker::Connections(absl::Duration timeout) {
+bool Worker::RunAndWait(absl::AnyInvocable<void() &&> fn, absl::Duration timeout) {
   // Shared with the posted task, which may run after a timed-out caller has returned.
-  struct Result {
-    absl::Mutex mu;
-    bool done ABSL_GUARDED_BY(mu) = false;
-    std::vector<ConnectionInfo> infos ABSL_GUARDED_BY(mu);
-  };
-  auto result = std::make_shared<Result>();
-  loop_->Post([this, result] {
-    std::vector<ConnectionInfo> infos;
-    infos.reserve(connections_.size());
-    for (const auto& [raw, conn] : connections_) {
-      infos.push_back(raw->Describe());
-    }
-    absl::MutexLock lock(&result->mu);
-    result->infos = std::move(infos);
-    result->done = true;
+  auto done = std::make_shared<absl::Notification>();
+  loop_->Post([fn = std::move(fn), done]() mutable {
+    std::move(fn)();
+    done->Notify();
   });
-  absl::MutexLock lock(&result->mu);
-  if (!result->mu.AwaitWithTimeout(absl::Condition(&result->done), timeout)) {
-    return {};
-  }
-  return std::move(result->infos);
+  return done->WaitForNotificationWithTimeout(timeout);
+}
+
+bool Worker::Flush(absl::Duration timeout) {
+  return RunAndWait([] {}, timeout);
+}
+
+std::vector<ConnectionInfo> Worker::Connections(absl::Duration timeout) {
+  auto infos = std::make_shared<std::vector<ConnectionInfo>>();
+  bool done = RunAndWait(
+      [this, infos] {
+        infos->reserve(connections_.size());
+        for (const auto& [raw, conn] : connections_) {
+          infos->push_back(raw->Describe());
+        }
+      },
+      timeout);
+  return done ? std::move(*infos) : std::vector<ConnectionInfo>{};
 }
 
 void Worker::RemoveListener(const ListenKey& key) {

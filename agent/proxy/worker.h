@@ -68,14 +68,15 @@ class Worker final {
   void SetRoutes(RouteTablePtr routes);
   // Takes a listening socket (TCP: listening; UDP: bound) for `key`.
   void AddListener(const ListenKey& key, base::UniqueFd fd);
-  // Closes this worker's socket for `key`; its established TCP connections continue, its UDP
-  // flows close.
+  // Closes this worker's socket for `key` (posted: Flush waits for it); its established TCP
+  // connections continue, its UDP flows close.
   void RemoveListener(const ListenKey& key);
+  // Waits up to `timeout` until everything posted before this call has run. Returns false on
+  // timeout. Never call it from a worker thread.
+  bool Flush(absl::Duration timeout);
   // The worker's open connections, gathered on its thread. Thread-safe, but blocks up to
   // `timeout` for the loop: never call it from a worker thread. Empty on timeout.
   std::vector<ConnectionInfo> Connections(absl::Duration timeout);
-  // Runs `fn` on the worker thread (tests and shutdown use it to wait for queued work).
-  void Post(absl::AnyInvocable<void() &&> fn) { loop_->Post(std::move(fn)); }
 
  private:
   friend class Connection;
@@ -87,6 +88,9 @@ class Worker final {
 
   Worker(int id, const Options& options, DataPathMetrics& metrics,
          std::unique_ptr<event::EventLoop> loop);
+  // Runs `fn` on the loop thread and waits up to `timeout` for it; on timeout `fn` still runs
+  // later, so it must own what it touches.
+  bool RunAndWait(absl::AnyInvocable<void() &&> fn, absl::Duration timeout);
   absl::Status StartSockmap();
   void OnAcceptable(const ListenKey& key, int fd);
   // At EMFILE/ENFILE: accepts one pending connection on the reserve fd and resets it. Returns
