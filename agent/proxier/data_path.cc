@@ -281,10 +281,8 @@ absl::Status DataPath::SyncListeners(const proxy::RouteTable& routes) {
   absl::Status result;
   // Held while listeners open: Listeners() (the admin thread) reads open_, no worker does.
   absl::MutexLock lock(&mu_);
-  bool closed = false;
   auto close = [&](std::map<proxy::ListenKey, std::string>::iterator it) {
     mu_.AssertHeld();  // called below with mu_ held; the analysis does not follow into lambdas
-    closed = true;
     for (auto& w : workers_) {
       w->RemoveListener(it->first);
     }
@@ -307,15 +305,6 @@ absl::Status DataPath::SyncListeners(const proxy::RouteTable& routes) {
   }
   while (open != open_.end()) {
     open = close(open);
-  }
-  // A listener no longer listed is closed when this returns, as the next client expects: a
-  // port moved elsewhere must refuse, not reach the old socket still queued for closing.
-  if (closed) {
-    for (auto& w : workers_) {
-      if (!w->Flush(kWorkerWait)) {
-        LOG(WARNING) << "a worker did not close its removed listeners within " << kWorkerWait;
-      }
-    }
   }
   return result;
 }
@@ -349,6 +338,14 @@ absl::Status DataPath::Apply(const std::shared_ptr<const ServiceTable>& table) {
   }
   result.Update(SyncListeners(*routes));
   routes_ = std::move(routes);
+  // Routes and listener removals reach the workers as posted tasks. Waiting for them makes the
+  // sync's promise exact: once it returns (and /debug/services shows the table) every worker
+  // uses the new routes, and a port moved away refuses instead of reaching its old socket.
+  for (auto& w : workers_) {
+    if (!w->Flush(kWorkerWait)) {
+      LOG(WARNING) << "sync: a worker took more than " << kWorkerWait << " to take it";
+    }
+  }
   if (!result.ok()) {
     full_next_ = true;  // a failed listener or VIP is retried from scratch
   }

@@ -46,7 +46,8 @@ class DataPath final : public TableConsumer {
                                                           proxy::DataPathMetrics& metrics);
   ~DataPath() override;
 
-  // TableConsumer
+  // TableConsumer. Returns once every worker has taken the new routes and closed the removed
+  // listeners.
   absl::Status Apply(const std::shared_ptr<const ServiceTable>& table) override;
 
   // Every worker's open TCP connections, for /debug/connections. Thread-safe (the admin thread
