@@ -2,11 +2,13 @@
 #include "agent/proxy/worker.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
 #include <cerrno>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 
 #include "agent/base/log.h"
@@ -183,6 +185,8 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(int id, const Options& op
     RETURN_IF_ERROR(worker->StartSockmap());
   }
   worker->thread_ = std::thread([w = worker.get()] { w->loop_->Run(); });
+  // top -H, perf and gdb tell the workers apart by it.
+  pthread_setname_np(worker->thread_.native_handle(), absl::StrCat("worker-", id).c_str());
   return worker;
 }
 

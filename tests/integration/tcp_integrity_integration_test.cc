@@ -6,11 +6,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <functional>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 
 #include "agent/base/unique_fd.h"
@@ -305,6 +308,16 @@ TEST_P(TcpIntegrityTest, ConnectionsAreSpreadOverTheWorkersInTurn) {
       EXPECT_NE(w, worker_of(clients[i - 1])) << i << " in\n" << listing;
     }
   }
+  // Each worker thread carries its number, for top -H and perf.
+  std::set<std::string> threads;
+  for (const auto& task :
+       std::filesystem::directory_iterator(absl::StrCat("/proc/", agent_->pid(), "/task"))) {
+    std::string name;
+    std::getline(std::ifstream(task.path() / "comm"), name);
+    threads.insert(name);
+  }
+  EXPECT_TRUE(threads.contains("worker-0") && threads.contains("worker-1"))
+      << absl::StrJoin(threads, ", ");
 }
 
 // --max-connections-per-worker: beyond it new connections are reset at accept, the open ones
