@@ -105,7 +105,7 @@ TEST_F(DataPathTest, ConflictingClaimsKeepTheFirstPort) {
 }
 
 // Apply returns with a removed listener closed in every worker: the next client is refused,
-// not queued on a socket whose close is still posted. Without the wait this failed in CI.
+// not queued on a socket whose close is still posted. Without the wait it fails at round 0.
 TEST_F(DataPathTest, RemovedListenerRefusesOnceApplyReturns) {
   const int port = testutil::FreePort();
   auto a = Port("a", "127.0.0.7", port, true);
