@@ -41,7 +41,7 @@ def free_port():
     connection before the server binds it."""
     with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
         high = min(29999, int(f.read().split()[0]) - 1)
-    while True:
+    for _ in range(1000):
         port = random.randint(max(1024, high - 4299), high)
         if port in _given_ports:
             continue
@@ -52,6 +52,7 @@ def free_port():
                 continue
         _given_ports.add(port)
         return port
+    raise RuntimeError(f"no free port in {max(1024, high - 4299)}-{high} after 1000 tries")
 
 
 def wait_until(cond, timeout=15.0, what="condition"):
