@@ -281,12 +281,14 @@ absl::Status DataPath::SyncListeners(const proxy::RouteTable& routes) {
   absl::Status result;
   // Held while listeners open: Listeners() (the admin thread) reads open_, no worker does.
   absl::MutexLock lock(&mu_);
+  // A closed listener stays in open_ (and in /debug/services) until Apply has seen every
+  // worker close its socket: Apply erases it after the Flush.
   auto close = [&](std::map<proxy::ListenKey, std::string>::iterator it) {
-    mu_.AssertHeld();  // called below with mu_ held; the analysis does not follow into lambdas
     for (auto& w : workers_) {
       w->RemoveListener(it->first);
     }
-    return open_.erase(it);
+    closed_.push_back(it->first);
+    return std::next(it);
   };
   // Both maps are sorted by key: one merge walk, no lookups.
   auto open = open_.begin();
@@ -346,6 +348,13 @@ absl::Status DataPath::Apply(const std::shared_ptr<const ServiceTable>& table) {
       LOG(WARNING) << "sync: a worker took more than " << kWorkerWait << " to take it";
     }
   }
+  {
+    absl::MutexLock lock(&mu_);
+    for (const proxy::ListenKey& key : closed_) {
+      open_.erase(key);
+    }
+  }
+  closed_.clear();
   if (!result.ok()) {
     full_next_ = true;  // a failed listener or VIP is retried from scratch
   }

@@ -54,7 +54,8 @@ class DataPath final : public TableConsumer {
   // calls it); waits briefly for each worker loop.
   std::vector<proxy::ConnectionInfo> Connections() const;
 
-  // Open listeners ("tcp/10.96.0.10:80") by service port, for /debug/services.
+  // Open listeners ("tcp/10.96.0.10:80") by service port, for /debug/services. A removed one
+  // is listed until Apply returns: once it is gone from here, its clients are refused.
   std::map<std::string, std::vector<std::string>> Listeners() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -113,6 +114,8 @@ class DataPath final : public TableConsumer {
   mutable absl::Mutex mu_;
   // listener -> service port; written by the control plane, read by Listeners().
   std::map<proxy::ListenKey, std::string> open_ ABSL_GUARDED_BY(mu_);
+  // Closed by SyncListeners; erased from open_ once every worker has closed them.
+  std::vector<proxy::ListenKey> closed_;
 };
 
 // The node's addresses that NodePorts listen on: every local address in `cidrs` (all when

@@ -2,7 +2,9 @@
 #include "agent/proxier/data_path.h"
 
 #include <cerrno>
+#include <thread>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -115,6 +117,35 @@ TEST_F(DataPathTest, RemovedListenerRefusesOnceApplyReturns) {
     ASSERT_TRUE(dp_->Apply(Table({})).ok());
     int err = 0;
     EXPECT_FALSE(testutil::ConnectTcp(to, &err)) << "round " << i;
+    ASSERT_EQ(err, ECONNREFUSED) << "round " << i;
+  }
+}
+
+// What /debug/services lists is what the workers do: a client that connects as soon as a
+// removed listener is gone from Listeners() is refused. Listing it as gone before the workers
+// closed it failed this within a few rounds.
+TEST_F(DataPathTest, ListenerGoneFromTheListOnlyOnceClosed) {
+  const int port = testutil::FreePort();
+  auto a = Port("a", "127.0.0.7", port, true);
+  const auto to = *net::SocketAddress::Parse(absl::StrCat("127.0.0.7:", port));
+  const std::string listed = absl::StrCat("tcp/127.0.0.7:", port);
+  auto is_listed = [&] {
+    for (const auto& [service, listeners] : dp_->Listeners()) {
+      if (absl::c_linear_search(listeners, listed)) {
+        return true;
+      }
+    }
+    return false;
+  };
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_TRUE(dp_->Apply(Table({a})).ok());
+    ASSERT_TRUE(is_listed());
+    std::thread remove([&] { EXPECT_TRUE(dp_->Apply(Table({})).ok()); });
+    while (is_listed()) {
+    }
+    int err = 0;
+    EXPECT_FALSE(testutil::ConnectTcp(to, &err)) << "round " << i;
+    remove.join();
     ASSERT_EQ(err, ECONNREFUSED) << "round " << i;
   }
 }
