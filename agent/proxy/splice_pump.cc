@@ -153,8 +153,8 @@ SplicePump::Io SplicePump::OnSpliceInError(int err, size_t in_pipe) {
 
 SplicePump::Io SplicePump::SpliceOut() {
   for (;;) {
-    ssize_t n =
-        splice(pipe_->read_fd(), nullptr, dst_fd_, nullptr, pipe_->bytes_in_pipe(), kSpliceFlags);
+    ssize_t n = splice(pipe_->read_fd(), nullptr, dst_fd_, nullptr, pipe_->bytes_in_pipe(),
+                       kSpliceFlags | (MoreFollows() ? SPLICE_F_MORE : 0u));
     if (n > 0) {
       pipe_->Removed(static_cast<size_t>(n));
       bytes_ += static_cast<uint64_t>(n);
@@ -219,7 +219,8 @@ SplicePump::Io SplicePump::CopyIn() {
 SplicePump::Io SplicePump::CopyOut() {
   for (;;) {
     // MSG_NOSIGNAL: EPIPE without SIGPIPE.
-    ssize_t n = send(dst_fd_, buffer_.get() + buffer_begin_, pending(), MSG_NOSIGNAL);
+    ssize_t n = send(dst_fd_, buffer_.get() + buffer_begin_, pending(),
+                     MSG_NOSIGNAL | (MoreFollows() ? MSG_MORE : 0));
     if (n > 0) {
       buffer_begin_ += static_cast<size_t>(n);
       bytes_ += static_cast<uint64_t>(n);

@@ -40,6 +40,13 @@ class SplicePump final {
   ~SplicePump();
 
   void OnSrcReadable() { src_readable_ = true; }
+  // src's FIN has arrived (EPOLLRDHUP): every byte still to come is already queued, so the
+  // writes that follow carry MSG_MORE and the FIN the owner sends at kEof leaves in the same
+  // segment as the last bytes (tcp_send_fin marks an unsent tail) instead of one of its own.
+  void OnSrcFin() {
+    src_readable_ = true;
+    src_fin_ = true;
+  }
   // Switches to copy I/O for good (a no-op when already there); pending() must be 0. Bytes the
   // sockmap verdict passed are visible to recv() but not to splice().
   void UseCopy() {
@@ -74,6 +81,9 @@ class SplicePump final {
   enum class Io { kProgress, kWouldBlock, kEof, kError };
 
   Result Run();
+  // Whether this write's tail may wait for the FIN: only once src's FIN is known and EOF will
+  // be read (a psock-only read never sees it, and a corked tail would wait for the next ACK).
+  bool MoreFollows() const { return src_fin_ && !psock_only_; }
 
   Io Fill();
   Io Flush();
@@ -96,6 +106,7 @@ class SplicePump final {
   size_t buffer_begin_ = 0, buffer_end_ = 0;
   bool src_readable_ = false;
   bool dst_writable_ = false;
+  bool src_fin_ = false;
   bool src_eof_ = false;
   bool eof_reported_ = false;
   bool pipe_maybe_full_ = false;  // EAGAIN into a non-empty pipe: flush before reading

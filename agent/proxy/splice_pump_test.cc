@@ -110,6 +110,41 @@ TEST_P(SplicePumpTest, EofIsReportedOnlyAfterThePipeIsFlushed) {
   EXPECT_EQ(RecvExactly(dst_.far.get(), 7), "request");
 }
 
+// Bytes queued at dst's peer. On loopback a segment sent is queued there before send returns.
+int QueuedAt(int fd) {
+  int queued = -1;
+  EXPECT_EQ(ioctl(fd, SIOCINQ, &queued), 0);
+  return queued;
+}
+
+TEST_P(SplicePumpTest, KnownFinLeavesInOneSegmentWithTheLastBytes) {
+  PipePool pool({});
+  SplicePump pump(src_.near.get(), dst_.near.get(), pool, use_splice());
+  ASSERT_TRUE(testing::SendAll(src_.far.get(), "response"));
+  ASSERT_EQ(shutdown(src_.far.get(), SHUT_WR), 0);
+  WaitQueued(src_.near.get(), 8);
+
+  pump.OnSrcFin();  // EPOLLRDHUP came with the data
+  pump.OnDstWritable();
+  EXPECT_EQ(pump.Pump(), Result::kEof);
+  EXPECT_EQ(QueuedAt(dst_.far.get()), 0);  // written with MSG_MORE: waiting for the FIN
+  ASSERT_EQ(shutdown(dst_.near.get(), SHUT_WR), 0);
+  EXPECT_EQ(RecvExactly(dst_.far.get(), 9), "response");  // and then EOF
+}
+
+TEST_P(SplicePumpTest, BytesLeaveAtOnceWhileNoFinIsKnown) {
+  PipePool pool({});
+  SplicePump pump(src_.near.get(), dst_.near.get(), pool, use_splice());
+  ASSERT_TRUE(testing::SendAll(src_.far.get(), "response"));
+  ASSERT_EQ(shutdown(src_.far.get(), SHUT_WR), 0);
+  WaitQueued(src_.near.get(), 8);
+
+  pump.OnSrcReadable();
+  pump.OnDstWritable();
+  EXPECT_EQ(pump.Pump(), Result::kEof);  // the EOF read came after the write
+  EXPECT_EQ(QueuedAt(dst_.far.get()), 8);
+}
+
 TEST_P(SplicePumpTest, SourceResetIsAnErrorAtSrc) {
   PipePool pool({});
   SplicePump pump(src_.near.get(), dst_.near.get(), pool, use_splice());

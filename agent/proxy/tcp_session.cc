@@ -157,7 +157,9 @@ void TcpSession::OnSocketEvents(fastpath::Side side, uint32_t events) {
   if ((events & (EPOLLRDHUP | EPOLLHUP)) && sockmap_ != nullptr && !sockmap_->OnSrcEof(side)) {
     return;
   }
-  if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP)) {
+  if (events & (EPOLLRDHUP | EPOLLHUP)) {
+    Pump(side).OnSrcFin();
+  } else if (events & EPOLLIN) {
     Pump(side).OnSrcReadable();
   }
   if (events & (EPOLLOUT | EPOLLHUP)) {
