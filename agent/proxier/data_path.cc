@@ -277,7 +277,8 @@ absl::flat_hash_set<net::IpAddress> DataPath::WantedVips(const ServiceTable& tab
   return vips;
 }
 
-absl::Status DataPath::SyncListeners(const proxy::RouteTable& routes) {
+absl::Status DataPath::SyncListeners(const proxy::RouteTable& routes,
+                                     std::vector<proxy::ListenKey>& closed) {
   absl::Status result;
   // Held while listeners open: Listeners() (the admin thread) reads open_, no worker does.
   absl::MutexLock lock(&mu_);
@@ -287,7 +288,7 @@ absl::Status DataPath::SyncListeners(const proxy::RouteTable& routes) {
     for (auto& w : workers_) {
       w->RemoveListener(it->first);
     }
-    closed_.push_back(it->first);
+    closed.push_back(it->first);
     return std::next(it);
   };
   // Both maps are sorted by key: one merge walk, no lookups.
@@ -338,7 +339,8 @@ absl::Status DataPath::Apply(const std::shared_ptr<const ServiceTable>& table) {
   for (auto& w : workers_) {
     w->SetRoutes(routes);
   }
-  result.Update(SyncListeners(*routes));
+  std::vector<proxy::ListenKey> closed;
+  result.Update(SyncListeners(*routes, closed));
   routes_ = std::move(routes);
   // Routes and listener removals reach the workers as posted tasks. Waiting for them makes the
   // sync's promise exact: once it returns (and /debug/services shows the table) every worker
@@ -350,11 +352,10 @@ absl::Status DataPath::Apply(const std::shared_ptr<const ServiceTable>& table) {
   }
   {
     absl::MutexLock lock(&mu_);
-    for (const proxy::ListenKey& key : closed_) {
+    for (const proxy::ListenKey& key : closed) {
       open_.erase(key);
     }
   }
-  closed_.clear();
   if (!result.ok()) {
     full_next_ = true;  // a failed listener or VIP is retried from scratch
   }

@@ -95,8 +95,10 @@ class DataPath final : public TableConsumer {
   // connections (forgetting the drained ones).
   absl::flat_hash_set<net::IpAddress> WantedVips(const ServiceTable& table,
                                                  const proxy::RouteTable& routes);
-  // Opens the listeners of `routes` that are not open and closes those it no longer has.
-  absl::Status SyncListeners(const proxy::RouteTable& routes);
+  // Opens the listeners of `routes` that are not open and closes those it no longer has,
+  // appending them to `closed`; they stay in open_ until the caller erases them.
+  absl::Status SyncListeners(const proxy::RouteTable& routes,
+                             std::vector<proxy::ListenKey>& closed);
 
   const Options options_;
   vip::VipManager& vips_;
@@ -114,8 +116,6 @@ class DataPath final : public TableConsumer {
   mutable absl::Mutex mu_;
   // listener -> service port; written by the control plane, read by Listeners().
   std::map<proxy::ListenKey, std::string> open_ ABSL_GUARDED_BY(mu_);
-  // Closed by SyncListeners; erased from open_ once every worker has closed them.
-  std::vector<proxy::ListenKey> closed_;
 };
 
 // The node's addresses that NodePorts listen on: every local address in `cidrs` (all when
