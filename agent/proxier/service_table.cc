@@ -97,6 +97,13 @@ std::string PortKey(const config::ServicePort& p) { return p.name; }
 std::vector<ServicePortInfoPtr> BuildServicePorts(
     const Service& svc, const std::vector<config::EndpointSlicePtr>& slices, const NodeInfo& node) {
   std::vector<ServicePortInfoPtr> out;
+  // The decoder has validated every range.
+  std::vector<net::Cidr> ranges;
+  for (const auto& text : svc.load_balancer_source_ranges) {
+    if (auto cidr = net::Cidr::Parse(text)) {
+      ranges.push_back(cidr->Network());
+    }
+  }
   for (const auto& sp : svc.ports) {
     auto info = std::make_shared<ServicePortInfo>();
     info->name = {svc.meta.id, PortKey(sp), sp.protocol};
@@ -109,6 +116,14 @@ std::vector<ServicePortInfoPtr> BuildServicePorts(
           info->external_ips.end()) {
         info->external_ips.push_back(ip);
       }
+    }
+    info->load_balancer_ips = svc.load_balancer_ingress;
+    info->source_ranges = ranges;
+    // As the API server allocates it, and kube-proxy serves it: eTP Local LoadBalancers only
+    // (the file and etcd sources skip the API server's validation).
+    if (svc.type == config::ServiceType::kLoadBalancer &&
+        svc.external_traffic_policy == config::TrafficPolicy::kLocal) {
+      info->health_check_node_port = svc.health_check_node_port;
     }
     info->client_ip_affinity = svc.session_affinity == config::SessionAffinity::kClientIP;
     info->affinity_timeout = absl::Seconds(svc.affinity_timeout_seconds);

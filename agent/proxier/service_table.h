@@ -40,6 +40,13 @@ struct ServicePortInfo {
   int node_port = 0;
   std::vector<net::IpAddress> cluster_ips;
   std::vector<net::IpAddress> external_ips;  // spec.externalIPs and LoadBalancer ingress IPs
+  // The LoadBalancer ingress IPs alone (also in external_ips): loadBalancerSourceRanges guard
+  // only these, as kube-proxy's firewall chain does.
+  std::vector<net::IpAddress> load_balancer_ips;
+  // spec.loadBalancerSourceRanges of type LoadBalancer services. Per family, as kube-proxy's
+  // per-family proxiers: a family without ranges is not filtered.
+  std::vector<net::Cidr> source_ranges;
+  int health_check_node_port = 0;  // spec.healthCheckNodePort; 0 = none
   bool client_ip_affinity = false;
   absl::Duration affinity_timeout = absl::Seconds(config::kDefaultAffinityTimeoutSeconds);
   config::TrafficPolicy internal_policy = config::TrafficPolicy::kCluster;
