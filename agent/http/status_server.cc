@@ -46,10 +46,14 @@ absl::StatusOr<std::unique_ptr<StatusServer>> StatusServer::Create(const std::st
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   });
   for (auto& route : routes) {
-    server->Get(route.first,
+    const std::string pattern = route.first == "*" ? ".*" : route.first;
+    server->Get(pattern,
                 [fn = std::move(route.second)](const httplib::Request&, httplib::Response& res) {
                   Reply r = fn();
                   res.status = r.code;
+                  for (auto& [name, value] : r.headers) {
+                    res.set_header(name, value);
+                  }
                   res.set_content(r.body, r.content_type.c_str());
                 });
   }

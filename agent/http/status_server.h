@@ -30,7 +30,9 @@ class StatusServer final {
     int code = 200;
     std::string body;
     std::string content_type = "text/plain; charset=utf-8";
+    std::vector<std::pair<std::string, std::string>> headers;  // sent as given, after the rest
   };
+  // A GET of the path (exactly), or of any path when the path is "*".
   using Route = std::pair<std::string, std::function<Reply()>>;
   // `registry` rendered in the Prometheus text format, as every /metrics of ours answers.
   static Reply Metrics(const base::Registry& registry) {
