@@ -86,8 +86,10 @@ class DataPath final : public TableConsumer {
   // ranges of its family.
   std::shared_ptr<const proxy::SourceFilter> FiltersFor(const ServicePortInfo& info,
                                                         const net::IpAddress& ip, int port);
-  // Records (`add`) or forgets why `info` is not served, when it is not; updates the metric.
-  void TrackUnserved(const ServicePortInfo& info, bool add);
+  // Records why `info` is not served, when it is not (logged once); ForgetUnserved drops the
+  // ports `table` no longer has. Both keep the metric.
+  void NoteUnserved(const ServicePortInfo& info);
+  void ForgetUnserved(const ServiceTable& table);
   // Calls fn(ip, port, external) for every address `info` listens on when it has endpoints.
   template <typename Fn>
   void ForEachListener(const ServicePortInfo& info, Fn&& fn);
@@ -129,8 +131,12 @@ class DataPath final : public TableConsumer {
   mutable absl::Mutex mu_;
   // listener -> service port; written by the control plane, read by Listeners().
   std::map<proxy::ListenKey, std::string> open_ ABSL_GUARDED_BY(mu_);
-  // service port -> why it has no listener; written by the control plane.
-  std::map<std::string, std::string> unserved_ ABSL_GUARDED_BY(mu_);
+  struct UnservedPort {
+    const char* label;  // of sluice_unserved_service_ports
+    std::string text;   // for /debug/services
+  };
+  // Service ports no path serves; written by the control plane.
+  std::map<ServicePortName, UnservedPort> unserved_ ABSL_GUARDED_BY(mu_);
 };
 
 // The node's addresses that NodePorts listen on: every local address in `cidrs` (all when
