@@ -50,8 +50,9 @@ void NodeWatch::OnListEnd() {
     ApplyZone(listed_->zone);
     ApplyEligibility(*listed_);
   } else {
-    LOG(WARNING) << "kube: Node \"" << node_ << "\" not found (check --hostname-override); "
-                 << "topology hints stay off until it appears";
+    LOG(WARNING) << "kube: Node \"" << node_ << "\" not found (check --hostname-override): "
+                 << "no zone for topology hints, and the node counts as eligible until it "
+                 << "appears";
   }
   if (!listed_once_) {
     listed_once_ = true;
@@ -89,8 +90,9 @@ void NodeWatch::ApplyEligibility(const NodeFacts& facts) {
   if (facts.eligible) {
     LOG(INFO) << "kube: Node \"" << node_ << "\" is eligible for load balancer traffic";
   } else {
-    LOG(WARNING) << "kube: Node \"" << node_ << "\" is not eligible for load balancer traffic: "
-                 << facts.why << "; /healthz answers 503 (KEP-3836)";
+    LOG(WARNING) << "kube: Node \"" << node_
+                 << "\" is not eligible for load balancer traffic: " << facts.why
+                 << "; /healthz answers 503 (KEP-3836)";
   }
   eligible_ = facts.eligible;
   callbacks_.on_eligible(facts.eligible);
