@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "agent/admin/health.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 

@@ -96,11 +96,10 @@ http::StatusServer::Reply ServiceHealthReply(const config::NamespacedName& servi
                                              int local_endpoints, bool proxy_healthy) {
   // kube-proxy prints a tab-indented template through dedent.Dedent (which strips the common
   // two-tab margin) and strings.Trim(..., "\n"): this is its output.
-  std::string body = absl::StrCat("{\n\t\"service\": {\n\t\t\"namespace\": ", GoQuote(service.ns),
-                                  ",\n\t\t\"name\": ", GoQuote(service.name),
-                                  "\n\t},\n\t\"localEndpoints\": ", local_endpoints,
-                                  ",\n\t\"serviceProxyHealthy\": ", proxy_healthy ? "true" : "false",
-                                  "\n}");
+  std::string body = absl::StrCat(
+      "{\n\t\"service\": {\n\t\t\"namespace\": ", GoQuote(service.ns),
+      ",\n\t\t\"name\": ", GoQuote(service.name), "\n\t},\n\t\"localEndpoints\": ", local_endpoints,
+      ",\n\t\"serviceProxyHealthy\": ", proxy_healthy ? "true" : "false", "\n}");
   return http::StatusServer::Reply{
       .code = local_endpoints != 0 && proxy_healthy ? 200 : 503,
       .body = std::move(body),
@@ -122,7 +121,8 @@ ServiceHealthServers::ServiceHealthServers(Options options) : options_(std::move
 // The servers' threads read mu_ and endpoints_: they stop before those go.
 ServiceHealthServers::~ServiceHealthServers() { open_.clear(); }
 
-absl::Status ServiceHealthServers::Apply(const std::shared_ptr<const proxier::ServiceTable>& table) {
+absl::Status ServiceHealthServers::Apply(
+    const std::shared_ptr<const proxier::ServiceTable>& table) {
   const std::map<config::NamespacedName, int> wanted = HealthCheckPorts(*table);
   std::map<config::NamespacedName, int> counts;
   for (const auto& [service, port] : wanted) {
@@ -152,12 +152,11 @@ absl::Status ServiceHealthServers::Apply(const std::shared_ptr<const proxier::Se
       ReportFailure(service, port, instance.status());
       continue;
     }
-    LOG(INFO) << "opened the health check of service " << service.ToString() << " on port "
-              << port;
+    LOG(INFO) << "opened the health check of service " << service.ToString() << " on port " << port;
     failing_.erase(service);
     open_.emplace(service, *std::move(instance));
   }
-  absl::erase_if(failing_, [&](const auto& entry) { return !wanted.contains(entry.first); });
+  std::erase_if(failing_, [&](const auto& entry) { return !wanted.contains(entry.first); });
   return absl::OkStatus();
 }
 
@@ -166,9 +165,8 @@ absl::StatusOr<ServiceHealthServers::Instance> ServiceHealthServers::Listen(
   const std::vector<std::string> hosts =
       options_.listen_hosts ? options_.listen_hosts() : std::vector<std::string>{""};
   auto routes = [this, service] {
-    return std::vector<http::StatusServer::Route>{{"*", [this, service] {
-                                                     return Answer(service);
-                                                   }}};
+    return std::vector<http::StatusServer::Route>{
+        {"*", [this, service] { return Answer(service); }}};
   };
   Instance instance{.port = port};
   for (const std::string& host : hosts) {
@@ -201,10 +199,10 @@ void ServiceHealthServers::ReportFailure(const config::NamespacedName& service, 
     return;
   }
   last = message;
-  LOG(ERROR) << "failed to start the health check of service " << service.ToString()
-             << " on port " << port << " (retried at every sync): " << error.message();
-  LOG(WARNING) << "event: Warning FailedToStartServiceHealthcheck Service "
-               << service.ToString() << ": " << message;
+  LOG(ERROR) << "failed to start the health check of service " << service.ToString() << " on port "
+             << port << " (retried at every sync): " << error.message();
+  LOG(WARNING) << "event: Warning FailedToStartServiceHealthcheck Service " << service.ToString()
+               << ": " << message;
 }
 
 http::StatusServer::Reply ServiceHealthServers::Answer(

@@ -48,19 +48,19 @@ std::shared_ptr<const proxier::ServiceTable> Table(
 }
 
 TEST(ServiceHealthTest, HealthCheckPortsOfServicesThatHaveOne) {
-  auto table = Table({Port(kWeb, "http", 32100, {}), Port(kWeb, "https", 32100, {}),
-                      Port(kApi, "http", 0, {})});
+  auto table = Table(
+      {Port(kWeb, "http", 32100, {}), Port(kWeb, "https", 32100, {}), Port(kApi, "http", 0, {})});
   EXPECT_EQ(HealthCheckPorts(*table), (std::map<config::NamespacedName, int>{{kWeb, 32100}}));
 }
 
 // kube-proxy counts distinct IPs of ready endpoints on this node over all the service's ports.
 TEST(ServiceHealthTest, CountsDistinctLocalReadyIps) {
-  auto table = Table({Port(kWeb, "http", 32100,
-                           {Ep("10.0.0.1:80", "node1"), Ep("10.0.0.2:80", "node1", false),
-                            Ep("10.0.0.3:80", "node2"), Ep("10.0.0.5:80", "node1")}),
-                      Port(kWeb, "https", 32100,
-                           {Ep("10.0.0.1:443", "node1"), Ep("[fd00::1]:443", "node1")}),
-                      Port(kApi, "http", 0, {Ep("10.0.0.9:80", "node1")})});
+  auto table = Table(
+      {Port(kWeb, "http", 32100,
+            {Ep("10.0.0.1:80", "node1"), Ep("10.0.0.2:80", "node1", false),
+             Ep("10.0.0.3:80", "node2"), Ep("10.0.0.5:80", "node1")}),
+       Port(kWeb, "https", 32100, {Ep("10.0.0.1:443", "node1"), Ep("[fd00::1]:443", "node1")}),
+       Port(kApi, "http", 0, {Ep("10.0.0.9:80", "node1")})});
   EXPECT_EQ(LocalReadyEndpoints(*table, kWeb, "node1"), 3);  // .1 (twice), .5, fd00::1
   EXPECT_EQ(LocalReadyEndpoints(*table, kWeb, "node2"), 1);
   EXPECT_EQ(LocalReadyEndpoints(*table, kWeb, "node3"), 0);
@@ -147,7 +147,8 @@ TEST_F(ServersTest, OpensAnswersAndClosesWithTheTable) {
 
   // A new port: the old one closes.
   const int moved = testutil::FreePort();
-  ASSERT_TRUE(servers_.Apply(Table({Port(kWeb, "http", moved, {Ep("10.0.0.1:80", "node1")})})).ok());
+  ASSERT_TRUE(
+      servers_.Apply(Table({Port(kWeb, "http", moved, {Ep("10.0.0.1:80", "node1")})})).ok());
   EXPECT_EQ(Get(port).first, -1);
   EXPECT_EQ(Get(moved).first, 200);
   // No health check port any more (type or traffic policy changed), then gone.

@@ -53,7 +53,8 @@ TEST_F(NodeWatchTest, ReportsChangesOnlyAndDeletionFromTheDeletedObject) {
                   {.on_zone = [&](const std::string& z) { zones.push_back(z); },
                    .on_eligible = [&](bool e) { eligible.push_back(e); },
                    .on_first_list = [&] { ++first_lists; }});
-  const std::string plain = R"({"metadata":{"name":"n","labels":{"topology.kubernetes.io/zone":"a"}}})";
+  const std::string plain =
+      R"({"metadata":{"name":"n","labels":{"topology.kubernetes.io/zone":"a"}}})";
   const std::string tainted =
       R"({"metadata":{"name":"n","labels":{"topology.kubernetes.io/zone":"a"}},)"
       R"("spec":{"taints":[{"key":"ToBeDeletedByClusterAutoscaler","effect":"NoSchedule"}]}})";
@@ -63,8 +64,9 @@ TEST_F(NodeWatchTest, ReportsChangesOnlyAndDeletionFromTheDeletedObject) {
   watch.OnWatchEvent(kube::EventType::kModified, Parse(plain));  // no change: no calls
   watch.OnWatchEvent(kube::EventType::kModified, Parse(tainted));
   watch.OnWatchEvent(kube::EventType::kModified, Parse(plain));
-  watch.OnWatchEvent(kube::EventType::kDeleted,
-                     Parse(R"({"metadata":{"name":"n","deletionTimestamp":"2026-11-27T18:00:00Z"}})"));
+  watch.OnWatchEvent(
+      kube::EventType::kDeleted,
+      Parse(R"({"metadata":{"name":"n","deletionTimestamp":"2026-11-27T18:00:00Z"}})"));
   watch.OnListBegin();  // a relist after the Node went: nothing listed, nothing changes
   watch.OnListEnd();
   EXPECT_EQ(zones, std::vector<std::string>{"a"});
