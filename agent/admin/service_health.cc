@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "agent/admin/service_health.h"
 
-#include <cstdio>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 
+#include "agent/base/json.h"
 #include "agent/base/log.h"
 
 namespace sluice::admin {
@@ -48,57 +48,14 @@ int LocalReadyEndpoints(const proxier::ServiceTable& table, const config::Namesp
   return static_cast<int>(ips.size());
 }
 
-std::string GoQuote(std::string_view s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\a':
-        out += "\\a";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\v':
-        out += "\\v";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-          char buf[5];
-          std::snprintf(buf, sizeof(buf), "\\x%02x", static_cast<unsigned char>(c));
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
-
 http::StatusServer::Reply ServiceHealthReply(const config::NamespacedName& service,
                                              int local_endpoints, bool proxy_healthy) {
   // kube-proxy prints a tab-indented template through dedent.Dedent (which strips the common
-  // two-tab margin) and strings.Trim(..., "\n"): this is its output.
+  // two-tab margin) and strings.Trim(..., "\n"): this is its output. Its %q and a JSON string
+  // agree on every valid object name (DNS labels and subdomains).
   std::string body = absl::StrCat(
-      "{\n\t\"service\": {\n\t\t\"namespace\": ", GoQuote(service.ns),
-      ",\n\t\t\"name\": ", GoQuote(service.name), "\n\t},\n\t\"localEndpoints\": ", local_endpoints,
+      "{\n\t\"service\": {\n\t\t\"namespace\": ", base::JsonString(service.ns),
+      ",\n\t\t\"name\": ", base::JsonString(service.name), "\n\t},\n\t\"localEndpoints\": ", local_endpoints,
       ",\n\t\"serviceProxyHealthy\": ", proxy_healthy ? "true" : "false", "\n}");
   return http::StatusServer::Reply{
       .code = local_endpoints != 0 && proxy_healthy ? 200 : 503,
@@ -192,8 +149,8 @@ void ServiceHealthServers::ReportFailure(const config::NamespacedName& service, 
   }
   // kube-proxy's event message.
   const std::string message =
-      absl::StrCat("node ", options_.node_name, " failed to start healthcheck ",
-                   GoQuote(service.ToString()), " on port ", port, ": ", error.message());
+      absl::StrCat("node ", options_.node_name, " failed to start healthcheck \"",
+                   service.ToString(), "\" on port ", port, ": ", error.message());
   std::string& last = failing_[service];
   if (last == message) {
     return;

@@ -5,7 +5,6 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -29,11 +28,6 @@ std::map<config::NamespacedName, int> HealthCheckPorts(const proxier::ServiceTab
 // its health check.
 int LocalReadyEndpoints(const proxier::ServiceTable& table, const config::NamespacedName& service,
                         const std::string& node);
-
-// Go's strconv.Quote (what %q prints) for the strings a health check shows: printable ASCII
-// as is except `"` and `\`, C escapes and \xNN for control bytes; other bytes are passed
-// through (object names are ASCII).
-std::string GoQuote(std::string_view s);
 
 // kube-proxy's answer on a health check node port: 200 when the service has a local ready
 // endpoint and the proxy is healthy, else 503; the body byte for byte as kube-proxy writes it

@@ -91,11 +91,6 @@ TEST(ServiceHealthTest, ReplyIsKubeProxysBytes) {
   EXPECT_NE(sick.body.find("\"serviceProxyHealthy\": false\n}"), std::string::npos);
 }
 
-TEST(ServiceHealthTest, GoQuoteEscapesAsStrconv) {
-  EXPECT_EQ(GoQuote("kube-system"), "\"kube-system\"");
-  EXPECT_EQ(GoQuote("a\"b\\c\n\x01"), "\"a\\\"b\\\\c\\n\\x01\"");
-}
-
 class ServersTest : public ::testing::Test {
  protected:
   ServersTest()
