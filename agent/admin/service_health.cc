@@ -53,10 +53,11 @@ http::StatusServer::Reply ServiceHealthReply(const config::NamespacedName& servi
   // kube-proxy prints a tab-indented template through dedent.Dedent (which strips the common
   // two-tab margin) and strings.Trim(..., "\n"): this is its output. Its %q and a JSON string
   // agree on every valid object name (DNS labels and subdomains).
-  std::string body = absl::StrCat(
-      "{\n\t\"service\": {\n\t\t\"namespace\": ", base::JsonString(service.ns),
-      ",\n\t\t\"name\": ", base::JsonString(service.name), "\n\t},\n\t\"localEndpoints\": ", local_endpoints,
-      ",\n\t\"serviceProxyHealthy\": ", proxy_healthy ? "true" : "false", "\n}");
+  std::string body =
+      absl::StrCat("{\n\t\"service\": {\n\t\t\"namespace\": ", base::JsonString(service.ns),
+                   ",\n\t\t\"name\": ", base::JsonString(service.name),
+                   "\n\t},\n\t\"localEndpoints\": ", local_endpoints,
+                   ",\n\t\"serviceProxyHealthy\": ", proxy_healthy ? "true" : "false", "\n}");
   return http::StatusServer::Reply{
       .code = local_endpoints != 0 && proxy_healthy ? 200 : 503,
       .body = std::move(body),

@@ -11,7 +11,6 @@
 #include "absl/synchronization/mutex.h"
 
 #include "agent/base/metrics.h"
-#include "agent/config/model.h"
 #include "agent/http/status_server.h"
 #include "agent/proxier/proxier.h"
 #include "agent/proxier/service_table.h"

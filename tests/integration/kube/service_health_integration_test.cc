@@ -97,7 +97,7 @@ class ServiceHealthTest : public ApiAgentTest {
       return a;
     }
     a.status = std::stoi(out.substr(9, 3));  // "HTTP/1.1 200 OK"
-    a.head = out.substr(0, end + 2);  // each header line ends in CRLF
+    a.head = out.substr(0, end + 2);         // each header line ends in CRLF
     a.body = out.substr(end + 4);
     return a;
   }
