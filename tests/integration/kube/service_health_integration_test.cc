@@ -25,8 +25,9 @@ std::string Node(const std::string& extra_spec = "") {
   return absl::StrCat(R"({"metadata":{"name":"node1"},"spec":{)", extra_spec, "}}");
 }
 
-std::string LoadBalancer(const std::string& type = "LoadBalancer") {
-  return ServiceJson("shop", "web", "10.96.0.40", 80, "",
+std::string LoadBalancer(const std::string& type = "LoadBalancer", const std::string& name = "web",
+                         const std::string& ip = "10.96.0.40") {
+  return ServiceJson("shop", name, ip, 80, "",
                      absl::StrCat(R"("type":")", type, R"(","externalTrafficPolicy":"Local",)",
                                   R"("healthCheckNodePort":)", kHealthPort));
 }
@@ -153,6 +154,48 @@ TEST_F(ServiceHealthTest, HealthCheckNodePortFollowsLocalEndpointsAndTheService)
   ASSERT_TRUE(WaitHealthCheck(-1));
   EXPECT_NE(agent_->Output().find("closing the health check of service shop/web on port 32100"),
             std::string::npos);
+}
+
+// Two services given the same health check node port (the file and etcd sources have no API
+// server to refuse it): the first to open it serves, the other is reported and counted at every
+// sync, and takes the port once it is free, as kube-proxy's retries do.
+TEST_F(ServiceHealthTest, APortTakenByAnotherServiceIsReportedAndRetried) {
+  api_->Put("nodes", Node());
+  api_->Put("services", LoadBalancer("LoadBalancer", "api", "10.96.0.41"));
+  api_->Put("services", LoadBalancer());
+  api_->Put("endpointslices", Slice("node1", true));  // web's; api has none here
+  StartAgent({"--source=kube", "--kubeconfig=" + api_->WriteKubeconfig({.ca = "data"})});
+  // shop/api sorts first and holds the port: 503, no local endpoint.
+  ASSERT_TRUE(WaitHealthCheck(503)) << agent_->Output();
+  EXPECT_NE(HealthCheck().body.find(R"("name": "api")"), std::string::npos);
+  const std::string failures =
+      R"(sluice_service_health_check_listen_errors_total{service="shop/web"})";
+  ASSERT_TRUE(WaitFor([&] { return MetricValue(failures) >= 2; }, absl::Seconds(15)))
+      << Metrics();  // retried at the next (periodic) sync
+  EXPECT_NE(agent_->Output().find("event: Warning FailedToStartServiceHealthcheck Service "
+                                  "shop/web: node node1 failed to start healthcheck "
+                                  "\"shop/web\" on port 32100"),
+            std::string::npos)
+      << agent_->Output();
+
+  api_->Delete("services", "shop", "api");
+  ASSERT_TRUE(WaitHealthCheck(200, 1)) << agent_->Output();
+}
+
+// --nodeport-addresses narrows the addresses, as for NodePorts.
+TEST_F(ServiceHealthTest, NodePortAddressesSelectWhereItListens) {
+  api_->Put("nodes", Node());
+  api_->Put("services", LoadBalancer());
+  api_->Put("endpointslices", Slice("node1", true));
+  StartAgent({"--source=kube", "--kubeconfig=" + api_->WriteKubeconfig({.ca = "data"}),
+              "--nodeport-addresses=10.77.0.0/24"});
+  ASSERT_TRUE(WaitHealthCheck(200, 1)) << agent_->Output();
+  std::string out;  // from the node itself, on an address outside the range
+  EXPECT_NE(RunCommand({"curl", "-sS", "--max-time", "3",
+                        absl::StrCat("http://127.0.0.1:", kHealthPort, "/")},
+                       &out),
+            0)
+      << out;
 }
 
 TEST_F(ServiceHealthTest, NodeTaintedForDeletionFailsHealthzButNotLivez) {
