@@ -128,12 +128,19 @@ absl::StatusOr<ServiceHealthServers::Instance> ServiceHealthServers::Listen(
   };
   Instance instance{.port = port};
   for (const std::string& host : hosts) {
-    // Go's listener on 0.0.0.0 takes IPv4 and IPv6 ([::] without IPV6_V6ONLY); 0.0.0.0 alone
-    // when the node has no IPv6.
     absl::StatusOr<std::unique_ptr<http::StatusServer>> server =
         http::StatusServer::Create(host.empty() ? "::" : host, port, routes());
-    if (!server.ok() && host.empty()) {
-      server = http::StatusServer::Create("0.0.0.0", port, routes());
+    if (host.empty()) {
+      // Go's listener on 0.0.0.0 takes IPv4 and IPv6: [::] does that unless
+      // net.ipv6.bindv6only is 1, when 0.0.0.0 binds beside it; 0.0.0.0 alone without IPv6.
+      absl::StatusOr<std::unique_ptr<http::StatusServer>> v4 =
+          http::StatusServer::Create("0.0.0.0", port, routes());
+      if (v4.ok()) {
+        instance.servers.push_back(*std::move(v4));
+        if (!server.ok()) {
+          continue;
+        }
+      }
     }
     if (!server.ok()) {
       return server.status();  // `instance` closes what it opened, so a later sync can retry

@@ -65,6 +65,8 @@ class ServiceHealthTest : public ApiAgentTest {
              {"ip", "link", "add", "node0", "type", "veth", "peer", "name", "lb0", "netns",
               client_},
              {"ip", "addr", "add", absl::StrCat(kNodeIp, "/24"), "dev", "node0"},
+             {"ip", "addr", "add", "fd77::1/64", "dev", "node0", "nodad"},
+             {"ip", "-n", client_, "addr", "add", "fd77::2/64", "dev", "lb0", "nodad"},
              {"ip", "link", "set", "node0", "up"},
              {"ip", "-n", client_, "addr", "add", "10.77.0.2/24", "dev", "lb0"},
              {"ip", "-n", client_, "link", "set", "lb0", "up"},
@@ -134,6 +136,10 @@ TEST_F(ServiceHealthTest, HealthCheckNodePortFollowsLocalEndpointsAndTheService)
   EXPECT_NE(a.head.find("Content-Type: application/json\r\n"), std::string::npos) << a.head;
   EXPECT_NE(a.head.find("X-Content-Type-Options: nosniff\r\n"), std::string::npos) << a.head;
   EXPECT_NE(a.head.find("X-Load-Balancing-Endpoint-Weight: 1\r\n"), std::string::npos) << a.head;
+  // Without --nodeport-addresses, on every address: IPv6 too, as Go's listener.
+  a = Curl(absl::StrCat("http://[fd77::1]:", kHealthPort, "/"));
+  EXPECT_EQ(a.status, 200) << a.head;
+  EXPECT_EQ(a.body, Body(1));
 
   // Not ready (terminating), then on another node: 503 with 0; back: 200.
   api_->Put("endpointslices", Slice("node1", false));
