@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <set>
+#include <span>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
@@ -40,13 +41,17 @@ static_assert(sizeof(sluice_lb_key) == 20, "bpf_abi.h: struct sluice_lb_key");
 static_assert(sizeof(sluice_lb_addr) == 20, "bpf_abi.h: struct sluice_lb_addr");
 static_assert(sizeof(sluice_lb_svc) == 24, "bpf_abi.h: struct sluice_lb_svc");
 static_assert(sizeof(sluice_lb_member) == 24, "bpf_abi.h: struct sluice_lb_member");
-static_assert(sizeof(sluice_lb_rev) == 32, "bpf_abi.h: struct sluice_lb_rev");
+static_assert(sizeof(sluice_lb_pair) == 40, "bpf_abi.h: struct sluice_lb_pair");
+static_assert(sizeof(sluice_lb_peers) == 328, "bpf_abi.h: struct sluice_lb_peers");
 static_assert(sizeof(sluice_lb_stats) == 16, "bpf_abi.h: struct sluice_lb_stats");
 static_assert(sizeof(sluice_lb_gone) == 40, "bpf_abi.h: struct sluice_lb_gone");
 
 namespace {
 
 namespace fs = std::filesystem;
+
+// (frontend, backend) pairs the UDP reaper takes in one walk of the node's sockets.
+constexpr size_t kGoneBatch = 4096;
 
 sluice_lb_addr ToAddr(const net::SocketAddress& a) {
   sluice_lb_addr out{};
@@ -121,6 +126,44 @@ absl::StatusOr<uint64_t> OwnNetnsCookie() {
   return cookie;
 }
 
+// Our pinned maps, by name. A pin of another name under the root is stale: an earlier
+// version's (sluice_lb_rev, the node-wide reverse LRU that socket storage replaced).
+constexpr const char* kMaps[] = {"sluice_lb_svc",   "sluice_lb_slot",  "sluice_lb_member",
+                                 "sluice_lb_stick", "sluice_lb_stats", "sluice_lb_gone",
+                                 "sluice_lb_peer"};
+
+// The cgroup hooks, reverse ones first: a socket translated by a new connect hook must find
+// them.
+std::vector<bpf_program*> Hooks(sock_lb_bpf& s) {
+  return {s.progs.sluice_recvmsg4, s.progs.sluice_recvmsg6, s.progs.sluice_peer4,
+          s.progs.sluice_peer6,    s.progs.sluice_connect4, s.progs.sluice_connect6,
+          s.progs.sluice_sendmsg4, s.progs.sluice_sendmsg6};
+}
+
+std::string LinkPin(const std::string& root, const bpf_program* prog) {
+  return absl::StrCat(root, "/link_", bpf_program__name(prog));
+}
+
+// Unpins what an earlier version pinned and this one does not use: maps it alone had, and
+// links of its programs this one lacks (sluice_release, which deleted sluice_lb_rev entries),
+// which detach once unpinned. Called after Attach, so every hook of ours is in place.
+void RemoveStalePins(const std::string& root, sock_lb_bpf& s) {
+  std::set<std::string> links;
+  for (const bpf_program* prog : Hooks(s)) {
+    links.insert(absl::StrCat("link_", bpf_program__name(prog)));
+  }
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename();
+    const bool stale = name.rfind("sluice_lb_", 0) == 0
+                           ? std::find(std::begin(kMaps), std::end(kMaps), name) == std::end(kMaps)
+                           : name.rfind("link_sluice_", 0) == 0 && !links.contains(name);
+    if (stale && unlink(entry.path().c_str()) == 0) {
+      LOG(INFO) << "socket LB: removed " << entry.path().string() << " an earlier version pinned";
+    }
+  }
+}
+
 std::string FrontendName(const Frontend& f) {
   return absl::StrCat(f.udp ? "udp/" : "tcp/", f.address.ToString());
 }
@@ -146,15 +189,17 @@ absl::StatusOr<std::unique_ptr<SocketLb>> SocketLb::Create(const Options& option
   const bool reap = KernelHasKfunc("bpf_sock_destroy") &&
                     base::RequireCapabilities({{CAP_PERFMON, "CAP_PERFMON"}}).ok();
   auto configure = [&](sock_lb_bpf& s) -> absl::Status {
-    const std::pair<bpf_map*, uint32_t> sizes[] = {{s.maps.sluice_lb_svc, options.max_frontends},
-                                                   {s.maps.sluice_lb_slot, options.max_slots},
-                                                   {s.maps.sluice_lb_member, options.max_slots},
-                                                   {s.maps.sluice_lb_stick, options.max_sticky},
-                                                   {s.maps.sluice_lb_rev, options.max_reverse},
-                                                   {s.maps.sluice_lb_stats, options.max_frontends},
-                                                   {s.maps.sluice_lb_gone, 4096}};
-    for (auto [map, size] : sizes) {
-      if (int err = bpf_map__set_max_entries(map, size); err != 0) {
+    // Socket storage (sluice_lb_peer) has no size: it grows and shrinks with the sockets.
+    const std::pair<bpf_map*, uint32_t> maps[] = {{s.maps.sluice_lb_svc, options.max_frontends},
+                                                  {s.maps.sluice_lb_slot, options.max_slots},
+                                                  {s.maps.sluice_lb_member, options.max_slots},
+                                                  {s.maps.sluice_lb_stick, options.max_sticky},
+                                                  {s.maps.sluice_lb_stats, options.max_frontends},
+                                                  {s.maps.sluice_lb_gone, kGoneBatch},
+                                                  {s.maps.sluice_lb_peer, 0}};
+    static_assert(std::size(maps) == std::size(kMaps));
+    for (auto [map, size] : maps) {
+      if (int err = size == 0 ? 0 : bpf_map__set_max_entries(map, size); err != 0) {
         return base::ErrnoStatus(-err,
                                  absl::StrCat("bpf_map__set_max_entries ", bpf_map__name(map)));
       }
@@ -178,9 +223,7 @@ absl::StatusOr<std::unique_ptr<SocketLb>> SocketLb::Create(const Options& option
     // old links keep their programs and maps until Attach replaces them.
     LOG(WARNING) << "socket LB: cannot reuse the maps pinned under " << options.bpf_root << " ("
                  << skel.status().message() << "); replacing them";
-    for (const char* name :
-         {"sluice_lb_svc", "sluice_lb_slot", "sluice_lb_member", "sluice_lb_stick", "sluice_lb_rev",
-          "sluice_lb_stats", "sluice_lb_gone"}) {
+    for (const char* name : kMaps) {
       unlink(absl::StrCat(options.bpf_root, "/", name).c_str());
     }
     skel = fastpath::Skeleton<sock_lb_bpf>::Create(configure);
@@ -191,6 +234,9 @@ absl::StatusOr<std::unique_ptr<SocketLb>> SocketLb::Create(const Options& option
   std::unique_ptr<SocketLb> lb(new SocketLb(options, std::move(*skel)));
   lb->ScanAdopted();
   RETURN_IF_ERROR(lb->Attach(cgroup_id, cgroup.get()));
+  if (pin) {
+    RemoveStalePins(options.bpf_root, **lb->skel_);
+  }
   if (reap) {
     lb->reap_link_.reset(bpf_program__attach_iter((*lb->skel_)->progs.sluice_udp_reap, nullptr));
     if (lb->reap_link_ == nullptr) {
@@ -214,15 +260,8 @@ SocketLb::SocketLb(const Options& options, std::unique_ptr<fastpath::Skeleton<so
 SocketLb::~SocketLb() = default;
 
 absl::Status SocketLb::Attach(uint64_t cgroup_id, int cgroup_fd) {
-  sock_lb_bpf& s = **skel_;
-  // Reverse hooks first: a socket translated by the new connect hook must find them.
-  for (bpf_program* prog :
-       {s.progs.sluice_recvmsg4, s.progs.sluice_recvmsg6, s.progs.sluice_peer4,
-        s.progs.sluice_peer6, s.progs.sluice_release, s.progs.sluice_connect4,
-        s.progs.sluice_connect6, s.progs.sluice_sendmsg4, s.progs.sluice_sendmsg6}) {
-    const std::string path = options_.bpf_root.empty() ? ""
-                                                       : absl::StrCat(options_.bpf_root, "/link_",
-                                                                      bpf_program__name(prog));
+  for (bpf_program* prog : Hooks(**skel_)) {
+    const std::string path = options_.bpf_root.empty() ? "" : LinkPin(options_.bpf_root, prog);
     if (!path.empty() && access(path.c_str(), F_OK) == 0) {
       if (fastpath::LinkPtr old(bpf_link__open(path.c_str())); old != nullptr) {
         bpf_link_info info{};
@@ -511,18 +550,38 @@ absl::Status SocketLb::ReapHere() {
 }
 
 absl::Status SocketLb::Reap(const std::vector<Gone>& gone) {
-  if (reap_link_ == nullptr || gone.empty()) {
+  if (reap_link_ == nullptr) {
     return absl::OkStatus();
   }
+  // sluice_lb_gone holds kGoneBatch pairs: a larger change (a Service with many UDP ports losing
+  // many endpoints) is walked in batches rather than crowding out the other services' pairs.
+  absl::Status result;
+  for (size_t at = 0; at < gone.size(); at += kGoneBatch) {
+    result.Update(ReapBatch(std::span(gone).subspan(at, std::min(kGoneBatch, gone.size() - at))));
+  }
+  return result;
+}
+
+absl::Status SocketLb::ReapBatch(std::span<const Gone> gone) {
   const uint8_t one = 1;
   std::vector<sluice_lb_gone> keys;
+  absl::Status result;
   for (const auto& g : gone) {
     keys.push_back({.front = ToAddr(g.front), .backend = ToAddr(g.backend)});
     if (bpf_map_update_elem(gone_fd_, &keys.back(), &one, BPF_ANY) != 0) {
+      result = fastpath::MapError("update sluice_lb_gone");  // out of memory: these stay open
       keys.pop_back();
-      break;  // full: the rest waits for the next removal
+      break;
     }
   }
+  result.Update(ReapEverywhere());
+  for (const auto& k : keys) {
+    (void)bpf_map_delete_elem(gone_fd_, &k);
+  }
+  return result;
+}
+
+absl::Status SocketLb::ReapEverywhere() {
   // The iterator walks the sockets of the network namespace it is created in: ours first, then
   // every other one a process on the node is in (pods), from a thread that enters it.
   absl::Status result = ReapHere();
@@ -550,9 +609,6 @@ absl::Status SocketLb::Reap(const std::vector<Gone>& gone) {
       result.Update(ReapHere());
     });
     t.join();
-  }
-  for (const auto& k : keys) {
-    (void)bpf_map_delete_elem(gone_fd_, &k);
   }
   return result;
 }

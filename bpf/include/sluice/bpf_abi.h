@@ -61,7 +61,7 @@ struct sluice_lb_key {
 	__u8 pad;
 };
 
-/* A backend, and the value of sluice_lb_slot and sluice_lb_rev (the service address there). */
+/* A backend (the value of sluice_lb_slot), or a service address. */
 struct sluice_lb_addr {
 	__u8 addr[16];
 	__u16 port;
@@ -106,11 +106,25 @@ struct sluice_lb_sticky {
 	__u64 last_ns; /* bpf_ktime_get_ns() of the last connect that used it */
 };
 
-/* sluice_lb_rev key: a translated socket and its backend; the value is the service address
- * that recvmsg() and getpeername() report instead. */
-struct sluice_lb_rev {
-	__u64 cookie;
+/* One reverse translation: a reply from backend is reported as coming from front. */
+struct sluice_lb_pair {
 	struct sluice_lb_addr backend;
+	struct sluice_lb_addr front;
+};
+
+/* Pairs one socket remembers. A connected socket needs one; an unconnected UDP socket one per
+ * backend it has datagrams out to (round-robin sends successive datagrams for one service to
+ * different backends). 8 pairs keep the value at 328 bytes (a 512-byte kernel allocation with
+ * the storage header) and cover a resolver's parallel A/AAAA queries to a few nameservers. */
+#define SLUICE_LB_PAIRS 8
+
+/* sluice_lb_peer value: socket-local storage (BPF_MAP_TYPE_SK_STORAGE) of a translated socket,
+ * read by recvmsg() and getpeername(), freed with the socket. A backend already listed keeps its
+ * slot (its front is rewritten); a new one takes slot next % SLUICE_LB_PAIRS, so beyond 8
+ * backends the one written longest ago is forgotten and its replies show the backend. */
+struct sluice_lb_peers {
+	struct sluice_lb_pair pair[SLUICE_LB_PAIRS];
+	__u32 next; /* how many new backends were written (the next slot, modulo) */
 	__u32 pad;
 };
 
