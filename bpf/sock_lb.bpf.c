@@ -53,16 +53,26 @@ struct {
 	__type(value, struct sluice_lb_sticky);
 } sluice_lb_stick SEC(".maps");
 
-/* Translated socket -> (backend, service address) pairs for recvmsg() and getpeername(). Kept
- * in the socket itself: freed with it, and no socket's translations can push out another's (a
- * node-wide LRU keyed by cookie was filled with dead entries by a socket(); sendto(); close()
- * loop, evicting other sockets' pending replies). */
+/* The reverse translation, kept in each translated socket: freed with it, and no socket's pairs
+ * can push out another's (a node-wide LRU keyed by cookie was filled with dead entries by a
+ * socket(); sendto(); close() loop, evicting other sockets' pending replies). Two maps, so that
+ * a connected socket, the common case, carries one pair and not eight. */
+
+/* Connected socket -> (backend, service address). */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct sluice_lb_pair);
+} sluice_lb_conn SEC(".maps");
+
+/* Unconnected UDP socket -> its last SLUICE_LB_PAIRS (backend, service address) pairs. */
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
 	__type(value, struct sluice_lb_peers);
-} sluice_lb_peer SEC(".maps");
+} sluice_lb_dgram SEC(".maps");
 
 /* service id -> per-CPU counters (created by the agent). */
 struct {
@@ -225,12 +235,21 @@ static __always_inline int find_pair(const struct sluice_lb_peers *p,
  * socket's option memory, net.core.optmem_max, is used up). Threads sending on one socket at
  * once may race on a slot: a wrong pair then misleads only that socket. */
 static __always_inline int remember(struct bpf_sock_addr *ctx, const struct sluice_lb_addr *be,
-				    const struct sluice_lb_addr *front)
+				    const struct sluice_lb_addr *front, int connecting)
 {
+	struct sluice_lb_pair *c;
 	struct sluice_lb_peers *p;
 	int at;
 
-	p = bpf_sk_storage_get(&sluice_lb_peer, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (connecting) {
+		c = bpf_sk_storage_get(&sluice_lb_conn, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+		if (!c)
+			return -ENOMEM;
+		c->front = *front;
+		c->backend = *be;
+		return 0;
+	}
+	p = bpf_sk_storage_get(&sluice_lb_dgram, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!p)
 		return -ENOMEM;
 	at = find_pair(p, be);
@@ -308,24 +327,33 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, int v6, int conn
 		return 0;
 	/* Without a reverse entry the client would see replies from the backend: leave the socket
 	 * untranslated, the proxy serves it. */
-	if (remember(ctx, be, &front))
+	if (remember(ctx, be, &front, connecting))
 		return 0;
 	write_user(ctx, v6, be);
 	count(svc->id, 0);
 	return 0;
 }
 
-/* recvmsg() and getpeername(): a translated socket sees the service address as its peer. */
-static __always_inline void reverse(struct bpf_sock_addr *ctx, int v6)
+/* recvmsg() and getpeername(): a translated socket sees the service address as its peer. Only
+ * recvmsg() (`datagram`) looks at an unconnected socket's pairs. */
+static __always_inline void reverse(struct bpf_sock_addr *ctx, int v6, int datagram)
 {
 	struct sluice_lb_addr be;
+	struct sluice_lb_pair *c;
 	struct sluice_lb_peers *p;
 	int at;
 
-	p = bpf_sk_storage_get(&sluice_lb_peer, ctx->sk, 0, 0);
-	if (!p)
-		return; /* never translated */
 	read_user(ctx, v6, &be);
+	c = bpf_sk_storage_get(&sluice_lb_conn, ctx->sk, 0, 0);
+	if (c && addr_eq(&c->backend, &be)) {
+		write_user(ctx, v6, &c->front);
+		return;
+	}
+	if (!datagram)
+		return;
+	p = bpf_sk_storage_get(&sluice_lb_dgram, ctx->sk, 0, 0);
+	if (!p)
+		return; /* never translated by sendmsg() */
 	at = find_pair(p, &be);
 	if (at >= 0)
 		write_user(ctx, v6, &p->pair[at & (SLUICE_LB_PAIRS - 1)].front);
@@ -367,28 +395,28 @@ int sluice_sendmsg6(struct bpf_sock_addr *ctx)
 SEC("cgroup/recvmsg4")
 int sluice_recvmsg4(struct bpf_sock_addr *ctx)
 {
-	reverse(ctx, 0);
+	reverse(ctx, 0, 1);
 	return 1;
 }
 
 SEC("cgroup/recvmsg6")
 int sluice_recvmsg6(struct bpf_sock_addr *ctx)
 {
-	reverse(ctx, 1);
+	reverse(ctx, 1, 1);
 	return 1;
 }
 
 SEC("cgroup/getpeername4")
 int sluice_peer4(struct bpf_sock_addr *ctx)
 {
-	reverse(ctx, 0);
+	reverse(ctx, 0, 0);
 	return 1;
 }
 
 SEC("cgroup/getpeername6")
 int sluice_peer6(struct bpf_sock_addr *ctx)
 {
-	reverse(ctx, 1);
+	reverse(ctx, 1, 0);
 	return 1;
 }
 
@@ -424,8 +452,7 @@ int sluice_udp_reap(struct bpf_iter__udp *ctx)
 {
 	struct sock_common *sk = (struct sock_common *)ctx->udp_sk;
 	struct sluice_lb_gone gone = {};
-	struct sluice_lb_peers *p;
-	int at;
+	struct sluice_lb_pair *c;
 
 	if (!sk || sk->skc_state != SLUICE_UDP_CONNECTED)
 		return 0;
@@ -437,13 +464,10 @@ int sluice_udp_reap(struct bpf_iter__udp *ctx)
 		return 0;
 	}
 	gone.backend.port = sk->skc_dport;
-	p = bpf_sk_storage_get(&sluice_lb_peer, ctx->udp_sk, 0, 0);
-	if (!p)
+	c = bpf_sk_storage_get(&sluice_lb_conn, ctx->udp_sk, 0, 0);
+	if (!c || !addr_eq(&c->backend, &gone.backend))
 		return 0; /* not one of ours: it connected to the backend's address itself */
-	at = find_pair(p, &gone.backend);
-	if (at < 0)
-		return 0;
-	gone.front = p->pair[at & (SLUICE_LB_PAIRS - 1)].front;
+	gone.front = c->front;
 	if (bpf_map_lookup_elem(&sluice_lb_gone, &gone) && bpf_sock_destroy(sk) == 0)
 		__sync_fetch_and_add(&reaped, 1);
 	return 0;

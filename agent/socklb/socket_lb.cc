@@ -130,7 +130,7 @@ absl::StatusOr<uint64_t> OwnNetnsCookie() {
 // version's (sluice_lb_rev, the node-wide reverse LRU that socket storage replaced).
 constexpr const char* kMaps[] = {"sluice_lb_svc",   "sluice_lb_slot",  "sluice_lb_member",
                                  "sluice_lb_stick", "sluice_lb_stats", "sluice_lb_gone",
-                                 "sluice_lb_peer"};
+                                 "sluice_lb_conn",  "sluice_lb_dgram"};
 
 // The cgroup hooks, reverse ones first: a socket translated by a new connect hook must find
 // them.
@@ -189,14 +189,15 @@ absl::StatusOr<std::unique_ptr<SocketLb>> SocketLb::Create(const Options& option
   const bool reap = KernelHasKfunc("bpf_sock_destroy") &&
                     base::RequireCapabilities({{CAP_PERFMON, "CAP_PERFMON"}}).ok();
   auto configure = [&](sock_lb_bpf& s) -> absl::Status {
-    // Socket storage (sluice_lb_peer) has no size: it grows and shrinks with the sockets.
+    // Socket storage (size 0 here) has no size: it grows and shrinks with the sockets.
     const std::pair<bpf_map*, uint32_t> maps[] = {{s.maps.sluice_lb_svc, options.max_frontends},
                                                   {s.maps.sluice_lb_slot, options.max_slots},
                                                   {s.maps.sluice_lb_member, options.max_slots},
                                                   {s.maps.sluice_lb_stick, options.max_sticky},
                                                   {s.maps.sluice_lb_stats, options.max_frontends},
                                                   {s.maps.sluice_lb_gone, kGoneBatch},
-                                                  {s.maps.sluice_lb_peer, 0}};
+                                                  {s.maps.sluice_lb_conn, 0},
+                                                  {s.maps.sluice_lb_dgram, 0}};
     static_assert(std::size(maps) == std::size(kMaps));
     for (auto [map, size] : maps) {
       if (int err = size == 0 ? 0 : bpf_map__set_max_entries(map, size); err != 0) {

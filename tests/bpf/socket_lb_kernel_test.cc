@@ -174,26 +174,44 @@ TEST_F(SocketLbKernelTest, IncompatiblePinnedMapsAreReplaced) {
   EXPECT_TRUE(Translated(1));
 }
 
-// What recvmsg and getpeername report back lives in the translated socket itself.
+// What recvmsg and getpeername report back lives in the translated socket itself: one pair
+// in a connected socket, up to SLUICE_LB_PAIRS in an unconnected UDP one.
 TEST_F(SocketLbKernelTest, TheReverseTranslationLivesInTheSocket) {
   auto lb = Create(true);
   ASSERT_TRUE(lb.ok()) << lb.status();
-  ASSERT_TRUE((*lb)->Apply({Svc(1)}).ok());
-  base::UniqueFd peers(bpf_obj_get((bpffs_->path() + "/sluice_lb_peer").c_str()));
-  ASSERT_TRUE(peers) << strerror(errno);
+  const net::SocketAddress vip = Addr("127.255.0.53:53");
+  ASSERT_TRUE((*lb)
+                  ->Apply({Svc(1),
+                           {"dns", Service{.frontends = {{vip, true}},
+                                           .backends = {Addr("127.0.0.2:5353")}}}})
+                  .ok());
+  base::UniqueFd conn(bpf_obj_get((bpffs_->path() + "/sluice_lb_conn").c_str()));
+  base::UniqueFd dgram(bpf_obj_get((bpffs_->path() + "/sluice_lb_dgram").c_str()));
+  ASSERT_TRUE(conn && dgram) << strerror(errno);
   int err = 0;
   auto translated = testutil::ConnectTcp(Addr("127.255.0.1:80"), &err);
   ASSERT_TRUE(translated) << strerror(err);
-  sluice_lb_peers v{};
+  sluice_lb_pair pair{};
   int fd = translated.get();
-  ASSERT_EQ(bpf_map_lookup_elem(peers.get(), &fd, &v), 0) << strerror(errno);
-  EXPECT_EQ(v.next, 1u);
-  EXPECT_EQ(ntohs(v.pair[0].backend.port), 8080);
-  EXPECT_EQ(ntohs(v.pair[0].front.port), 80);
+  ASSERT_EQ(bpf_map_lookup_elem(conn.get(), &fd, &pair), 0) << strerror(errno);
+  EXPECT_EQ(ntohs(pair.backend.port), 8080);
+  EXPECT_EQ(ntohs(pair.front.port), 80);
+  sluice_lb_peers peers{};
+  EXPECT_NE(bpf_map_lookup_elem(dgram.get(), &fd, &peers), 0);
+
+  base::UniqueFd udp = Udp();
+  ASSERT_TRUE(udp && SendTo(udp.get(), vip));
+  fd = udp.get();
+  ASSERT_EQ(bpf_map_lookup_elem(dgram.get(), &fd, &peers), 0) << strerror(errno);
+  EXPECT_EQ(peers.next, 1u);
+  EXPECT_EQ(ntohs(peers.pair[0].backend.port), 5353);
+  EXPECT_EQ(ntohs(peers.pair[0].front.port), 53);
+  EXPECT_NE(bpf_map_lookup_elem(conn.get(), &fd, &pair), 0);
+
   auto direct = testutil::ConnectTcp(Addr("127.0.0.2:8080"), &err);
   ASSERT_TRUE(direct) << strerror(err);
   fd = direct.get();
-  EXPECT_NE(bpf_map_lookup_elem(peers.get(), &fd, &v), 0);  // not translated: nothing stored
+  EXPECT_NE(bpf_map_lookup_elem(conn.get(), &fd, &pair), 0);  // not translated: nothing kept
 }
 
 // The attack: a loop of socket(); sendto(service); close() used to fill the node-wide

@@ -106,22 +106,25 @@ struct sluice_lb_sticky {
 	__u64 last_ns; /* bpf_ktime_get_ns() of the last connect that used it */
 };
 
-/* One reverse translation: a reply from backend is reported as coming from front. */
+/* One reverse translation: a reply from backend is reported as coming from front. The value of
+ * sluice_lb_conn, socket-local storage (BPF_MAP_TYPE_SK_STORAGE) of a connected socket (TCP, or
+ * UDP after connect()), read by getpeername(), recvmsg() and the UDP reaper; a re-connect
+ * replaces it. */
 struct sluice_lb_pair {
 	struct sluice_lb_addr backend;
 	struct sluice_lb_addr front;
 };
 
-/* Pairs one socket remembers. A connected socket needs one; an unconnected UDP socket one per
- * backend it has datagrams out to (round-robin sends successive datagrams for one service to
- * different backends). 8 pairs keep the value at 328 bytes (a 512-byte kernel allocation with
- * the storage header) and cover a resolver's parallel A/AAAA queries to a few nameservers. */
+/* Pairs an unconnected UDP socket remembers: one per backend it has datagrams out to
+ * (round-robin sends successive datagrams for one service to different backends). 8 keep the
+ * value at 328 bytes (a 512-byte kernel allocation with the storage header) and cover a
+ * resolver's parallel A/AAAA queries to a few nameservers. */
 #define SLUICE_LB_PAIRS 8
 
-/* sluice_lb_peer value: socket-local storage (BPF_MAP_TYPE_SK_STORAGE) of a translated socket,
- * read by recvmsg() and getpeername(), freed with the socket. A backend already listed keeps its
- * slot (its front is rewritten); a new one takes slot next % SLUICE_LB_PAIRS, so beyond 8
- * backends the one written longest ago is forgotten and its replies show the backend. */
+/* sluice_lb_dgram value: socket-local storage of an unconnected UDP socket, read by recvmsg().
+ * A backend already listed keeps its slot (its front is rewritten); a new one takes slot
+ * next % SLUICE_LB_PAIRS, so past 8 backends the one written longest ago is forgotten and its
+ * replies show the backend. */
 struct sluice_lb_peers {
 	struct sluice_lb_pair pair[SLUICE_LB_PAIRS];
 	__u32 next; /* how many new backends were written (the next slot, modulo) */
