@@ -189,7 +189,7 @@ absl::StatusOr<std::unique_ptr<SocketLb>> SocketLb::Create(const Options& option
   const bool reap = KernelHasKfunc("bpf_sock_destroy") &&
                     base::RequireCapabilities({{CAP_PERFMON, "CAP_PERFMON"}}).ok();
   auto configure = [&](sock_lb_bpf& s) -> absl::Status {
-    // Socket storage (size 0 here) has no size: it grows and shrinks with the sockets.
+    // Size 0: socket storage, which has no max_entries (it comes and goes with the sockets).
     const std::pair<bpf_map*, uint32_t> maps[] = {{s.maps.sluice_lb_svc, options.max_frontends},
                                                   {s.maps.sluice_lb_slot, options.max_slots},
                                                   {s.maps.sluice_lb_member, options.max_slots},

@@ -316,6 +316,36 @@ TEST_F(SocketLbKernelTest, AnEarlierVersionsReverseMapAndReleaseHookAreRemoved) 
   EXPECT_TRUE(testutil::WaitFor([&] { return release_hooks() == 0; }, absl::Seconds(10)));
 }
 
+// The reaper's map holds 4,096 (frontend, backend) pairs; a change that ends more (here one
+// service with 4,100 UDP backends removed) is walked in batches, so a connected socket whose
+// pair comes after the first 4,096 is closed too (it used to be dropped).
+TEST_F(SocketLbKernelTest, ARemovalPastTheReapersMapSizeClosesEverySocket) {
+  auto lb = Create(false);
+  ASSERT_TRUE(lb.ok()) << lb.status();
+  if (!(*lb)->can_reap()) {
+    GTEST_SKIP() << "no bpf_sock_destroy on this kernel";
+  }
+  const net::SocketAddress vip = Addr("127.255.0.53:53");
+  Service svc{.frontends = {{vip, true}}};
+  constexpr int kBackends = 4100;
+  for (int i = 0; i < kBackends; ++i) {
+    svc.backends.push_back(Addr(absl::StrCat("127.0.0.2:", 20000 + i)));
+  }
+  ASSERT_TRUE((*lb)->Apply({{"dns", svc}}).ok());
+  sockaddr_storage ss;
+  const socklen_t len = vip.ToSockaddr(&ss);
+  base::UniqueFd victim;
+  for (int i = 0; i < kBackends; ++i) {  // round-robin: the last connect gets the last backend
+    victim = Udp();                      // closes the previous one
+    ASSERT_EQ(connect(victim.get(), reinterpret_cast<sockaddr*>(&ss), len), 0) << strerror(errno);
+  }
+  ASSERT_TRUE((*lb)->Apply({{"dns", std::nullopt}}).ok());
+  EXPECT_EQ((*lb)->reaped(), 1u);  // the others were closed by the loop
+  char c;
+  EXPECT_EQ(recv(victim.get(), &c, 1, MSG_DONTWAIT), -1);
+  EXPECT_EQ(errno, ECONNABORTED);
+}
+
 TEST_F(SocketLbKernelTest, ABackendSetSwapLeavesNoGap) {
   auto lb = Create(false);
   ASSERT_TRUE(lb.ok()) << lb.status();
