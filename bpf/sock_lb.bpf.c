@@ -74,6 +74,15 @@ struct {
 	__type(value, struct sluice_lb_peers);
 } sluice_lb_dgram SEC(".maps");
 
+/* The previous version's (socket cookie, backend) -> service address LRU, when an upgraded
+ * agent finds it pinned (otherwise a 1-entry stand-in): read only, by sluice_*_adopt. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct sluice_lb_rev);
+	__type(value, struct sluice_lb_addr);
+} sluice_lb_rev SEC(".maps");
+
 /* service id -> per-CPU counters (created by the agent). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
@@ -99,8 +108,10 @@ struct {
 /* Non-zero: translate only sockets of this network namespace (--socket-lb-host-netns-only). */
 const volatile __u64 host_netns = 0;
 
-/* Connected UDP sockets sluice_udp_reap closed (read by the agent). */
+/* Connected UDP sockets sluice_udp_reap closed, and connected sockets whose pair sluice_*_adopt
+ * copied (read by the agent). */
 __u64 reaped = 0;
+__u64 adopted = 0;
 
 static __always_inline void set_v4(__u8 *addr, __u32 ip4)
 {
@@ -440,9 +451,28 @@ struct bpf_iter__udp {
 	struct udp_sock *udp_sk;
 } __attribute__((preserve_access_index));
 
+struct tcp_sock;
+struct bpf_iter__tcp {
+	struct bpf_iter_meta *meta;
+	struct sock_common *sk_common;
+} __attribute__((preserve_access_index));
+
 extern int bpf_sock_destroy(struct sock_common *sk) __ksym;
 
 #define SLUICE_UDP_CONNECTED 1 /* TCP_ESTABLISHED: a connect()ed UDP socket */
+
+/* The address `sk` is connected to, as a 16-byte address. Returns 0, or -ENOTCONN. */
+static __always_inline int peer_of(struct sock_common *sk, struct sluice_lb_addr *out)
+{
+	if (sk->skc_family == SLUICE_AF_INET)
+		set_v4(out->addr, sk->skc_daddr);
+	else if (sk->skc_family == SLUICE_AF_INET6)
+		__builtin_memcpy(out->addr, &sk->skc_v6_daddr, 16);
+	else
+		return -ENOTCONN;
+	out->port = sk->skc_dport;
+	return out->port ? 0 : -ENOTCONN;
+}
 
 /* Closes connected UDP sockets this program translated to a (frontend, backend) in sluice_lb_gone:
  * a DNS client connect()s once and would otherwise send to a removed backend forever. The
@@ -454,22 +484,60 @@ int sluice_udp_reap(struct bpf_iter__udp *ctx)
 	struct sluice_lb_gone gone = {};
 	struct sluice_lb_pair *c;
 
-	if (!sk || sk->skc_state != SLUICE_UDP_CONNECTED)
+	if (!sk || sk->skc_state != SLUICE_UDP_CONNECTED || peer_of(sk, &gone.backend))
 		return 0;
-	if (sk->skc_family == SLUICE_AF_INET) {
-		set_v4(gone.backend.addr, sk->skc_daddr);
-	} else if (sk->skc_family == SLUICE_AF_INET6) {
-		__builtin_memcpy(gone.backend.addr, &sk->skc_v6_daddr, 16);
-	} else {
-		return 0;
-	}
-	gone.backend.port = sk->skc_dport;
 	c = bpf_sk_storage_get(&sluice_lb_conn, ctx->udp_sk, 0, 0);
 	if (!c || !addr_eq(&c->backend, &gone.backend))
 		return 0; /* not one of ours: it connected to the backend's address itself */
 	gone.front = c->front;
 	if (bpf_map_lookup_elem(&sluice_lb_gone, &gone) && bpf_sock_destroy(sk) == 0)
 		__sync_fetch_and_add(&reaped, 1);
+	return 0;
+}
+
+/* Copies a connected socket's pair from the previous version's LRU into its storage, unless it
+ * has one already (translated again since). `sk` is `skc` as a full socket. */
+static __always_inline void adopt(struct sock_common *skc, void *sk)
+{
+	struct sluice_lb_rev rev = {};
+	struct sluice_lb_addr *front;
+	struct sluice_lb_pair *c;
+
+	if (peer_of(skc, &rev.backend))
+		return;
+	rev.cookie = bpf_get_socket_cookie(skc);
+	front = bpf_map_lookup_elem(&sluice_lb_rev, &rev);
+	if (!front)
+		return;
+	c = bpf_sk_storage_get(&sluice_lb_conn, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!c || c->backend.port)
+		return;
+	c->front = *front;
+	c->backend = rev.backend;
+	__sync_fetch_and_add(&adopted, 1);
+}
+
+SEC("iter/tcp")
+int sluice_tcp_adopt(struct bpf_iter__tcp *ctx)
+{
+	struct sock_common *skc = ctx->sk_common;
+	struct tcp_sock *tp;
+
+	if (!skc)
+		return 0;
+	tp = bpf_skc_to_tcp_sock(skc); /* NULL for request and time-wait sockets */
+	if (tp)
+		adopt(skc, tp);
+	return 0;
+}
+
+SEC("iter/udp")
+int sluice_udp_adopt(struct bpf_iter__udp *ctx)
+{
+	struct sock_common *sk = (struct sock_common *)ctx->udp_sk;
+
+	if (sk && sk->skc_state == SLUICE_UDP_CONNECTED)
+		adopt(sk, ctx->udp_sk);
 	return 0;
 }
 

@@ -5,7 +5,6 @@
 #include <linux/capability.h>
 #include <linux/magic.h>
 #include <netinet/in.h>
-#include <sched.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -17,7 +16,6 @@
 #include <filesystem>
 #include <set>
 #include <span>
-#include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -28,6 +26,7 @@
 #include "agent/base/status.h"
 #include "agent/base/unique_fd.h"
 #include "agent/socklb/cgroup.h"
+#include "agent/socklb/socket_walk.h"
 #include "bpf/include/sluice/bpf_abi.h"
 #include "bpf/sock_lb.skel.h"
 
@@ -45,6 +44,7 @@ static_assert(sizeof(sluice_lb_pair) == 40, "bpf_abi.h: struct sluice_lb_pair");
 static_assert(sizeof(sluice_lb_peers) == 328, "bpf_abi.h: struct sluice_lb_peers");
 static_assert(sizeof(sluice_lb_stats) == 16, "bpf_abi.h: struct sluice_lb_stats");
 static_assert(sizeof(sluice_lb_gone) == 40, "bpf_abi.h: struct sluice_lb_gone");
+static_assert(sizeof(sluice_lb_rev) == 32, "bpf_abi.h: struct sluice_lb_rev");
 
 namespace {
 
@@ -164,6 +164,20 @@ void RemoveStalePins(const std::string& root, sock_lb_bpf& s) {
   }
 }
 
+// The reverse LRU the version before socket storage pinned under `root`, if it is there and
+// has that version's layout: its connected sockets' pairs are copied into their storage.
+base::UniqueFd EarlierReverseMap(const std::string& root) {
+  base::UniqueFd fd(bpf_obj_get(absl::StrCat(root, "/sluice_lb_rev").c_str()));
+  bpf_map_info info{};
+  uint32_t len = sizeof(info);
+  if (!fd || bpf_obj_get_info_by_fd(fd.get(), &info, &len) != 0 ||
+      info.type != BPF_MAP_TYPE_LRU_HASH || info.key_size != sizeof(sluice_lb_rev) ||
+      info.value_size != sizeof(sluice_lb_addr)) {
+    return base::UniqueFd();
+  }
+  return fd;
+}
+
 std::string FrontendName(const Frontend& f) {
   return absl::StrCat(f.udp ? "udp/" : "tcp/", f.address.ToString());
 }
@@ -186,8 +200,11 @@ absl::StatusOr<std::unique_ptr<SocketLb>> SocketLb::Create(const Options& option
   }
   // The socket iterator is a tracing program (CAP_PERFMON); without it, or without the kfunc,
   // everything else still loads.
-  const bool reap = KernelHasKfunc("bpf_sock_destroy") &&
-                    base::RequireCapabilities({{CAP_PERFMON, "CAP_PERFMON"}}).ok();
+  const bool tracing = base::RequireCapabilities({{CAP_PERFMON, "CAP_PERFMON"}}).ok();
+  const bool reap = tracing && KernelHasKfunc("bpf_sock_destroy");
+  // An upgrade from the version before socket storage: its pinned reverse LRU is read once.
+  const base::UniqueFd earlier =
+      pin && tracing ? EarlierReverseMap(options.bpf_root) : base::UniqueFd();
   auto configure = [&](sock_lb_bpf& s) -> absl::Status {
     // Size 0: socket storage, which has no max_entries (it comes and goes with the sockets).
     const std::pair<bpf_map*, uint32_t> maps[] = {{s.maps.sluice_lb_svc, options.max_frontends},
@@ -215,6 +232,14 @@ absl::StatusOr<std::unique_ptr<SocketLb>> SocketLb::Create(const Options& option
     if (!reap) {
       bpf_program__set_autoload(s.progs.sluice_udp_reap, false);
     }
+    if (earlier) {
+      if (int err = bpf_map__reuse_fd(s.maps.sluice_lb_rev, earlier.get()); err != 0) {
+        return base::ErrnoStatus(-err, "bpf_map__reuse_fd sluice_lb_rev");
+      }
+    } else {
+      bpf_program__set_autoload(s.progs.sluice_tcp_adopt, false);
+      bpf_program__set_autoload(s.progs.sluice_udp_adopt, false);
+    }
     return absl::OkStatus();
   };
   auto skel = fastpath::Skeleton<sock_lb_bpf>::Create(configure);
@@ -235,6 +260,9 @@ absl::StatusOr<std::unique_ptr<SocketLb>> SocketLb::Create(const Options& option
   std::unique_ptr<SocketLb> lb(new SocketLb(options, std::move(*skel)));
   lb->ScanAdopted();
   RETURN_IF_ERROR(lb->Attach(cgroup_id, cgroup.get()));
+  if (earlier) {
+    lb->AdoptEarlierPairs();  // our hooks are attached: the old ones write no more pairs
+  }
   if (pin) {
     RemoveStalePins(options.bpf_root, **lb->skel_);
   }
@@ -538,18 +566,6 @@ absl::Status SocketLb::Remove(const std::string& name, std::vector<Gone>& gone) 
   return absl::OkStatus();
 }
 
-absl::Status SocketLb::ReapHere() {
-  base::UniqueFd iter(bpf_iter_create(bpf_link__fd(reap_link_.get())));
-  if (!iter) {
-    return base::ErrnoStatus(errno, "bpf_iter_create(udp)");
-  }
-  char buf[256];
-  ssize_t n;
-  while ((n = read(iter.get(), buf, sizeof(buf))) > 0) {
-  }
-  return n == 0 ? absl::OkStatus() : base::ErrnoStatus(errno, "read(udp iterator)");
-}
-
 absl::Status SocketLb::Reap(const std::vector<Gone>& gone) {
   if (reap_link_ == nullptr) {
     return absl::OkStatus();
@@ -575,43 +591,29 @@ absl::Status SocketLb::ReapBatch(std::span<const Gone> gone) {
       break;
     }
   }
-  result.Update(ReapEverywhere());
+  result.Update(WalkSocketsEverywhere(reap_link_.get()));
   for (const auto& k : keys) {
     (void)bpf_map_delete_elem(gone_fd_, &k);
   }
   return result;
 }
 
-absl::Status SocketLb::ReapEverywhere() {
-  // The iterator walks the sockets of the network namespace it is created in: ours first, then
-  // every other one a process on the node is in (pods), from a thread that enters it.
-  absl::Status result = ReapHere();
-  std::set<ino_t> seen;
-  struct stat st;
-  if (stat("/proc/self/ns/net", &st) == 0) {
-    seen.insert(st.st_ino);
+void SocketLb::AdoptEarlierPairs() {
+  sock_lb_bpf& s = **skel_;
+  absl::Status result;
+  for (bpf_program* prog : {s.progs.sluice_tcp_adopt, s.progs.sluice_udp_adopt}) {
+    fastpath::LinkPtr link(bpf_program__attach_iter(prog, nullptr));
+    result.Update(link
+                      ? WalkSocketsEverywhere(link.get())
+                      : base::ErrnoStatus(errno, absl::StrCat("attach ", bpf_program__name(prog))));
   }
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
-    const std::string pid = entry.path().filename();
-    if (pid.empty() || pid[0] < '1' || pid[0] > '9') {
-      continue;
-    }
-    const std::string path = absl::StrCat("/proc/", pid, "/ns/net");
-    base::UniqueFd ns(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!ns || fstat(ns.get(), &st) != 0 || !seen.insert(st.st_ino).second) {
-      continue;  // the process has gone, or its namespace was walked already
-    }
-    std::thread t([&] {
-      if (setns(ns.get(), CLONE_NEWNET) != 0) {
-        result.Update(base::ErrnoStatus(errno, absl::StrCat("setns ", path)));
-        return;
-      }
-      result.Update(ReapHere());
-    });
-    t.join();
+  LOG(INFO) << "socket LB: " << s.bss->adopted
+            << " connected sockets translated by an earlier version keep their service address";
+  if (!result.ok()) {
+    // Best effort: those not reached report their backend to getpeername() and stay open if
+    // their (UDP) backend leaves.
+    LOG(WARNING) << "socket LB: adopting an earlier version's sockets: " << result;
   }
-  return result;
 }
 
 uint64_t SocketLb::reaped() const {

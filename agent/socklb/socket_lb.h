@@ -125,6 +125,9 @@ class SocketLb final {
   absl::Status WriteSet(uint32_t set, const std::vector<net::SocketAddress>& backends);
   void FreeSet(uint32_t set, uint32_t count);
   absl::Status SetMembers(uint32_t id, const Service* old_svc, const Service* new_svc);
+  // Copies the pairs of connected sockets from the pinned reverse LRU of the version before
+  // socket storage into their storage (sluice_tcp_adopt, sluice_udp_adopt).
+  void AdoptEarlierPairs();
   // Continues id and set numbering above what adopted maps hold.
   void ScanAdopted();
   // Removes what an earlier agent left in adopted maps and this one did not program.
@@ -133,8 +136,6 @@ class SocketLb final {
   // the node's processes.
   absl::Status Reap(const std::vector<Gone>& gone);
   absl::Status ReapBatch(std::span<const Gone> gone);  // at most sluice_lb_gone's size
-  absl::Status ReapEverywhere();                       // the node's network namespaces
-  absl::Status ReapHere();
 
   const Options options_;
   std::unique_ptr<fastpath::Skeleton<sock_lb_bpf>> skel_;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -274,12 +275,34 @@ TEST_F(SocketLbKernelTest, RepliesFromSeveralBackendsShowTheServiceUpToTheBound)
 }
 
 // An agent of the version before socket storage pinned a node-wide reverse LRU and a
-// sock_release hook deleting from it: the next agent starts, adopts the rest and unpins both.
-TEST_F(SocketLbKernelTest, AnEarlierVersionsReverseMapAndReleaseHookAreRemoved) {
+// sock_release hook deleting from it: the next agent starts, adopts the rest, copies what
+// connected sockets have in the LRU into their storage, and unpins both.
+TEST_F(SocketLbKernelTest, AnUpgradeFromTheReverseLruKeepsConnectedSocketsAndUnpinsIt) {
   auto first = Create(true);
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_TRUE((*first)->Apply({Svc(1)}).ok());
   first->reset();
+  // Sockets that version translated: connected to a backend, their pairs in its LRU.
+  int err = 0;
+  auto tcp = testutil::ConnectTcp(Addr("127.0.0.2:8080"), &err);
+  base::UniqueFd udp = Udp();
+  const net::SocketAddress vip = Addr("127.255.0.53:53"), udp_backend = Addr("127.0.0.2:5353");
+  sockaddr_storage ss;
+  ASSERT_TRUE(tcp && udp &&
+              connect(udp.get(), reinterpret_cast<sockaddr*>(&ss), udp_backend.ToSockaddr(&ss)) ==
+                  0);
+  auto pair = [](int fd, const char* backend, const char* front) {
+    auto v4 = [](const net::SocketAddress& a) {
+      sluice_lb_addr out{.port = htons(a.port())};
+      out.addr[10] = out.addr[11] = 0xff;
+      std::memcpy(out.addr + 12, a.ip().bytes(), 4);
+      return out;
+    };
+    sluice_lb_rev key{.backend = v4(Addr(backend))};
+    socklen_t len = sizeof(key.cookie);
+    getsockopt(fd, SOL_SOCKET, SO_COOKIE, &key.cookie, &len);
+    return std::pair(key, v4(Addr(front)));
+  };
   const std::string map_pin = bpffs_->path() + "/sluice_lb_rev";
   const std::string link_pin = bpffs_->path() + "/link_sluice_release";
   base::UniqueFd cgroup(open(cgroup_->path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
@@ -287,15 +310,19 @@ TEST_F(SocketLbKernelTest, AnEarlierVersionsReverseMapAndReleaseHookAreRemoved) 
   {
     base::UniqueFd map(
         bpf_map_create(BPF_MAP_TYPE_LRU_HASH, "sluice_lb_rev", 32, 20, 1024, nullptr));
+    ASSERT_TRUE(map) << strerror(errno);
+    for (auto [key, front] : {pair(tcp.get(), "127.0.0.2:8080", "127.255.0.1:80"),
+                              pair(udp.get(), "127.0.0.2:5353", "127.255.0.53:53")}) {
+      ASSERT_EQ(bpf_map_update_elem(map.get(), &key, &front, BPF_ANY), 0) << strerror(errno);
+    }
     const bpf_insn accept[] = {{.code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = 0, .imm = 1},
                                {.code = BPF_JMP | BPF_EXIT}};
     LIBBPF_OPTS(bpf_prog_load_opts, opts, .expected_attach_type = BPF_CGROUP_INET_SOCK_RELEASE);
     base::UniqueFd prog(
         bpf_prog_load(BPF_PROG_TYPE_CGROUP_SOCK, "sluice_release", "GPL", accept, 2, &opts));
-    ASSERT_TRUE(map && prog) << strerror(errno);
     base::UniqueFd link(
         bpf_link_create(prog.get(), cgroup.get(), BPF_CGROUP_INET_SOCK_RELEASE, nullptr));
-    ASSERT_TRUE(link) << strerror(errno);
+    ASSERT_TRUE(prog && link) << strerror(errno);
     ASSERT_EQ(bpf_obj_pin(map.get(), map_pin.c_str()), 0);
     ASSERT_EQ(bpf_obj_pin(link.get(), link_pin.c_str()), 0);
   }
@@ -305,6 +332,17 @@ TEST_F(SocketLbKernelTest, AnEarlierVersionsReverseMapAndReleaseHookAreRemoved) 
   EXPECT_TRUE(Translated(1));
   EXPECT_NE(access(map_pin.c_str(), F_OK), 0);
   EXPECT_NE(access(link_pin.c_str(), F_OK), 0);
+  auto peer = net::PeerAddress(tcp.get());
+  ASSERT_TRUE(peer.ok()) << peer.status();
+  EXPECT_EQ(peer->ToString(), "127.255.0.1:80");
+  if ((*second)->can_reap()) {  // the UDP one is closed when its backend leaves the service
+    Service dns{.frontends = {{vip, true}}, .backends = {udp_backend}};
+    ASSERT_TRUE((*second)->Apply({{"dns", dns}}).ok());
+    ASSERT_TRUE((*second)->Apply({{"dns", std::nullopt}}).ok());
+    char c;
+    EXPECT_EQ(recv(udp.get(), &c, 1, MSG_DONTWAIT), -1);
+    EXPECT_EQ(errno, ECONNABORTED);
+  }
   auto release_hooks = [&] {
     uint32_t count = 0;
     return bpf_prog_query(cgroup.get(), BPF_CGROUP_INET_SOCK_RELEASE, 0, nullptr, nullptr,

@@ -131,6 +131,15 @@ struct sluice_lb_peers {
 	__u32 pad;
 };
 
+/* sluice_lb_rev key, of the version before socket storage: its node-wide LRU (value: the
+ * service address) is read once by an upgraded agent, which copies connected sockets' entries
+ * into sluice_lb_conn and then unpins it. */
+struct sluice_lb_rev {
+	__u64 cookie;
+	struct sluice_lb_addr backend;
+	__u32 pad;
+};
+
 /* sluice_lb_gone key: a backend that left the service reached at front (connected UDP sockets
  * translated there are closed). */
 struct sluice_lb_gone {
