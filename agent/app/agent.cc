@@ -19,8 +19,14 @@
 #include "agent/socklb/cgroup.h"
 #include "agent/socklb/probe.h"
 #include "agent/vip/netlink_vip_manager.h"
+#include "agent/vip/strict_arp.h"
 
 namespace sluice::app {
+namespace {
+
+std::string StrictArpRecord(const AgentOptions& opts) { return opts.state_dir + "/strict-arp"; }
+
+}  // namespace
 
 Agent::Agent(const AgentOptions& opts) : opts_(opts) {}
 
@@ -197,7 +203,21 @@ absl::Status Agent::Cleanup(const AgentOptions& opts) {
   (*vips)->MarkStale();
   result.Update((*vips)->Reconcile({}));  // adopts ours from the kernel and removes them
   result.Update((*vips)->RemoveAll());
+  result.Update(vip::RestoreStrictArp(StrictArpRecord(opts)));
   return result;
+}
+
+void Agent::EnsureStrictArp() {
+  // Local routes for the service CIDRs make their every address local, as VIPs are.
+  if (!opts_.strict_arp || strict_arp_tried_ ||
+      (vips_->Owned().empty() && opts_.service_cidrs.empty())) {
+    return;
+  }
+  strict_arp_tried_ = true;  // an error here (read-only /proc/sys) would repeat on every sync
+  if (absl::Status st = vip::EnsureStrictArp(StrictArpRecord(opts_)); !st.ok()) {
+    LOG(ERROR) << "strict ARP (--strict-arp): " << st.message()
+               << "; every VIP may be answered for on the node's links";
+  }
 }
 
 absl::StatusOr<std::unique_ptr<sources::EtcdSource>> Agent::CreateEtcdSource(
@@ -205,8 +225,14 @@ absl::StatusOr<std::unique_ptr<sources::EtcdSource>> Agent::CreateEtcdSource(
   sources::EtcdSourceOptions options;
   for (const std::string& url : spec.urls) {
     ASSIGN_OR_RETURN(etcd::Endpoint endpoint, etcd::ParseEndpoint(url));
+    if (!endpoint.tls) {
+      LOG(WARNING) << "etcd source " << url << " is plaintext http: anyone on the path can "
+                   << "read and rewrite the services this node serves; use https:// with "
+                   << "--etcd-cafile, --etcd-certfile and --etcd-keyfile";
+    }
     options.endpoints.push_back(std::move(endpoint));
   }
+  options.allow_loopback_endpoints = opts_.allow_loopback_endpoints;
   options.prefix = opts_.etcd_prefix;
   options.ca_file = opts_.etcd_cafile;
   options.cert_file = opts_.etcd_certfile;
@@ -235,8 +261,11 @@ absl::Status Agent::Start() {
   // Failed syncs retry after the min period, but no sooner than 1s, to avoid a hot loop.
   proxier::RunPolicy policy(opts_.min_sync_period, opts_.sync_period,
                             std::max(opts_.min_sync_period, absl::Seconds(1)));
-  runner_ =
-      std::make_unique<proxier::SyncRunner>(*loop_, policy, [this] { return proxier_->Sync(); });
+  runner_ = std::make_unique<proxier::SyncRunner>(*loop_, policy, [this] {
+    absl::Status status = proxier_->Sync();
+    EnsureStrictArp();
+    return status;
+  });
   RegisterMetrics();
   RETURN_IF_ERROR(StartDataPath());
 
@@ -257,8 +286,10 @@ absl::Status Agent::Start() {
       continue;
     }
     ASSIGN_OR_RETURN(auto source,
-                     sources::FileSource::Create(opts_.source_specs[i].path, channels[i], *loop_,
-                                                 *source_metrics_));
+                     sources::FileSource::Create(
+                         opts_.source_specs[i].path,
+                         {.allow_loopback_endpoints = opts_.allow_loopback_endpoints},
+                         channels[i], *loop_, *source_metrics_));
     file_sources_.push_back(std::move(source));
   }
 
@@ -343,7 +374,8 @@ absl::Status Agent::StartKubeSource(config::SourceChannel* channel) {
   sources::KubeSource::Options kube{.kubeconfig = opts_.kubeconfig,
                                     .master = opts_.master,
                                     .service_proxy_name = opts_.service_proxy_name,
-                                    .node_name = opts_.node_name};
+                                    .node_name = opts_.node_name,
+                                    .allow_loopback_endpoints = opts_.allow_loopback_endpoints};
   if (opts_.zone.empty()) {
     // --zone wins; otherwise the Node's label, which the proxier applies on the control plane.
     kube.on_zone = [this](const std::string& zone) {

@@ -61,6 +61,8 @@ class Agent final {
   admin::HealthInputs Health() const;
   absl::Status StartTunnel();
   void OnSignal(int signo);
+  // --strict-arp, once this node has a VIP: see vip/strict_arp.h.
+  void EnsureStrictArp();
 
   const AgentOptions opts_;
   const absl::Time started_ = absl::Now();
@@ -71,6 +73,7 @@ class Agent final {
   std::unique_ptr<proxier::Proxier> proxier_;
   std::unique_ptr<proxier::SyncRunner> runner_;
   std::unique_ptr<vip::VipManager> vips_;
+  bool strict_arp_tried_ = false;
   std::unique_ptr<proxy::DataPathMetrics> data_path_metrics_;
   std::unique_ptr<fastpath::SockmapFastPath> sockmap_;  // outlives the workers that use it
   // Hands new TCP connections to the workers in turn (null: the kernel's hash). Its program

@@ -72,9 +72,11 @@ void KeepLastGood(const config::NamespacedName& id, Objects<T>& batch, const Obj
 }  // namespace
 
 EtcdSource::EtcdSource(std::unique_ptr<etcd::Client> client, const std::string& prefix,
-                       config::SourceChannel* channel, SourceMetricFamilies& metrics)
+                       const config::AddressPolicy& policy, config::SourceChannel* channel,
+                       SourceMetricFamilies& metrics)
     : client_(std::move(client)),
       layout_(prefix),
+      decoder_(policy),
       channel_(channel),
       metrics_(metrics, channel->name()) {}
 
@@ -89,7 +91,9 @@ absl::StatusOr<std::unique_ptr<EtcdSource>> EtcdSource::Create(const EtcdSourceO
   ASSIGN_OR_RETURN(std::unique_ptr<etcd::Client> client,
                    etcd::Client::Create(std::move(client_options)));
   auto source = std::unique_ptr<EtcdSource>(
-      new EtcdSource(std::move(client), options.prefix, channel, metrics));
+      new EtcdSource(std::move(client), options.prefix,
+                     {.allow_loopback_endpoints = options.allow_loopback_endpoints}, channel,
+                     metrics));
   LOG(INFO) << channel->name() << ": reading " << source->layout_.RangeStart()
             << "{services,endpointslices}/";
   source->thread_ = std::thread([self = source.get()] { self->Run(); });
