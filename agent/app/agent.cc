@@ -207,6 +207,14 @@ absl::Status Agent::Cleanup(const AgentOptions& opts) {
   return result;
 }
 
+absl::Status Agent::InitOnly(const AgentOptions& opts) {
+  if (!opts.strict_arp) {
+    LOG(INFO) << "--init-only with --strict-arp=false: nothing to do";
+    return absl::OkStatus();
+  }
+  return vip::EnsureStrictArp(StrictArpRecord(opts));
+}
+
 void Agent::EnsureStrictArp() {
   // Local routes for the service CIDRs make their every address local, as VIPs are.
   if (!opts_.strict_arp || strict_arp_tried_ ||

@@ -38,6 +38,9 @@ class Agent final {
   static absl::StatusOr<std::unique_ptr<Agent>> Create(const AgentOptions& opts);
   // --cleanup: removes our VIPs and the objects pinned under --bpf-root.
   static absl::Status Cleanup(const AgentOptions& opts);
+  // --init-only (kube-proxy's step for a privileged init container): strict ARP, which needs a
+  // writable /proc/sys, unless --strict-arp=false.
+  static absl::Status InitOnly(const AgentOptions& opts);
   ~Agent();
 
   // Serves until SIGINT or SIGTERM, then shuts down cleanly.

@@ -277,7 +277,8 @@ absl::StatusOr<std::vector<net::Cidr>> ParseCidrs(const std::vector<std::string>
 }  // namespace
 
 absl::Status Validate(AgentOptions& o) {
-  if (o.sources.empty() && !o.cleanup && o.kube_proxy.write_config_to.empty()) {
+  if (o.sources.empty() && !o.cleanup && !o.kube_proxy.init_only &&
+      o.kube_proxy.write_config_to.empty()) {
     return absl::InvalidArgumentError(
         "no --source given; e.g. --source=file:examples/services.yaml");
   }

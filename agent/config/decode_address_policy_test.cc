@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "simdjson.h"
 
 #include "agent/config/decode.h"
 #include "agent/config/decode_test_util.h"

@@ -7,12 +7,12 @@
 #include <unistd.h>
 
 #include <optional>
-#include <string_view>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/match.h"
 #include "absl/strings/strip.h"
 
 #include "agent/base/file.h"
@@ -27,7 +27,7 @@ namespace {
 // sysctlArpAnnounce). Only conf/all: the kernel applies the larger of conf/all and conf/<link>
 // for both, so raising conf/all covers every link, present and future.
 struct Knob {
-  std::string_view name;
+  const char* name;
   const char* path;
   int want;
 };
@@ -50,7 +50,7 @@ struct Record {
   std::vector<Change> changes;
 };
 
-const Knob* FindKnob(std::string_view name) {
+const Knob* FindKnob(const std::string& name) {
   for (const Knob& k : kKnobs) {
     if (k.name == name) {
       return &k;
@@ -93,8 +93,8 @@ absl::StatusOr<std::optional<Record>> ReadRecord(const std::string& path) {
   }
   RETURN_IF_ERROR(text.status());
   Record record;
-  for (std::string_view line : absl::StrSplit(*text, '\n', absl::SkipWhitespace())) {
-    std::vector<std::string_view> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
+  for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipWhitespace())) {
+    std::vector<absl::string_view> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
     Change c;
     if (f.size() == 2 && f[0] == "netns") {
       record.netns = std::string(f[1]);
@@ -102,7 +102,7 @@ absl::StatusOr<std::optional<Record>> ReadRecord(const std::string& path) {
                absl::SimpleAtoi(f[2], &c.set)) {
       c.name = std::string(f[0]);
       record.changes.push_back(std::move(c));
-    } else if (!line.starts_with("#")) {
+    } else if (!absl::StartsWith(line, "#")) {
       return absl::DataLossError(absl::StrCat(path, ": unreadable line \"", line, "\""));
     }
   }
@@ -140,7 +140,7 @@ absl::Status WriteRecord(const std::string& path, const Record& record) {
   return absl::OkStatus();
 }
 
-Change* FindChange(Record& record, std::string_view name) {
+Change* FindChange(Record& record, const char* name) {
   for (Change& c : record.changes) {
     if (c.name == name) {
       return &c;
@@ -167,7 +167,7 @@ absl::Status EnsureStrictArp(const std::string& record_path) {
     if (Change* c = FindChange(record, k.name)) {
       c->set = k.want;
     } else {
-      record.changes.push_back({std::string(k.name), current, k.want});
+      record.changes.push_back({k.name, current, k.want});
     }
     absl::StrAppend(&done, done.empty() ? "" : ", ", k.name, " ", current, " -> ", k.want);
     raise.push_back(&k);

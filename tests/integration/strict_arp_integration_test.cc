@@ -3,13 +3,17 @@
 // an externalIP, and --cleanup puts back the sysctls the agent raised. The node is the agent's
 // test namespace, the LAN a veth pair to a second namespace: the host's sysctls are never read
 // or written.
+#include <errno.h>
 #include <sched.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -38,7 +42,7 @@ std::string ReadSysctl(const char* path) {
 }
 void WriteSysctl(const std::string& path, const std::string& value) {
   std::ofstream out(path);
-  out << value << "\n";
+  out << value << std::endl;  // flushed here, so that a refused write shows in good()
   ASSERT_TRUE(out.good()) << path;
 }
 
