@@ -293,11 +293,10 @@ absl::Status Agent::Start() {
       etcd_sources_.push_back(std::move(source));
       continue;
     }
-    ASSIGN_OR_RETURN(auto source,
-                     sources::FileSource::Create(
-                         opts_.source_specs[i].path,
-                         {.allow_loopback_endpoints = opts_.allow_loopback_endpoints},
-                         channels[i], *loop_, *source_metrics_));
+    ASSIGN_OR_RETURN(auto source, sources::FileSource::Create(
+                                      opts_.source_specs[i].path,
+                                      {.allow_loopback_endpoints = opts_.allow_loopback_endpoints},
+                                      channels[i], *loop_, *source_metrics_));
     file_sources_.push_back(std::move(source));
   }
 

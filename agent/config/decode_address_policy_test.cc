@@ -31,8 +31,7 @@ std::string SliceWith(const std::string& type, const std::string& address) {
   const char* plain = type == "IPv4" ? "10.1.0.1" : type == "IPv6" ? "fd00::1" : "a.example";
   return absl::StrCat(R"({"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice",)",
                       R"("metadata":{"name":"web-1"},"addressType":")", type,
-                      R"(","endpoints":[{"addresses":[")", plain, R"(",")", address,
-                      R"("]}]})");
+                      R"(","endpoints":[{"addresses":[")", plain, R"(",")", address, R"("]}]})");
 }
 
 // "<object>: <path>: <message>" of the one error, or "ok" when `text` decoded cleanly.
@@ -68,8 +67,7 @@ TEST(DecodeAddressPolicyTest, ExternalIpsFollowTheApiServerEverywhere) {
               R"(range (224.0.0.0/24, ff02::/16), got "224.0.0.251")");
     EXPECT_EQ(Verdict(ServiceWith(R"({"externalIPs":["::"]})"), policy),
               R"(Service default/web: spec.externalIPs[0]: may not be unspecified, got "::")");
-    EXPECT_EQ(Verdict(ServiceWith(R"({"externalIPs":["192.0.2.1","2001:db8::1"]})"), policy),
-              "ok");
+    EXPECT_EQ(Verdict(ServiceWith(R"({"externalIPs":["192.0.2.1","2001:db8::1"]})"), policy), "ok");
   }
   // Other multicast passes the API server, so the kube source keeps it; files and etcd do not.
   EXPECT_EQ(Verdict(ServiceWith(R"({"externalIPs":["239.1.2.3"]})"), kKube), "ok");
@@ -87,10 +85,10 @@ TEST(DecodeAddressPolicyTest, ClusterIpsAndIngressAreCheckedWithoutAnApiServer) 
   EXPECT_EQ(Verdict(ServiceWith(R"({"clusterIPs":["10.0.0.1","::1"]})"), kFile),
             "Service default/web: spec.clusterIPs[1]: may not be in the loopback range "
             R"((127.0.0.0/8, ::1/128), got "::1")");
-  EXPECT_EQ(Verdict(ServiceWith("{}", R"({"loadBalancer":{"ingress":[{"ip":"169.254.1.1"}]}})"),
-                    kFile),
-            "Service default/web: status.loadBalancer.ingress[0].ip: may not be in the "
-            R"(link-local range (169.254.0.0/16, fe80::/10), got "169.254.1.1")");
+  EXPECT_EQ(
+      Verdict(ServiceWith("{}", R"({"loadBalancer":{"ingress":[{"ip":"169.254.1.1"}]}})"), kFile),
+      "Service default/web: status.loadBalancer.ingress[0].ip: may not be in the "
+      R"(link-local range (169.254.0.0/16, fe80::/10), got "169.254.1.1")");
   // The kube source: the allocator keeps clusterIPs in the service CIDR, and the API server
   // only checks that an ingress IP parses (ValidateLoadBalancerStatus), so nothing is refused.
   EXPECT_EQ(Verdict(ServiceWith(R"({"clusterIP":"127.0.0.1"})",
@@ -124,9 +122,9 @@ TEST(DecodeAddressPolicyTest, EndpointAddresses) {
   ASSERT_EQ(m.endpoint_slices.size(), 1u);
   EXPECT_EQ(m.endpoint_slices[0]->endpoints[0].addresses,
             (std::vector<net::IpAddress>{Ip("10.1.0.1"), Ip("127.0.0.2")}));
-  EXPECT_EQ(Verdict(SliceWith("IPv6", "::1"), {.api_validated = true,
-                                                 .allow_loopback_endpoints = true}),
-            "ok");
+  EXPECT_EQ(
+      Verdict(SliceWith("IPv6", "::1"), {.api_validated = true, .allow_loopback_endpoints = true}),
+      "ok");
   EXPECT_EQ(Verdict(SliceWith("IPv4", "239.0.0.1"), kKube), "ok");
   EXPECT_NE(Verdict(SliceWith("IPv4", "239.0.0.1"), kFileLoopback), "ok");
   // FQDN endpoints carry names, not addresses.

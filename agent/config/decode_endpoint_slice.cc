@@ -142,8 +142,7 @@ absl::StatusOr<EndpointSlicePtr> DecodeEndpointSliceObject(const ObjectField& ob
   }
   ASSIGN_OR_RETURN(Field address_type, object.Require("addressType"));
   ASSIGN_OR_RETURN(slice->address_type, ParseEnum(address_type, kAddressTypes));
-  RETURN_IF_ERROR(
-      DecodeEndpoints(object, *slice, RefusedRanges(policy, AddressField::kEndpoint)));
+  RETURN_IF_ERROR(DecodeEndpoints(object, *slice, RefusedRanges(policy, AddressField::kEndpoint)));
   RETURN_IF_ERROR(DecodeEndpointPorts(object, slice->ports));
   return EndpointSlicePtr(std::move(slice));
 }

@@ -189,8 +189,7 @@ absl::Status DecodeSessionAffinity(const ObjectField& spec, Service& s) {
 
 absl::Status DecodeServiceSpec(const ObjectField& spec, Service& s, const AddressPolicy& policy) {
   RETURN_IF_ERROR(spec.ReadEnum("type", kServiceTypes, &s.type));
-  RETURN_IF_ERROR(
-      DecodeClusterIps(spec, s, RefusedRanges(policy, AddressField::kClusterIp)));
+  RETURN_IF_ERROR(DecodeClusterIps(spec, s, RefusedRanges(policy, AddressField::kClusterIp)));
   RETURN_IF_ERROR(DecodeServicePorts(spec, s.ports));
   RETURN_IF_ERROR(DecodeIpList(spec, "externalIPs", &s.external_ips,
                                RefusedRanges(policy, AddressField::kExternalIp)));
@@ -222,8 +221,7 @@ absl::Status DecodeServiceStatus(const ObjectField& status, Service& s, unsigned
       return absl::OkStatus();
     }
     ASSIGN_OR_RETURN(std::string_view text, ip->String());
-    return text.empty() ? absl::OkStatus()
-                        : AppendIp(*ip, text, &s.load_balancer_ingress, refused);
+    return text.empty() ? absl::OkStatus() : AppendIp(*ip, text, &s.load_balancer_ingress, refused);
   });
 }
 
@@ -241,8 +239,8 @@ absl::StatusOr<ServicePtr> DecodeServiceObject(const ObjectField& object,
   }
   ASSIGN_OR_RETURN(std::optional<ObjectField> status, object.GetObject("status"));
   if (status) {
-    RETURN_IF_ERROR(DecodeServiceStatus(*status, *service,
-                                        RefusedRanges(policy, AddressField::kIngressIp)));
+    RETURN_IF_ERROR(
+        DecodeServiceStatus(*status, *service, RefusedRanges(policy, AddressField::kIngressIp)));
   }
   return ServicePtr(std::move(service));
 }

@@ -55,8 +55,8 @@ class EtcdSource final {
   };
 
   EtcdSource(std::unique_ptr<etcd::Client> client, const std::string& prefix,
-             const config::AddressPolicy& policy,
-             config::SourceChannel* channel, SourceMetricFamilies& metrics);
+             const config::AddressPolicy& policy, config::SourceChannel* channel,
+             SourceMetricFamilies& metrics);
   void Run();
   absl::Status List();
   absl::Status Watch(base::Backoff& backoff);

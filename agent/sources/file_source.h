@@ -36,8 +36,8 @@ class FileSource final {
   ~FileSource() = default;
 
  private:
-  FileSource(std::string path, const config::AddressPolicy& policy,
-             config::SourceChannel* channel, SourceMetricFamilies& metrics);
+  FileSource(std::string path, const config::AddressPolicy& policy, config::SourceChannel* channel,
+             SourceMetricFamilies& metrics);
   void OnInotify();
   void Reload();
 

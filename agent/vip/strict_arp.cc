@@ -9,10 +9,10 @@
 #include <optional>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/match.h"
 #include "absl/strings/strip.h"
 
 #include "agent/base/file.h"
@@ -124,8 +124,8 @@ absl::Status WriteRecord(const std::string& path, const Record& record) {
     absl::StrAppend(&text, c.name, " ", c.original, " ", c.set, "\n");
   }
   const std::string tmp = path + ".tmp";
-  base::UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
-                           0600));
+  base::UniqueFd fd(
+      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (!fd || ::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()) ||
       ::fsync(fd.get()) != 0) {
     absl::Status status = base::ErrnoStatus(errno, absl::StrCat("write ", tmp));

@@ -109,8 +109,7 @@ class StrictArpTest : public AgentTest {
     {
       base::UniqueFd udp(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
       sockaddr_storage to{};
-      const socklen_t len =
-          net::SocketAddress::Parse(absl::StrCat(ip, ":9"))->ToSockaddr(&to);
+      const socklen_t len = net::SocketAddress::Parse(absl::StrCat(ip, ":9"))->ToSockaddr(&to);
       EXPECT_GE(sendto(udp.get(), "x", 1, 0, reinterpret_cast<sockaddr*>(&to), len), 0)
           << strerror(errno);
     }
@@ -148,10 +147,10 @@ TEST_F(StrictArpTest, NeighbourGetsNoArpReplyForAnExternalIp) {
   agent_.reset();
   WriteSysctl(kArpAnnounce, "1");
   std::string out;
-  ASSERT_EQ(testutil::RunCommand({SLUICE_AGENT_BINARY, "--cleanup", "--bpf-root=",
-                                  "--state-dir=" + state_dir_},
-                                 &out),
-            0)
+  ASSERT_EQ(
+      testutil::RunCommand(
+          {SLUICE_AGENT_BINARY, "--cleanup", "--bpf-root=", "--state-dir=" + state_dir_}, &out),
+      0)
       << out;
   EXPECT_EQ(ReadSysctl(kArpIgnore), "0") << out;
   EXPECT_EQ(ReadSysctl(kArpAnnounce), "1") << out;
@@ -186,10 +185,10 @@ TEST_F(StrictArpTest, RestartKeepsTheOriginalValues) {
   ASSERT_EQ(agent_->Wait(absl::Seconds(10)), 0) << agent_->Output();
   agent_.reset();
   std::string out;
-  ASSERT_EQ(testutil::RunCommand({SLUICE_AGENT_BINARY, "--cleanup", "--bpf-root=",
-                                  "--state-dir=" + state_dir_},
-                                 &out),
-            0)
+  ASSERT_EQ(
+      testutil::RunCommand(
+          {SLUICE_AGENT_BINARY, "--cleanup", "--bpf-root=", "--state-dir=" + state_dir_}, &out),
+      0)
       << out;
   EXPECT_EQ(ReadSysctl(kArpIgnore), "0");
   EXPECT_EQ(ReadSysctl(kArpAnnounce), "0");
