@@ -194,6 +194,7 @@ absl::Status Agent::Cleanup(const AgentOptions& opts) {
   if (!opts.bpf_root.empty()) {
     result.Update(socklb::SocketLb::Cleanup(opts.bpf_root));
   }
+  result.Update(vip::RestoreStrictArp(StrictArpRecord(opts)));
   // No local ranges: Create then removes every service-CIDR route an earlier run installed.
   auto vips = vip::NetlinkVipManager::Create(opts.vip_interface, {});
   if (!vips.ok()) {
@@ -203,7 +204,6 @@ absl::Status Agent::Cleanup(const AgentOptions& opts) {
   (*vips)->MarkStale();
   result.Update((*vips)->Reconcile({}));  // adopts ours from the kernel and removes them
   result.Update((*vips)->RemoveAll());
-  result.Update(vip::RestoreStrictArp(StrictArpRecord(opts)));
   return result;
 }
 

@@ -36,7 +36,8 @@ class Agent final {
  public:
   // SIGINT and SIGTERM must already be blocked in every thread (main does it first).
   static absl::StatusOr<std::unique_ptr<Agent>> Create(const AgentOptions& opts);
-  // --cleanup: removes our VIPs and the objects pinned under --bpf-root.
+  // --cleanup: removes our VIPs and the objects pinned under --bpf-root, and restores the
+  // sysctls strict ARP raised.
   static absl::Status Cleanup(const AgentOptions& opts);
   // --init-only (kube-proxy's step for a privileged init container): strict ARP, which needs a
   // writable /proc/sys, unless --strict-arp=false.
