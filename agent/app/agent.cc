@@ -270,9 +270,9 @@ absl::Status Agent::Start() {
   proxier::RunPolicy policy(opts_.min_sync_period, opts_.sync_period,
                             std::max(opts_.min_sync_period, absl::Seconds(1)));
   runner_ = std::make_unique<proxier::SyncRunner>(*loop_, policy, [this] {
-    absl::Status status = proxier_->Sync();
+    absl::StatusOr<bool> synced = proxier_->Sync();
     EnsureStrictArp();
-    return status;
+    return synced;
   });
   RegisterMetrics();
   RETURN_IF_ERROR(StartDataPath());
