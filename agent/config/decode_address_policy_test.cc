@@ -2,6 +2,7 @@
 // Special addresses (unspecified, loopback, link-local, multicast) in the four address fields,
 // under the file/etcd policy and the kube source's (AddressPolicy).
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -45,38 +46,47 @@ std::string Verdict(const std::string& text, const AddressPolicy& policy) {
   return m.errors[0].ToString();
 }
 
+constexpr char kUnspecified[] = "may not be unspecified";
+constexpr char kLoopback[] = "may not be in the loopback range (127.0.0.0/8, ::1/128)";
+constexpr char kLinkLocal[] = "may not be in the link-local range (169.254.0.0/16, fe80::/10)";
+constexpr char kLinkLocalMulticast[] =
+    "may not be in the link-local multicast range (224.0.0.0/24, ff02::/16)";
+constexpr char kMulticast[] = "may not be multicast (224.0.0.0/4, ff00::/8)";
+
+// The verdict on a Service whose one externalIP is `ip`, and the refusal to expect.
+std::string ExternalIp(const std::string& ip, const AddressPolicy& policy) {
+  return Verdict(ServiceWith(absl::StrCat(R"({"externalIPs":[")", ip, R"("]})")), policy);
+}
+std::string Refused(const std::string& ip, const char* why) {
+  return absl::StrCat("Service default/web: spec.externalIPs[0]: ", why, ", got \"", ip, "\"");
+}
+
 TEST(DecodeAddressPolicyTest, ExternalIpsFollowTheApiServerEverywhere) {
   // ValidateNonSpecialIP's four ranges, refused whichever source the Service came from.
+  const std::vector<std::pair<std::string, const char*>> refused = {
+      {"0.0.0.0", kUnspecified},
+      {"::", kUnspecified},
+      {"127.0.0.1", kLoopback},
+      {"::ffff:127.0.0.9", kLoopback},
+      {"::1", kLoopback},
+      {"169.254.169.254", kLinkLocal},
+      {"fe80::1", kLinkLocal},
+      {"224.0.0.251", kLinkLocalMulticast},
+      {"ff02::1", kLinkLocalMulticast},
+  };
   for (const AddressPolicy& policy : {kFile, kKube}) {
-    EXPECT_EQ(Verdict(ServiceWith(R"({"externalIPs":["192.0.2.1","0.0.0.0"]})"), policy),
-              R"(Service default/web: spec.externalIPs[1]: may not be unspecified, got "0.0.0.0")");
-    EXPECT_EQ(Verdict(ServiceWith(R"({"externalIPs":["127.0.0.1"]})"), policy),
-              "Service default/web: spec.externalIPs[0]: may not be in the loopback range "
-              R"((127.0.0.0/8, ::1/128), got "127.0.0.1")");
-    EXPECT_EQ(Verdict(ServiceWith(R"({"externalIPs":["::ffff:127.0.0.9"]})"), policy),
-              "Service default/web: spec.externalIPs[0]: may not be in the loopback range "
-              R"((127.0.0.0/8, ::1/128), got "::ffff:127.0.0.9")");
-    EXPECT_EQ(Verdict(ServiceWith(R"({"externalIPs":["169.254.169.254"]})"), policy),
-              "Service default/web: spec.externalIPs[0]: may not be in the link-local range "
-              R"((169.254.0.0/16, fe80::/10), got "169.254.169.254")");
-    EXPECT_EQ(Verdict(ServiceWith(R"({"externalIPs":["fe80::1"]})"), policy),
-              "Service default/web: spec.externalIPs[0]: may not be in the link-local range "
-              R"((169.254.0.0/16, fe80::/10), got "fe80::1")");
-    EXPECT_EQ(Verdict(ServiceWith(R"({"externalIPs":["224.0.0.251"]})"), policy),
-              "Service default/web: spec.externalIPs[0]: may not be in the link-local multicast "
-              R"(range (224.0.0.0/24, ff02::/16), got "224.0.0.251")");
-    EXPECT_EQ(Verdict(ServiceWith(R"({"externalIPs":["::"]})"), policy),
-              R"(Service default/web: spec.externalIPs[0]: may not be unspecified, got "::")");
+    for (const auto& [ip, why] : refused) {
+      EXPECT_EQ(ExternalIp(ip, policy), Refused(ip, why));
+    }
     EXPECT_EQ(Verdict(ServiceWith(R"({"externalIPs":["192.0.2.1","2001:db8::1"]})"), policy), "ok");
   }
+  EXPECT_EQ(Verdict(ServiceWith(R"({"externalIPs":["192.0.2.1","0.0.0.0"]})"), kFile),
+            R"(Service default/web: spec.externalIPs[1]: may not be unspecified, got "0.0.0.0")");
   // Other multicast passes the API server, so the kube source keeps it; files and etcd do not.
-  EXPECT_EQ(Verdict(ServiceWith(R"({"externalIPs":["239.1.2.3"]})"), kKube), "ok");
-  EXPECT_EQ(Verdict(ServiceWith(R"({"externalIPs":["239.1.2.3"]})"), kFile),
-            "Service default/web: spec.externalIPs[0]: may not be multicast (224.0.0.0/4, "
-            R"(ff00::/8), got "239.1.2.3")");
-  EXPECT_EQ(Verdict(ServiceWith(R"({"externalIPs":["ff05::2"]})"), kFile),
-            "Service default/web: spec.externalIPs[0]: may not be multicast (224.0.0.0/4, "
-            R"(ff00::/8), got "ff05::2")");
+  for (const std::string ip : {"239.1.2.3", "ff05::2"}) {
+    EXPECT_EQ(ExternalIp(ip, kKube), "ok");
+    EXPECT_EQ(ExternalIp(ip, kFile), Refused(ip, kMulticast));
+  }
 }
 
 TEST(DecodeAddressPolicyTest, ClusterIpsAndIngressAreCheckedWithoutAnApiServer) {
