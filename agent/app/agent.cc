@@ -14,6 +14,7 @@
 #include "agent/admin/debug_services.h"
 #include "agent/base/file.h"
 #include "agent/base/log.h"
+#include "agent/base/process_metrics.h"
 #include "agent/base/status.h"
 #include "agent/proxy/sockmap_probe.h"
 #include "agent/socklb/cgroup.h"
@@ -307,9 +308,11 @@ absl::Status Agent::Start() {
       .debug_services =
           [this] {
             return admin::RenderDebugServices(
-                *proxier_->table(), data_path_->Listeners(),
-                socket_balancing_ ? socket_balancing_->Frontends()
-                                  : std::map<std::string, std::vector<std::string>>{});
+                *proxier_->table(),
+                {.listeners = data_path_->Listeners(),
+                 .socket_lb = socket_balancing_ ? socket_balancing_->Frontends()
+                                                : std::map<std::string, std::vector<std::string>>{},
+                 .unserved = data_path_->Unserved()});
           },
       .debug_connections =
           [this] { return admin::RenderDebugConnections(data_path_->Connections()); },
@@ -414,6 +417,7 @@ void Agent::RegisterMetrics() {
   metrics_.AddGauge("sluice_build_info", "sluice version", {"version"})
       .WithLabels({SLUICE_VERSION})
       .Set(1);
+  base::AddProcessMetrics(metrics_);
 }
 
 admin::HealthInputs Agent::Health() const {

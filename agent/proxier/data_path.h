@@ -57,6 +57,8 @@ class DataPath final : public TableConsumer {
   // Open listeners ("tcp/10.96.0.10:80") by service port, for /debug/services. A removed one
   // is listed until Apply returns: once it is gone from here, its clients are refused.
   std::map<std::string, std::vector<std::string>> Listeners() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Service ports the proxy does not serve ("ns/name:port" -> why), for /debug/services.
+  std::map<std::string, std::string> Unserved() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct BalancerState {
@@ -69,7 +71,7 @@ class DataPath final : public TableConsumer {
   using BalancerMap =
       std::map<std::pair<ServicePortName, bool>, BalancerState>;  // (port, external)
 
-  DataPath(const Options& options, vip::VipManager& vips);
+  DataPath(const Options& options, vip::VipManager& vips, proxy::DataPathMetrics& metrics);
   // The balancer for one side of `info`, recorded in `next`; keeps the one in balancers_ if its
   // endpoints and affinity are unchanged.
   std::shared_ptr<proxy::Balancer> BalancerFor(const ServicePortInfo& info, bool external,
@@ -77,6 +79,15 @@ class DataPath final : public TableConsumer {
   absl::Status OpenListener(const proxy::ListenKey& key);
   // The NodePort addresses, read once per full sync.
   const std::vector<net::IpAddress>& NodeIps();
+  // Every node address that is not loopback, read once per full sync: kube-proxy lets the node
+  // reach a LoadBalancer IP guarded by source ranges when a range holds the node's IP.
+  const std::vector<net::IpAddress>& OwnIps();
+  // The source filter of a listener: null but for a LoadBalancer IP whose service has source
+  // ranges of its family.
+  std::shared_ptr<const proxy::SourceFilter> FiltersFor(const ServicePortInfo& info,
+                                                        const net::IpAddress& ip, int port);
+  // Records (`add`) or forgets why `info` is not served, when it is not; updates the metric.
+  void TrackUnserved(const ServicePortInfo& info, bool add);
   // Calls fn(ip, port, external) for every address `info` listens on when it has endpoints.
   template <typename Fn>
   void ForEachListener(const ServicePortInfo& info, Fn&& fn);
@@ -108,6 +119,8 @@ class DataPath final : public TableConsumer {
   bool full_next_ = true;                            // the next Apply is a full sync
   bool conflicts_ = false;  // two ports claimed one listener in the last BuildRoutes
   std::optional<std::vector<net::IpAddress>> node_ips_;  // NodeIps(), until the next full sync
+  std::optional<std::vector<net::IpAddress>> own_ips_;   // OwnIps(), likewise
+  proxy::DataPathMetrics& metrics_;
   // Open-connection counters by listener, kept across syncs; a removed listener's counter stays
   // (and its VIP on the node) until its connections have closed.
   std::map<proxy::ListenKey, std::shared_ptr<std::atomic<int64_t>>> active_;
@@ -116,6 +129,8 @@ class DataPath final : public TableConsumer {
   mutable absl::Mutex mu_;
   // listener -> service port; written by the control plane, read by Listeners().
   std::map<proxy::ListenKey, std::string> open_ ABSL_GUARDED_BY(mu_);
+  // service port -> why it has no listener; written by the control plane.
+  std::map<std::string, std::string> unserved_ ABSL_GUARDED_BY(mu_);
 };
 
 // The node's addresses that NodePorts listen on: every local address in `cidrs` (all when

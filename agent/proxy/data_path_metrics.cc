@@ -57,7 +57,14 @@ DataPathMetrics::DataPathMetrics(base::Registry& r)
           r.AddCounter("sluice_udp_datagrams_total", "UDP datagrams proxied", {"direction"})),
       udp_datagrams_to_backend(udp_datagrams.WithLabels({"to_backend"})),
       udp_datagrams_to_client(udp_datagrams.WithLabels({"to_client"})),
-      udp_dropped(r.AddCounter("sluice_udp_dropped_total", "UDP datagrams dropped, by reason",
-                               {"reason"})) {}
+      udp_dropped(
+          r.AddCounter("sluice_udp_dropped_total", "UDP datagrams dropped, by reason", {"reason"})),
+      source_range_refused(
+          r.AddCounter("sluice_source_range_refused_total",
+                       "TCP connections reset and new UDP clients' datagrams dropped because "
+                       "their source is outside the service's loadBalancerSourceRanges",
+                       {"service"})),
+      unserved_ports(r.AddGauge("sluice_unserved_service_ports",
+                                "Service ports that no data path serves, by reason", {"reason"})) {}
 
 }  // namespace sluice::proxy

@@ -32,6 +32,9 @@ struct DataPathMetrics {
   base::Counter& udp_datagrams_to_backend;
   base::Counter& udp_datagrams_to_client;
   base::Family<base::Counter>& udp_dropped;  // {reason}
+  // {service}: TCP connections reset and UDP datagrams dropped for loadBalancerSourceRanges.
+  base::Family<base::Counter>& source_range_refused;
+  base::Family<base::Gauge>& unserved_ports;  // {reason}: service ports no path serves
 };
 
 }  // namespace sluice::proxy
