@@ -3,11 +3,7 @@
 // an externalIP, and --cleanup puts back the sysctls the agent raised. The node is the agent's
 // test namespace, the LAN a veth pair to a second namespace: the host's sysctls are never read
 // or written.
-#include <errno.h>
-#include <sched.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
+#include <signal.h>
 
 #include <filesystem>
 #include <fstream>
@@ -16,11 +12,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 
-#include "agent/base/unique_fd.h"
-#include "agent/net/address.h"
 #include "tests/integration/agent_fixture.h"
 #include "tests/testutil/netns.h"
 #include "tests/testutil/process.h"
@@ -56,25 +49,14 @@ class StrictArpTest : public AgentTest {
     // As a fresh namespace has them (devconf_inherit_init_net may have copied the host's).
     WriteSysctl(kArpIgnore, "0");
     WriteSysctl(kArpAnnounce, "0");
-    auto neighbour = testutil::NetNs::Create();  // moves this thread into it
+    auto neighbour = testutil::PeerHost::Create("lan", {absl::StrCat(kNodeLanIp, "/24")},
+                                                {"192.168.77.2/24"}, {});
     ASSERT_TRUE(neighbour.ok()) << neighbour.status();
     neighbour_ = std::move(*neighbour);
-    const std::string node_ns = absl::StrCat("/proc/", getpid(), "/fd/", netns_->fd());
-    for (auto cmd : std::vector<std::vector<std::string>>{
-             {"ip", "link", "add", "lan1", "type", "veth", "peer", "name", "lan0", "netns",
-              node_ns},
-             {"ip", "addr", "add", "192.168.77.2/24", "dev", "lan1"},
-             {"ip", "link", "set", "lan1", "up"}}) {
-      ASSERT_EQ(testutil::RunCommand(cmd), 0) << absl::StrJoin(cmd, " ");
-    }
     // An unanswered request fails after mcast_solicit (3) x retrans_time: 0.3 s, not 3 s.
-    WriteSysctl("/proc/sys/net/ipv4/neigh/lan1/retrans_time_ms", "100");
-    EnterNode();
-    for (auto cmd : std::vector<std::vector<std::string>>{
-             {"ip", "addr", "add", absl::StrCat(kNodeLanIp, "/24"), "dev", "lan0"},
-             {"ip", "link", "set", "lan0", "up"}}) {
-      ASSERT_EQ(testutil::RunCommand(cmd), 0) << absl::StrJoin(cmd, " ");
-    }
+    ASSERT_EQ(testutil::RunCommand(
+                  neighbour_->Exec({"sysctl", "-qw", "net.ipv4.neigh.lan1.retrans_time_ms=100"})),
+              0);
     state_dir_ = dir_ + "/.state";  // the fixture's --state-dir
     Write("web.yaml", ServiceYaml("web", {"10.96.0.10"}, {{"http", 80}},
                                   absl::StrCat("  externalIPs: [\"", kExternalIp, "\"]\n")) +
@@ -82,14 +64,13 @@ class StrictArpTest : public AgentTest {
   }
 
   void TearDown() override {
-    if (neighbour_) {
-      EnterNode();
-      neighbour_.reset();  // moves this thread back to the node's namespace
+    if (agent_ && agent_->running()) {
+      agent_->Signal(SIGTERM);
+      EXPECT_EQ(agent_->Wait(absl::Seconds(10)), 0) << agent_->Output();
     }
+    neighbour_.reset();  // before the node's namespace goes
     AgentTest::TearDown();
   }
-
-  void EnterNode() { ASSERT_EQ(setns(netns_->fd(), CLONE_NEWNET), 0) << strerror(errno); }
 
   bool WaitExternalIpLocal() {
     return testutil::WaitFor(
@@ -102,31 +83,27 @@ class StrictArpTest : public AgentTest {
   }
 
   // From the neighbour: resolves `ip` afresh and says whether anyone answered the ARP request.
-  // A datagram to `ip` makes the kernel ask; the entry then gets a lladdr or goes FAILED.
+  // A datagram to `ip` (bash's /dev/udp) makes its kernel ask; the entry then gets a lladdr, or
+  // goes FAILED when nobody answers.
   bool NeighbourResolves(const std::string& ip) {
-    EXPECT_EQ(setns(neighbour_->fd(), CLONE_NEWNET), 0) << strerror(errno);
-    testutil::RunCommand({"ip", "neigh", "flush", "dev", "lan1"});
-    {
-      base::UniqueFd udp(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-      sockaddr_storage to{};
-      const socklen_t len = net::SocketAddress::Parse(absl::StrCat(ip, ":9"))->ToSockaddr(&to);
-      EXPECT_GE(sendto(udp.get(), "x", 1, 0, reinterpret_cast<sockaddr*>(&to), len), 0)
-          << strerror(errno);
-    }
+    testutil::RunCommand(neighbour_->Exec({"ip", "neigh", "flush", "dev", "lan1"}));
+    EXPECT_EQ(testutil::RunCommand(
+                  neighbour_->Exec({"bash", "-c", absl::StrCat("echo x >/dev/udp/", ip, "/9")})),
+              0);
     std::string state;
     EXPECT_TRUE(testutil::WaitFor(
         [&] {
-          testutil::RunCommand({"ip", "neigh", "show", "to", ip, "dev", "lan1"}, &state);
+          testutil::RunCommand(neighbour_->Exec({"ip", "neigh", "show", "to", ip, "dev", "lan1"}),
+                               &state);
           return state.find("lladdr") != std::string::npos ||
                  state.find("FAILED") != std::string::npos;
         },
         absl::Seconds(10)))
         << state;
-    EnterNode();
     return state.find("lladdr") != std::string::npos;
   }
 
-  std::unique_ptr<testutil::NetNs> neighbour_;
+  std::unique_ptr<testutil::PeerHost> neighbour_;
   std::string state_dir_;
 };
 
