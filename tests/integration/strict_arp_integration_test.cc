@@ -171,5 +171,22 @@ TEST_F(StrictArpTest, RestartKeepsTheOriginalValues) {
   EXPECT_EQ(ReadSysctl(kArpAnnounce), "0");
 }
 
+// A record names its network namespace: one made in another (a test's, a container's) is not
+// applied here, nor deleted.
+TEST_F(StrictArpTest, CleanupLeavesAnotherNamespacesRecordAlone) {
+  WriteSysctl(kArpIgnore, "1");
+  std::filesystem::create_directories(state_dir_);
+  std::ofstream(state_dir_ + "/strict-arp") << "netns 1:1\nnet.ipv4.conf.all.arp_ignore 0 1\n";
+  std::string out;
+  ASSERT_EQ(
+      testutil::RunCommand(
+          {SLUICE_AGENT_BINARY, "--cleanup", "--bpf-root=", "--state-dir=" + state_dir_}, &out),
+      0)
+      << out;
+  EXPECT_NE(out.find("records sysctls of another network namespace"), std::string::npos) << out;
+  EXPECT_EQ(ReadSysctl(kArpIgnore), "1");
+  EXPECT_TRUE(std::filesystem::exists(state_dir_ + "/strict-arp"));
+}
+
 }  // namespace
 }  // namespace sluice::testing
