@@ -222,10 +222,13 @@ void Agent::EnsureStrictArp() {
       (vips_->Owned().empty() && opts_.service_cidrs.empty())) {
     return;
   }
-  strict_arp_tried_ = true;  // an error here (read-only /proc/sys) would repeat on every sync
-  if (absl::Status st = vip::EnsureStrictArp(StrictArpRecord(opts_)); !st.ok()) {
+  absl::Status st = vip::EnsureStrictArp(StrictArpRecord(opts_));
+  // Out of descriptors or memory passes, so the next sync tries again; a read-only /proc/sys
+  // (a container without the init step) does not, and would only repeat the error.
+  strict_arp_tried_ = !absl::IsResourceExhausted(st);
+  if (!st.ok()) {
     LOG(ERROR) << "strict ARP (--strict-arp): " << st.message()
-               << "; every VIP may be answered for on the node's links";
+               << "; this node may answer ARP for every VIP on its links";
   }
 }
 
