@@ -154,8 +154,15 @@ Change* FindChange(Record& record, const char* name) {
 absl::Status EnsureStrictArp(const std::string& record_path) {
   ASSIGN_OR_RETURN(std::string netns, ThisNetns());
   ASSIGN_OR_RETURN(std::optional<Record> earlier, ReadRecord(record_path));
-  // An earlier run's record of this namespace still knows the values from before sluice.
-  Record record = earlier && earlier->netns == netns ? *earlier : Record{netns, {}};
+  if (earlier && earlier->netns != netns) {
+    // Another agent's (one --state-dir shared by two namespaces): overwriting it would lose
+    // what its --cleanup must restore.
+    return absl::FailedPreconditionError(
+        absl::StrCat(record_path, " records sysctls of another network namespace (", earlier->netns,
+                     "); give each agent its own --state-dir"));
+  }
+  // An earlier run's record still knows the values from before sluice.
+  Record record = earlier ? *earlier : Record{netns, {}};
   std::vector<const Knob*> raise;
   std::string done;
   for (const Knob& k : kKnobs) {

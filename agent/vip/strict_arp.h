@@ -26,7 +26,8 @@ namespace sluice::vip {
 
 // Raises arp_ignore to 1 and arp_announce to 2 where they are lower (a stricter value is left
 // as it is), after adding their current values to the record at `record_path` (kept from an
-// earlier run of this namespace if there is one). Logs what it changed. Errors name the file.
+// earlier run of this namespace if there is one). Logs what it changed. Errors name the file;
+// FailedPrecondition when the record belongs to another network namespace (left as it is).
 absl::Status EnsureStrictArp(const std::string& record_path);
 
 // Sets each sysctl of the record back to its original value if it still holds the value

@@ -172,7 +172,7 @@ TEST_F(StrictArpTest, RestartKeepsTheOriginalValues) {
 }
 
 // A record names its network namespace: one made in another (a test's, a container's) is not
-// applied here, nor deleted.
+// applied here, nor deleted, nor overwritten.
 TEST_F(StrictArpTest, CleanupLeavesAnotherNamespacesRecordAlone) {
   WriteSysctl(kArpIgnore, "1");
   std::filesystem::create_directories(state_dir_);
@@ -186,6 +186,22 @@ TEST_F(StrictArpTest, CleanupLeavesAnotherNamespacesRecordAlone) {
   EXPECT_NE(out.find("records sysctls of another network namespace"), std::string::npos) << out;
   EXPECT_EQ(ReadSysctl(kArpIgnore), "1");
   EXPECT_TRUE(std::filesystem::exists(state_dir_ + "/strict-arp"));
+
+  // Nor overwritten by an agent: it refuses strict ARP, saying why, and serves on.
+  WriteSysctl(kArpIgnore, "0");
+  StartAgent();
+  ASSERT_TRUE(WaitExternalIpLocal()) << Get("/debug/services");
+  EXPECT_TRUE(testutil::WaitFor(
+      [&] {
+        return agent_->Output().find("give each agent its own --state-dir") != std::string::npos;
+      },
+      absl::Seconds(10)))
+      << agent_->Output();
+  EXPECT_EQ(ReadSysctl(kArpIgnore), "0");
+  std::ifstream record(state_dir_ + "/strict-arp");
+  std::string first_line;
+  std::getline(record, first_line);
+  EXPECT_EQ(first_line, "netns 1:1");
 }
 
 }  // namespace
