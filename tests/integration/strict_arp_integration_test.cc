@@ -173,7 +173,7 @@ TEST_F(StrictArpTest, RestartKeepsTheOriginalValues) {
 
 // A record names its network namespace: one made in another (a test's, a container's) is not
 // applied here, nor deleted, nor overwritten.
-TEST_F(StrictArpTest, CleanupLeavesAnotherNamespacesRecordAlone) {
+TEST_F(StrictArpTest, AnotherNamespacesRecordIsLeftAlone) {
   WriteSysctl(kArpIgnore, "1");
   std::filesystem::create_directories(state_dir_);
   std::ofstream(state_dir_ + "/strict-arp") << "netns 1:1\nnet.ipv4.conf.all.arp_ignore 0 1\n";
