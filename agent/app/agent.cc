@@ -20,8 +20,14 @@
 #include "agent/socklb/cgroup.h"
 #include "agent/socklb/probe.h"
 #include "agent/vip/netlink_vip_manager.h"
+#include "agent/vip/strict_arp.h"
 
 namespace sluice::app {
+namespace {
+
+std::string StrictArpRecord(const AgentOptions& opts) { return opts.state_dir + "/strict-arp"; }
+
+}  // namespace
 
 Agent::Agent(const AgentOptions& opts) : opts_(opts) {}
 
@@ -190,6 +196,7 @@ absl::Status Agent::Cleanup(const AgentOptions& opts) {
   if (!opts.bpf_root.empty()) {
     result.Update(socklb::SocketLb::Cleanup(opts.bpf_root));
   }
+  result.Update(vip::RestoreStrictArp(StrictArpRecord(opts)));
   // No local ranges: Create then removes every service-CIDR route an earlier run installed.
   auto vips = vip::NetlinkVipManager::Create(opts.vip_interface, {});
   if (!vips.ok()) {
@@ -202,13 +209,43 @@ absl::Status Agent::Cleanup(const AgentOptions& opts) {
   return result;
 }
 
+absl::Status Agent::InitOnly(const AgentOptions& opts) {
+  if (!opts.strict_arp) {
+    LOG(INFO) << "--init-only with --strict-arp=false: nothing to do";
+    return absl::OkStatus();
+  }
+  return vip::EnsureStrictArp(StrictArpRecord(opts));
+}
+
+void Agent::EnsureStrictArp() {
+  // Local routes for the service CIDRs make their every address local, as VIPs are.
+  if (!opts_.strict_arp || strict_arp_tried_ ||
+      (vips_->Owned().empty() && opts_.service_cidrs.empty())) {
+    return;
+  }
+  absl::Status st = vip::EnsureStrictArp(StrictArpRecord(opts_));
+  // Out of descriptors or memory passes, so the next sync tries again; a read-only /proc/sys
+  // (a container without the init step) does not, and would only repeat the error.
+  strict_arp_tried_ = !absl::IsResourceExhausted(st);
+  if (!st.ok()) {
+    LOG(ERROR) << "strict ARP (--strict-arp): " << st.message()
+               << "; this node may answer ARP for every VIP on its links";
+  }
+}
+
 absl::StatusOr<std::unique_ptr<sources::EtcdSource>> Agent::CreateEtcdSource(
     const SourceSpec& spec, config::SourceChannel* channel) {
   sources::EtcdSourceOptions options;
   for (const std::string& url : spec.urls) {
     ASSIGN_OR_RETURN(etcd::Endpoint endpoint, etcd::ParseEndpoint(url));
+    if (!endpoint.tls) {
+      LOG(WARNING) << "etcd source " << url << " is plaintext http: anyone on the path can "
+                   << "read and rewrite the services this node serves; use https:// with "
+                   << "--etcd-cafile, --etcd-certfile and --etcd-keyfile";
+    }
     options.endpoints.push_back(std::move(endpoint));
   }
+  options.allow_loopback_endpoints = opts_.allow_loopback_endpoints;
   options.prefix = opts_.etcd_prefix;
   options.ca_file = opts_.etcd_cafile;
   options.cert_file = opts_.etcd_certfile;
@@ -237,8 +274,11 @@ absl::Status Agent::Start() {
   // Failed syncs retry after the min period, but no sooner than 1s, to avoid a hot loop.
   proxier::RunPolicy policy(opts_.min_sync_period, opts_.sync_period,
                             std::max(opts_.min_sync_period, absl::Seconds(1)));
-  runner_ =
-      std::make_unique<proxier::SyncRunner>(*loop_, policy, [this] { return proxier_->Sync(); });
+  runner_ = std::make_unique<proxier::SyncRunner>(*loop_, policy, [this] {
+    absl::StatusOr<bool> synced = proxier_->Sync();
+    EnsureStrictArp();
+    return synced;
+  });
   RegisterMetrics();
   RETURN_IF_ERROR(StartDataPath());
   StartServiceHealth();
@@ -259,9 +299,10 @@ absl::Status Agent::Start() {
       etcd_sources_.push_back(std::move(source));
       continue;
     }
-    ASSIGN_OR_RETURN(auto source,
-                     sources::FileSource::Create(opts_.source_specs[i].path, channels[i], *loop_,
-                                                 *source_metrics_));
+    ASSIGN_OR_RETURN(auto source, sources::FileSource::Create(
+                                      opts_.source_specs[i].path,
+                                      {.allow_loopback_endpoints = opts_.allow_loopback_endpoints},
+                                      channels[i], *loop_, *source_metrics_));
     file_sources_.push_back(std::move(source));
   }
 
@@ -349,6 +390,7 @@ absl::Status Agent::StartKubeSource(config::SourceChannel* channel) {
                                     .master = opts_.master,
                                     .service_proxy_name = opts_.service_proxy_name,
                                     .node_name = opts_.node_name,
+                                    .allow_loopback_endpoints = opts_.allow_loopback_endpoints,
                                     .on_eligible = [this](bool e) { node_eligible_ = e; }};
   if (opts_.zone.empty()) {
     // --zone wins; otherwise the Node's label, which the proxier applies on the control plane.

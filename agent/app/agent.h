@@ -38,8 +38,12 @@ class Agent final {
  public:
   // SIGINT and SIGTERM must already be blocked in every thread (main does it first).
   static absl::StatusOr<std::unique_ptr<Agent>> Create(const AgentOptions& opts);
-  // --cleanup: removes our VIPs and the objects pinned under --bpf-root.
+  // --cleanup: removes our VIPs and the objects pinned under --bpf-root, and restores the
+  // sysctls strict ARP raised.
   static absl::Status Cleanup(const AgentOptions& opts);
+  // --init-only (kube-proxy's step for a privileged init container): strict ARP, which needs a
+  // writable /proc/sys, unless --strict-arp=false.
+  static absl::Status InitOnly(const AgentOptions& opts);
   ~Agent();
 
   // Serves until SIGINT or SIGTERM, then shuts down cleanly.
@@ -65,6 +69,8 @@ class Agent final {
   void StartServiceHealth();
   absl::Status StartTunnel();
   void OnSignal(int signo);
+  // --strict-arp, once this node has a VIP: see vip/strict_arp.h.
+  void EnsureStrictArp();
 
   const AgentOptions opts_;
   const absl::Time started_ = absl::Now();
@@ -75,6 +81,7 @@ class Agent final {
   std::unique_ptr<proxier::Proxier> proxier_;
   std::unique_ptr<proxier::SyncRunner> runner_;
   std::unique_ptr<vip::VipManager> vips_;
+  bool strict_arp_tried_ = false;
   std::unique_ptr<proxy::DataPathMetrics> data_path_metrics_;
   std::unique_ptr<fastpath::SockmapFastPath> sockmap_;  // outlives the workers that use it
   // Hands new TCP connections to the workers in turn (null: the kernel's hash). Its program

@@ -50,6 +50,9 @@ void RegisterFlags(base::FlagSet& flags, AgentOptions& o) {
   flags.String("master", &o.master,
                "--source=kube: API server address, overriding the kubeconfig's (alone: with the "
                "pod's service account credentials when mounted)");
+  flags.Bool("allow-loopback-endpoints", &o.allow_loopback_endpoints,
+             "Accept EndpointSlice addresses on loopback (127.0.0.0/8, ::1), which the API "
+             "server refuses: for local demos and tests with backends on 127.0.0.x");
   flags.String("healthz-bind-address", &o.healthz_bind_address,
                "IP:PORT for /healthz and /livez; empty disables");
   flags.String("metrics-bind-address", &o.metrics_bind_address,
@@ -105,6 +108,13 @@ void RegisterFlags(base::FlagSet& flags, AgentOptions& o) {
   flags.String("bpf-root", &o.bpf_root,
                "bpffs directory where socket-level balancing pins its programs and maps, so "
                "they keep working while the agent restarts (\"\": no pinning)");
+  flags.Bool("strict-arp", &o.strict_arp,
+             "Once the node has VIPs, set net.ipv4.conf.all.arp_ignore=1 and arp_announce=2 (as "
+             "kube-proxy's IPVS strictARP) so that the node does not answer ARP on its links "
+             "for externalIPs and LoadBalancer IPs; --cleanup restores the earlier values");
+  flags.String("state-dir", &o.state_dir,
+               "Directory for what must outlive a restart but not a reboot: the sysctl values "
+               "--strict-arp changed, for --cleanup (keep it on the host, e.g. a hostPath)");
   flags.Bool("cleanup", &o.cleanup,
              "Remove what sluice leaves on the node (VIPs, pinned BPF programs and maps under "
              "--bpf-root) and exit");
@@ -267,7 +277,8 @@ absl::StatusOr<std::vector<net::Cidr>> ParseCidrs(const std::vector<std::string>
 }  // namespace
 
 absl::Status Validate(AgentOptions& o) {
-  if (o.sources.empty() && !o.cleanup && o.kube_proxy.write_config_to.empty()) {
+  if (o.sources.empty() && !o.cleanup && !o.kube_proxy.init_only &&
+      o.kube_proxy.write_config_to.empty()) {
     return absl::InvalidArgumentError(
         "no --source given; e.g. --source=file:examples/services.yaml");
   }
@@ -281,6 +292,9 @@ absl::Status Validate(AgentOptions& o) {
     o.source_specs.push_back(std::move(spec));
   }
   RETURN_IF_ERROR(CheckEtcdTls(o));
+  if (o.state_dir.empty() || o.state_dir[0] != '/') {
+    return absl::InvalidArgumentError("--state-dir must be an absolute path");
+  }
   RETURN_IF_ERROR(CheckBindAddress("healthz-bind-address", o.healthz_bind_address));
   RETURN_IF_ERROR(CheckBindAddress("metrics-bind-address", o.metrics_bind_address));
   if (o.sync_period <= absl::ZeroDuration()) {

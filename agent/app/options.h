@@ -37,6 +37,9 @@ struct AgentOptions {
   std::string service_proxy_name;
   std::string kubeconfig;  // --source=kube
   std::string master;
+  // Endpoint addresses on loopback accepted from every source (the API server refuses them):
+  // for local demos and tests whose backends listen on 127.0.0.x.
+  bool allow_loopback_endpoints = false;
   std::string healthz_bind_address = "0.0.0.0:10256";
   std::string metrics_bind_address = "127.0.0.1:10249";
   absl::Duration sync_period = absl::Seconds(30);
@@ -64,6 +67,10 @@ struct AgentOptions {
   std::string socket_lb_algorithm = "round-robin";
   std::string bpf_root = "/sys/fs/bpf/sluice";
   bool cleanup = false;
+  // arp_ignore=1 and arp_announce=2 once the node has VIPs (vip/strict_arp.h), recorded under
+  // state_dir for --cleanup.
+  bool strict_arp = true;
+  std::string state_dir = "/run/sluice";
   // Tunnel agent (Konnectivity); off unless servers are given.
   std::vector<std::string> tunnel_servers;
   std::string tunnel_ca_cert;

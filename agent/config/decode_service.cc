@@ -36,7 +36,7 @@ constexpr EnumName<TrafficPolicy> kTrafficPolicies[] = {
 constexpr std::string_view kHeadlessClusterIp = "None";
 
 // One entry of clusterIP/clusterIPs: "None" (headless, alone) or up to one IP per family.
-absl::Status AddClusterIp(const Field& at, std::string_view text, Service& s) {
+absl::Status AddClusterIp(const Field& at, std::string_view text, Service& s, unsigned refused) {
   if (s.headless || (text == kHeadlessClusterIp && !s.cluster_ips.empty())) {
     return at.Error("\"None\" (headless) must be the only cluster IP");
   }
@@ -44,7 +44,7 @@ absl::Status AddClusterIp(const Field& at, std::string_view text, Service& s) {
     s.headless = true;
     return absl::OkStatus();
   }
-  RETURN_IF_ERROR(AppendIp(at, text, &s.cluster_ips));
+  RETURN_IF_ERROR(AppendIp(at, text, &s.cluster_ips, refused));
   if (s.cluster_ips.size() > 2) {
     return at.Error("at most 2 cluster IPs (one per IP family) are allowed");
   }
@@ -56,7 +56,7 @@ absl::Status AddClusterIp(const Field& at, std::string_view text, Service& s) {
 
 // spec.clusterIP is the first of spec.clusterIPs when both are set (the API server enforces
 // it); clusterIPs alone or clusterIP alone is fine. "" means not allocated.
-absl::Status DecodeClusterIps(const ObjectField& spec, Service& s) {
+absl::Status DecodeClusterIps(const ObjectField& spec, Service& s, unsigned refused) {
   std::string_view primary;
   std::optional<Field> single = spec.Get("clusterIP");
   if (single) {
@@ -71,11 +71,11 @@ absl::Status DecodeClusterIps(const ObjectField& spec, Service& s) {
                                        Absl(text), "\""));
       }
       ++listed;
-      return AddClusterIp(item, text, s);
+      return AddClusterIp(item, text, s, refused);
     }));
   }
   if (listed == 0 && !primary.empty()) {
-    return AddClusterIp(*single, primary, s);
+    return AddClusterIp(*single, primary, s, refused);
   }
   return absl::OkStatus();
 }
@@ -143,14 +143,14 @@ absl::Status DecodeServicePorts(const ObjectField& spec, std::vector<ServicePort
 }
 
 absl::Status DecodeIpList(const ObjectField& object, std::string_view key,
-                          std::vector<net::IpAddress>* out) {
+                          std::vector<net::IpAddress>* out, unsigned refused) {
   std::optional<Field> list = object.Get(key);
   if (!list) {
     return absl::OkStatus();
   }
   return list->ForEach([&](const Field& item, size_t) -> absl::Status {
     ASSIGN_OR_RETURN(std::string_view text, item.String());
-    return AppendIp(item, text, out);
+    return AppendIp(item, text, out, refused);
   });
 }
 
@@ -187,11 +187,12 @@ absl::Status DecodeSessionAffinity(const ObjectField& spec, Service& s) {
                             &s.affinity_timeout_seconds);
 }
 
-absl::Status DecodeServiceSpec(const ObjectField& spec, Service& s) {
+absl::Status DecodeServiceSpec(const ObjectField& spec, Service& s, const AddressPolicy& policy) {
   RETURN_IF_ERROR(spec.ReadEnum("type", kServiceTypes, &s.type));
-  RETURN_IF_ERROR(DecodeClusterIps(spec, s));
+  RETURN_IF_ERROR(DecodeClusterIps(spec, s, RefusedRanges(policy, AddressField::kClusterIp)));
   RETURN_IF_ERROR(DecodeServicePorts(spec, s.ports));
-  RETURN_IF_ERROR(DecodeIpList(spec, "externalIPs", &s.external_ips));
+  RETURN_IF_ERROR(DecodeIpList(spec, "externalIPs", &s.external_ips,
+                               RefusedRanges(policy, AddressField::kExternalIp)));
   RETURN_IF_ERROR(DecodeSourceRanges(spec, &s.load_balancer_source_ranges));
   RETURN_IF_ERROR(spec.ReadString("externalName", &s.external_name));
   RETURN_IF_ERROR(DecodeSessionAffinity(spec, s));
@@ -204,7 +205,7 @@ absl::Status DecodeServiceSpec(const ObjectField& spec, Service& s) {
 
 // status.loadBalancer.ingress[].ip; entries with only a hostname (AWS ELB style) carry no
 // address to serve and are skipped.
-absl::Status DecodeServiceStatus(const ObjectField& status, Service& s) {
+absl::Status DecodeServiceStatus(const ObjectField& status, Service& s, unsigned refused) {
   ASSIGN_OR_RETURN(std::optional<ObjectField> lb, status.GetObject("loadBalancer"));
   if (!lb) {
     return absl::OkStatus();
@@ -220,24 +221,26 @@ absl::Status DecodeServiceStatus(const ObjectField& status, Service& s) {
       return absl::OkStatus();
     }
     ASSIGN_OR_RETURN(std::string_view text, ip->String());
-    return text.empty() ? absl::OkStatus() : AppendIp(*ip, text, &s.load_balancer_ingress);
+    return text.empty() ? absl::OkStatus() : AppendIp(*ip, text, &s.load_balancer_ingress, refused);
   });
 }
 
 }  // namespace
 
 absl::StatusOr<ServicePtr> DecodeServiceObject(const ObjectField& object,
-                                               std::string_view implied_api_version) {
+                                               std::string_view implied_api_version,
+                                               const AddressPolicy& policy) {
   RETURN_IF_ERROR(CheckApiVersion(object, "v1", implied_api_version));
   auto service = std::make_shared<Service>();
   RETURN_IF_ERROR(DecodeObjectMeta(object, &service->meta));
   ASSIGN_OR_RETURN(std::optional<ObjectField> spec, object.GetObject("spec"));
   if (spec) {
-    RETURN_IF_ERROR(DecodeServiceSpec(*spec, *service));
+    RETURN_IF_ERROR(DecodeServiceSpec(*spec, *service, policy));
   }
   ASSIGN_OR_RETURN(std::optional<ObjectField> status, object.GetObject("status"));
   if (status) {
-    RETURN_IF_ERROR(DecodeServiceStatus(*status, *service));
+    RETURN_IF_ERROR(
+        DecodeServiceStatus(*status, *service, RefusedRanges(policy, AddressField::kIngressIp)));
   }
   return ServicePtr(std::move(service));
 }

@@ -21,8 +21,9 @@ double NowSeconds() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch
 struct ServiceKind {
   using Object = config::Service;
   static constexpr char kName[] = "Service";
-  static absl::StatusOr<config::ServicePtr> Decode(const simdjson::dom::element& e) {
-    return config::DecodeService(e);
+  static absl::StatusOr<config::ServicePtr> Decode(const simdjson::dom::element& e,
+                                                   const config::AddressPolicy& policy) {
+    return config::DecodeService(e, policy);
   }
   static void Push(config::SourceChannel* c, config::Op op, std::vector<config::ServicePtr> v) {
     c->UpdateServices(op, std::move(v));
@@ -33,8 +34,9 @@ struct ServiceKind {
 struct EndpointSliceKind {
   using Object = config::EndpointSlice;
   static constexpr char kName[] = "EndpointSlice";
-  static absl::StatusOr<config::EndpointSlicePtr> Decode(const simdjson::dom::element& e) {
-    return config::DecodeEndpointSlice(e);
+  static absl::StatusOr<config::EndpointSlicePtr> Decode(const simdjson::dom::element& e,
+                                                         const config::AddressPolicy& policy) {
+    return config::DecodeEndpointSlice(e, policy);
   }
   static void Push(config::SourceChannel* c, config::Op op,
                    std::vector<config::EndpointSlicePtr> v) {
@@ -52,14 +54,17 @@ class ObjectMirror final : public kube::WatchHandler {
   using Ptr = std::shared_ptr<const typename Kind::Object>;
 
   ObjectMirror(config::SourceChannel* channel, SourceMetrics& metrics,
-               absl::AnyInvocable<void()> on_first_list)
-      : channel_(channel), metrics_(metrics), on_first_list_(std::move(on_first_list)) {}
+               const config::AddressPolicy& policy, absl::AnyInvocable<void()> on_first_list)
+      : channel_(channel),
+        metrics_(metrics),
+        policy_(policy),
+        on_first_list_(std::move(on_first_list)) {}
 
   // kube::WatchHandler
   void OnListBegin() override { listing_.clear(); }
 
   void OnListItem(const simdjson::dom::element& object) override {
-    absl::StatusOr<Ptr> decoded = Kind::Decode(object);
+    absl::StatusOr<Ptr> decoded = Kind::Decode(object, policy_);
     if (decoded.ok()) {
       const config::NamespacedName id = (*decoded)->meta.id;
       listing_[id] = *std::move(decoded);
@@ -108,7 +113,7 @@ class ObjectMirror final : public kube::WatchHandler {
       Applied();
       return;
     }
-    absl::StatusOr<Ptr> decoded = Kind::Decode(object);
+    absl::StatusOr<Ptr> decoded = Kind::Decode(object, policy_);
     if (!decoded.ok()) {
       Refuse(decoded.status());  // the last good version stays
       return;
@@ -138,6 +143,7 @@ class ObjectMirror final : public kube::WatchHandler {
 
   config::SourceChannel* const channel_;
   SourceMetrics& metrics_;
+  const config::AddressPolicy policy_;
   absl::AnyInvocable<void()> on_first_list_;
   bool listed_ = false;
   std::map<config::NamespacedName, Ptr> current_;
@@ -193,10 +199,12 @@ absl::StatusOr<std::unique_ptr<KubeSource>> KubeSource::Create(Options options,
        .path = "/apis/discovery.k8s.io/v1/endpointslices",
        .label_selector = selector},
   };
+  const config::AddressPolicy policy{
+      .api_validated = true, .allow_loopback_endpoints = source->options_.allow_loopback_endpoints};
   source->handlers_.push_back(std::make_unique<ObjectMirror<ServiceKind>>(
-      channel, source->metrics_, [self] { self->OnKindListed(); }));
+      channel, source->metrics_, policy, [self] { self->OnKindListed(); }));
   source->handlers_.push_back(std::make_unique<ObjectMirror<EndpointSliceKind>>(
-      channel, source->metrics_, [self] { self->OnKindListed(); }));
+      channel, source->metrics_, policy, [self] { self->OnKindListed(); }));
   source->gating_kinds_ = 2;
   if (source->options_.on_zone || source->options_.on_eligible) {
     specs.push_back({.name = "node",
