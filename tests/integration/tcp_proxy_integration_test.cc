@@ -8,6 +8,8 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "httplib.h"
 
 #include "tests/integration/agent_fixture.h"
 #include "tests/testutil/tcp_server.h"
@@ -179,6 +181,107 @@ TEST_P(TcpProxyTest, SessionAffinitySticksAndSwitchesOff) {
     seen.insert(Hello("10.96.0.10:80"));
   }
   EXPECT_EQ(seen.size(), 2u);
+}
+
+// Limits one tenant cannot push past at the others' expense (issue 26). The proxy carries the
+// traffic (socket LB off), with the process's descriptors capped as on the reviewed node.
+class TcpLimitsTest : public AgentTest {
+ protected:
+  // A blocking TCP socket from `source` connected to `to`, or an invalid fd.
+  static base::UniqueFd ConnectFrom(const std::string& source, const std::string& to) {
+    base::UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_storage ss;
+    socklen_t len = Addr(source + ":0").ToSockaddr(&ss);
+    if (bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+      return {};
+    }
+    len = Addr(to).ToSockaddr(&ss);
+    if (connect(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+      return {};
+    }
+    return fd;
+  }
+  // True if `fd` echoes one byte within 5 s (a connection the proxy reset does not).
+  static bool Echoes(int fd) {
+    const timeval tv{.tv_sec = 5, .tv_usec = 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char c = 'x';
+    return send(fd, &c, 1, MSG_NOSIGNAL) == 1 && testutil::Recv(fd, &c, 1) == 1 && c == 'x';
+  }
+};
+
+TEST_F(TcpLimitsTest, PerSourceCapResetsTheFloodersExtraConnectionsAndServesOthers) {
+  auto echo = TcpServer::Start(Addr("127.0.0.2:8080"), TcpServer::Mode::kEcho);
+  ASSERT_TRUE(echo);
+  Write("web.yaml", ServiceYaml("web", {"10.96.0.10"}, kHttp) + "---\n" +
+                        SliceYaml("web", {"127.0.0.2"}, kBackendHttp));
+  StartAgent({"--max-source-connections-per-worker=4"});
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.10:80")) << agent_->Output();
+  std::vector<base::UniqueFd> flood;
+  for (int i = 0; i < 20; ++i) {
+    flood.push_back(ConnectFrom("127.0.0.5", "10.96.0.10:80"));
+    ASSERT_TRUE(flood.back()) << i;
+  }
+  int served = 0;
+  for (auto& fd : flood) {
+    served += Echoes(fd.get()) ? 1 : 0;
+  }
+  // 4 per worker (2 workers): at least one worker took 10 of the 20.
+  EXPECT_GE(served, 4);
+  EXPECT_LE(served, 8);
+  EXPECT_EQ(MetricValue("sluice_connections_source_limited_total"), 20 - served);
+  // The flooder still holds its connections: another client is served.
+  base::UniqueFd other = ConnectFrom("127.0.0.6", "10.96.0.10:80");
+  ASSERT_TRUE(other);
+  EXPECT_TRUE(Echoes(other.get()));
+}
+
+// One Service with 12,000 ports took 2 x 12,000 listeners, over the 20,000 descriptors: every
+// sync failed, a Service added later was never served and /healthz went stale. Now it is over
+// --max-listeners-per-service (4096 by default) and skipped whole.
+TEST_F(TcpLimitsTest, ServiceOverTheListenerCapIsSkippedAndTheRestServedAndHealthy) {
+  auto web = TcpServer::Start(Addr("127.0.0.2:8080"), TcpServer::Mode::kHello, 0, "web");
+  ASSERT_TRUE(web);
+  std::vector<PortSpec> ports;
+  for (int i = 0; i < 12000; ++i) {
+    ports.push_back({absl::StrCat("p", i), 20000 + i});
+  }
+  Write("big.yaml", ServiceYaml("big", {"10.96.0.20"}, ports) + "---\n" +
+                        SliceYaml("big", {"127.0.0.3"}, ports));
+  const int healthz = testutil::FreePort();
+  StartAgent({absl::StrCat("--healthz-bind-address=127.0.0.1:", healthz)},
+             {"prlimit", "--nofile=20000", "--"});
+  ASSERT_TRUE(testutil::WaitFor(
+      [&] { return MetricValue("sluice_service_ports_skipped{reason=\"service_cap\"}") == 12000; },
+      absl::Seconds(30)))
+      << agent_->Output();
+  // Added after the big one, on an address whose listener opens after its ports would.
+  const absl::Time written = absl::Now();
+  Write("web.yaml", ServiceYaml("web", {"10.96.1.10"}, kHttp) + "---\n" +
+                        SliceYaml("web", {"127.0.0.2"}, kBackendHttp));
+  EXPECT_TRUE(
+      testutil::WaitFor([&] { return Hello("10.96.1.10:80") == "web"; }, absl::Seconds(15)))
+      << agent_->Output();
+  EXPECT_LT(MetricValue("sluice_listeners"), 10);
+  EXPECT_NE(agent_->Output().find("test/big"), std::string::npos) << "the skip is logged";
+  // /healthz reports a sync that applied after the write.
+  httplib::Client client("127.0.0.1", healthz);
+  EXPECT_TRUE(testutil::WaitFor(
+      [&] {
+        auto res = client.Get("/healthz");
+        if (!res || res->status != 200) {
+          return false;
+        }
+        const size_t at = res->body.find("\"lastUpdated\": \"");
+        const size_t end = res->body.find('"', at + 16);
+        absl::Time last;
+        std::string error;
+        return at != std::string::npos && end != std::string::npos &&
+               absl::ParseTime(absl::RFC3339_full, res->body.substr(at + 16, end - at - 16),
+                               &last, &error) &&
+               last >= written;
+      },
+      absl::Seconds(15)));
 }
 
 }  // namespace
