@@ -130,6 +130,14 @@ void DataPath::ForEachListener(const ServicePortInfo& info, Fn&& fn) {
   }
 }
 
+size_t DataPath::ListenerCount(const ServicePortInfo& info) {
+  size_t n = 0;
+  ForEachListener(info, [&](const net::IpAddress&, int, bool external) {
+    n += (external ? info.external_endpoints : info.cluster_endpoints).empty() ? 0 : 1;
+  });
+  return n;
+}
+
 proxy::ListenKey DataPath::KeyFor(const ServicePortInfo& info, const net::IpAddress& ip, int port) {
   return proxy::ListenKey{net::SocketAddress(ip, static_cast<uint16_t>(port)),
                           info.name.protocol == config::Protocol::kUdp ? proxy::Transport::kUdp

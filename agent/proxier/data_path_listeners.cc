@@ -115,14 +115,6 @@ void DataPath::SyncListeners(const proxy::RouteTable& routes,
   metrics_.ports_skipped.WithLabels({"listen_failed"}).Set(static_cast<double>(failed_.size()));
 }
 
-size_t DataPath::ListenerCount(const ServicePortInfo& info) {
-  size_t n = 0;
-  ForEachListener(info, [&](const net::IpAddress&, int, bool external) {
-    n += (external ? info.external_endpoints : info.cluster_endpoints).empty() ? 0 : 1;
-  });
-  return n;
-}
-
 void DataPath::Admitted(ListenerAdmission admission) {
   for (const auto& [service, reason] : admission.skipped_services) {
     if (!skipped_services_.contains(service)) {  // logged when it starts, not at every sync

@@ -42,12 +42,19 @@ class UdpFlowTableTest : public ::testing::Test {
     return flows_.back().get();
   }
 
+  UdpFlowTable& Make(size_t max_flows, size_t max_per_source, FdBudget* fds = nullptr) {
+    table_ = std::make_unique<UdpFlowTable>(max_flows, max_per_source, fds);
+    return *table_;
+  }
+
+  FdBudget fds_{3};
+  std::unique_ptr<UdpFlowTable> table_;
   std::vector<std::string> evicted_;
-  std::vector<std::unique_ptr<FakeFlow>> flows_;
+  std::vector<std::unique_ptr<FakeFlow>> flows_;  // last: closes before the table goes
 };
 
 TEST_F(UdpFlowTableTest, FullTableEvictsTheLeastRecentlyUsed) {
-  UdpFlowTable table(/*max_flows=*/3, /*max_per_source=*/10, nullptr);
+  UdpFlowTable& table = Make(/*max_flows=*/3, /*max_per_source=*/10);
   FakeFlow* a = Open(table, "10.0.0.1", "a");
   ASSERT_NE(Open(table, "10.0.0.2", "b"), nullptr);
   ASSERT_NE(Open(table, "10.0.0.3", "c"), nullptr);
@@ -62,7 +69,7 @@ TEST_F(UdpFlowTableTest, FullTableEvictsTheLeastRecentlyUsed) {
 }
 
 TEST_F(UdpFlowTableTest, SourceCapRefusesOnlyThatSource) {
-  UdpFlowTable table(/*max_flows=*/100, /*max_per_source=*/2, nullptr);
+  UdpFlowTable& table = Make(/*max_flows=*/100, /*max_per_source=*/2);
   ASSERT_NE(Open(table, "10.0.0.1", "a1"), nullptr);
   ASSERT_NE(Open(table, "10.0.0.1", "a2"), nullptr);
   EXPECT_EQ(table.Admit(Ip("10.0.0.1")), UdpFlowTable::Admission::kSourceLimit);
@@ -74,8 +81,8 @@ TEST_F(UdpFlowTableTest, SourceCapRefusesOnlyThatSource) {
 }
 
 TEST_F(UdpFlowTableTest, SpentDescriptorBudgetEvictsThenRefuses) {
-  FdBudget fds(/*limit=*/3);
-  UdpFlowTable table(/*max_flows=*/100, /*max_per_source=*/100, &fds);
+  FdBudget& fds = fds_;  // a limit of 3
+  UdpFlowTable& table = Make(/*max_flows=*/100, /*max_per_source=*/100, &fds);
   ASSERT_NE(Open(table, "10.0.0.1", "a"), nullptr);
   fds.Take(2);  // another worker holds the rest
   ASSERT_NE(Open(table, "10.0.0.2", "b"), nullptr);  // a's descriptor makes room

@@ -246,9 +246,9 @@ absl::Status Worker::WatchListener(const ListenKey& key, Listener& listener) {
   // A shared socket wakes one waiting worker per connection instead of all of them; a busy
   // worker is not waiting, so an idle one takes the connection.
   const int raw = listener.fd->get();
+  const uint32_t events = listener.shared ? EPOLLIN | EPOLLEXCLUSIVE : EPOLLIN;
   ASSIGN_OR_RETURN(listener.event,
-                   loop_->Watch(raw, EPOLLIN | (listener.shared ? EPOLLEXCLUSIVE : 0u),
-                                [this, key, raw](uint32_t) { OnAcceptable(key, raw); }));
+                   loop_->Watch(raw, events, [this, key, raw](uint32_t) { OnAcceptable(key, raw); }));
   return absl::OkStatus();
 }
 
