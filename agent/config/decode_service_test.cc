@@ -388,7 +388,8 @@ TEST(ServicePortsTest, ManyPortsDecodeAndTheLastDuplicateIsNamed) {
   DecodeError e = OneError(json(R"(,{"name":"last","port":59999})"));
   EXPECT_EQ(absl::StrCat(e.path, ": ", e.message), "spec.ports[60000]: duplicate port 59999/TCP");
   e = OneError(json(R"(,{"name":"p7","port":65000})"));
-  EXPECT_EQ(absl::StrCat(e.path, ": ", e.message), R"(spec.ports[60000].name: duplicate name "p7")");
+  EXPECT_EQ(absl::StrCat(e.path, ": ", e.message),
+            R"(spec.ports[60000].name: duplicate name "p7")");
 }
 
 }  // namespace

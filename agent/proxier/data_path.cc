@@ -55,8 +55,7 @@ std::vector<net::IpAddress> NodeAddresses(const std::vector<net::Cidr>& cidrs,
   return out;
 }
 
-DataPath::DataPath(const Options& options, vip::VipManager& vips,
-                   proxy::DataPathMetrics& metrics)
+DataPath::DataPath(const Options& options, vip::VipManager& vips, proxy::DataPathMetrics& metrics)
     : options_(options),
       vips_(vips),
       metrics_(metrics),

@@ -21,8 +21,8 @@ absl::StatusOr<size_t> DataPath::OpenListener(const proxy::ListenKey& key) {
   const size_t count = group ? workers_.size() : 1;
   if (fds_.Full(static_cast<int64_t>(count))) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "listen ", key.ToString(), ": the data path holds ", fds_.used(), " of its ",
-        fds_.limit(), " descriptors (the rest, --fd-reserve, is the control plane's)"));
+        "listen ", key.ToString(), ": the data path holds ", fds_.used(), " of its ", fds_.limit(),
+        " descriptors (the rest, --fd-reserve, is the control plane's)"));
   }
   if (udp) {
     auto fd = net::BindUdp(key.address, /*reuseport=*/true);

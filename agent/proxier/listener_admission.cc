@@ -55,9 +55,9 @@ ListenerAdmission AdmitServices(const ServiceTable& table, const ListenerCaps& c
     it = d.last;
     if (d.listeners > caps.max_listeners_per_service) {
       Skip(out, d, "service_cap",
-           absl::StrCat("skipped: the Service needs ", d.listeners,
-                        " listeners, over --max-listeners-per-service=",
-                        caps.max_listeners_per_service));
+           absl::StrCat(
+               "skipped: the Service needs ", d.listeners,
+               " listeners, over --max-listeners-per-service=", caps.max_listeners_per_service));
       continue;
     }
     d.before = before.contains(d.name());
@@ -72,8 +72,8 @@ ListenerAdmission AdmitServices(const ServiceTable& table, const ListenerCaps& c
     if (total + d.listeners > caps.max_listeners) {
       Skip(out, d, "node_cap",
            absl::StrCat("skipped: the Service needs ", d.listeners, " listeners and the node ",
-                        "has ", caps.max_listeners - total, " left of --max-listeners=",
-                        caps.max_listeners));
+                        "has ", caps.max_listeners - total,
+                        " left of --max-listeners=", caps.max_listeners));
       continue;
     }
     total += d.listeners;

@@ -16,16 +16,16 @@ namespace sluice::proxier {
 
 // Caps on the userspace proxy's listening addresses (service port x address with endpoints).
 struct ListenerCaps {
-  size_t max_listeners = 32768;              // node-wide
+  size_t max_listeners = 32768;             // node-wide
   size_t max_listeners_per_service = 4096;  // one Service, all of its ports
 };
 
 // Which Services get listeners, and why the others do not.
 struct ListenerAdmission {
-  absl::flat_hash_set<config::NamespacedName> services;  // served
+  absl::flat_hash_set<config::NamespacedName> services;                       // served
   absl::flat_hash_map<config::NamespacedName, std::string> skipped_services;  // -> reason
-  std::map<std::string, std::string> skipped;            // service port -> reason
-  std::map<std::string, size_t> skipped_ports;           // "service_cap"/"node_cap" -> ports
+  std::map<std::string, std::string> skipped;   // service port -> reason
+  std::map<std::string, size_t> skipped_ports;  // "service_cap"/"node_cap" -> ports
 };
 
 // How many listeners one service port needs.

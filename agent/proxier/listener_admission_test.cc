@@ -27,8 +27,8 @@ size_t One(const ServicePortInfo&) { return 1; }
 
 TEST(ListenerAdmissionTest, ServiceOverItsCapIsSkippedWholeAndTheRestServed) {
   const ServiceTable table = Table({{"big", 5}, {"small", 2}});
-  ListenerAdmission a = AdmitServices(table, {.max_listeners = 100, .max_listeners_per_service = 4},
-                                      {}, One);
+  ListenerAdmission a =
+      AdmitServices(table, {.max_listeners = 100, .max_listeners_per_service = 4}, {}, One);
   EXPECT_TRUE(a.services.contains(config::NamespacedName{"ns", "small"}));
   EXPECT_FALSE(a.services.contains(config::NamespacedName{"ns", "big"}));
   EXPECT_EQ(a.skipped.size(), 5u);
@@ -39,8 +39,8 @@ TEST(ListenerAdmissionTest, ServiceOverItsCapIsSkippedWholeAndTheRestServed) {
 
 TEST(ListenerAdmissionTest, NodeCapAdmitsTheSmallestFirst) {
   const ServiceTable table = Table({{"a-big", 6}, {"b", 2}, {"c", 3}});
-  ListenerAdmission a = AdmitServices(table, {.max_listeners = 6, .max_listeners_per_service = 10},
-                                      {}, One);
+  ListenerAdmission a =
+      AdmitServices(table, {.max_listeners = 6, .max_listeners_per_service = 10}, {}, One);
   EXPECT_EQ(a.services.size(), 2u);
   EXPECT_FALSE(a.services.contains(config::NamespacedName{"ns", "a-big"}));
   EXPECT_EQ(a.skipped_ports["node_cap"], 6u);

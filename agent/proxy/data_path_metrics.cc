@@ -66,8 +66,8 @@ DataPathMetrics::DataPathMetrics(base::Registry& r)
           r.AddCounter("sluice_udp_datagrams_total", "UDP datagrams proxied", {"direction"})),
       udp_datagrams_to_backend(udp_datagrams.WithLabels({"to_backend"})),
       udp_datagrams_to_client(udp_datagrams.WithLabels({"to_client"})),
-      udp_dropped(r.AddCounter("sluice_udp_dropped_total", "UDP datagrams dropped, by reason",
-                               {"reason"})),
+      udp_dropped(
+          r.AddCounter("sluice_udp_dropped_total", "UDP datagrams dropped, by reason", {"reason"})),
       listeners(r.AddGauge("sluice_listeners", "Listening sockets of the userspace proxy").Get()),
       listener_failures(r.AddCounter("sluice_listener_failures_total",
                                      "Listeners that failed to open; each is retried at the "

@@ -53,7 +53,7 @@ bool UdpFlowTable::EvictOldest() {
   }
   Entry* oldest = lru_.front();
   ++evictions_;
-  Erase(*oldest);     // first: the owner may free it in Evict
+  Erase(*oldest);  // first: the owner may free it in Evict
   oldest->Evict();
   return true;
 }

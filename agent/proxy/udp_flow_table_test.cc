@@ -84,7 +84,7 @@ TEST_F(UdpFlowTableTest, SpentDescriptorBudgetEvictsThenRefuses) {
   FdBudget& fds = fds_;  // a limit of 3
   UdpFlowTable& table = Make(/*max_flows=*/100, /*max_per_source=*/100, &fds);
   ASSERT_NE(Open(table, "10.0.0.1", "a"), nullptr);
-  fds.Take(2);  // another worker holds the rest
+  fds.Take(2);                                       // another worker holds the rest
   ASSERT_NE(Open(table, "10.0.0.2", "b"), nullptr);  // a's descriptor makes room
   EXPECT_EQ(evicted_, std::vector<std::string>{"a"});
   EXPECT_EQ(fds.used(), 3);

@@ -55,9 +55,9 @@ class UdpProxy::Flow final : public event::DeferredDeletable, public UdpFlowTabl
 
 namespace {
 
-constexpr const char* kDropNames[] = {
-    "no_endpoint",  "flow_limit",  "source_limit", "backend_refused", "backend_error",
-    "socket_error", "send_failed", "truncated"};
+constexpr const char* kDropNames[] = {"no_endpoint",     "flow_limit",    "source_limit",
+                                      "backend_refused", "backend_error", "socket_error",
+                                      "send_failed",     "truncated"};
 
 // A connected socket makes the kernel filter the backend's replies for us and report its ICMP
 // errors (ECONNREFUSED on port unreachable) on the flow: an unconnected UDP socket without
@@ -172,9 +172,8 @@ absl::StatusOr<std::unique_ptr<UdpProxy>> UdpProxy::Create(
     std::shared_ptr<Balancer> balancer, const UdpOptions& options, DataPathMetrics& metrics) {
   ASSIGN_OR_RETURN(net::SocketAddress local, net::LocalAddress(socket.get()));
   GrowReceiveBuffer(socket.get());
-  auto proxy = std::unique_ptr<UdpProxy>(
-      new UdpProxy(loop, arena, table, std::move(socket), local, std::move(balancer), options,
-                   metrics));
+  auto proxy = std::unique_ptr<UdpProxy>(new UdpProxy(loop, arena, table, std::move(socket), local,
+                                                      std::move(balancer), options, metrics));
   // Level-triggered: one batch per wake-up, the rest in the next iteration, after the others.
   ASSIGN_OR_RETURN(proxy->event_,
                    loop.Watch(proxy->socket_.get(), EPOLLIN,

@@ -105,8 +105,8 @@ class UdpProxy final {
     kCount,
   };
 
-  UdpProxy(event::EventLoop& loop, DatagramArena& arena, UdpFlowTable& table,
-           base::UniqueFd socket, net::SocketAddress local, std::shared_ptr<Balancer> balancer, const UdpOptions& options,
+  UdpProxy(event::EventLoop& loop, DatagramArena& arena, UdpFlowTable& table, base::UniqueFd socket,
+           net::SocketAddress local, std::shared_ptr<Balancer> balancer, const UdpOptions& options,
            DataPathMetrics& metrics);
   void OnListenerReadable();
   // The flow for the arena's datagram i; nullptr if it was dropped (and counted).

@@ -247,14 +247,14 @@ absl::Status Worker::WatchListener(const ListenKey& key, Listener& listener) {
   // worker is not waiting, so an idle one takes the connection.
   const int raw = listener.fd->get();
   const uint32_t events = listener.shared ? EPOLLIN | EPOLLEXCLUSIVE : EPOLLIN;
-  ASSIGN_OR_RETURN(listener.event,
-                   loop_->Watch(raw, events, [this, key, raw](uint32_t) { OnAcceptable(key, raw); }));
+  ASSIGN_OR_RETURN(listener.event, loop_->Watch(raw, events, [this, key, raw](uint32_t) {
+    OnAcceptable(key, raw);
+  }));
   return absl::OkStatus();
 }
 
 void Worker::AddUdpListener(const ListenKey& key, base::UniqueFd fd) {
-  loop_->Post(
-      [this, key, fd = std::move(fd)]() mutable { StartUdpListener(key, std::move(fd)); });
+  loop_->Post([this, key, fd = std::move(fd)]() mutable { StartUdpListener(key, std::move(fd)); });
 }
 
 void Worker::StartUdpListener(const ListenKey& key, base::UniqueFd fd) {

@@ -259,8 +259,7 @@ TEST_F(TcpLimitsTest, ServiceOverTheListenerCapIsSkippedAndTheRestServedAndHealt
   const absl::Time written = absl::Now();
   Write("web.yaml", ServiceYaml("web", {"10.96.1.10"}, kHttp) + "---\n" +
                         SliceYaml("web", {"127.0.0.2"}, kBackendHttp));
-  EXPECT_TRUE(
-      testutil::WaitFor([&] { return Hello("10.96.1.10:80") == "web"; }, absl::Seconds(15)))
+  EXPECT_TRUE(testutil::WaitFor([&] { return Hello("10.96.1.10:80") == "web"; }, absl::Seconds(15)))
       << agent_->Output();
   EXPECT_LT(MetricValue("sluice_listeners"), 10);
   EXPECT_NE(agent_->Output().find("test/big"), std::string::npos) << "the skip is logged";
@@ -277,8 +276,8 @@ TEST_F(TcpLimitsTest, ServiceOverTheListenerCapIsSkippedAndTheRestServedAndHealt
         absl::Time last;
         std::string error;
         return at != std::string::npos && end != std::string::npos &&
-               absl::ParseTime(absl::RFC3339_full, res->body.substr(at + 16, end - at - 16),
-                               &last, &error) &&
+               absl::ParseTime(absl::RFC3339_full, res->body.substr(at + 16, end - at - 16), &last,
+                               &error) &&
                last >= written;
       },
       absl::Seconds(15)));
