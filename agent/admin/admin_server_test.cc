@@ -64,8 +64,9 @@ TEST(DebugServicesTest, RendersTable) {
   info->cluster_ips = {*net::IpAddress::Parse("10.96.0.10")};
   info->cluster_endpoints = {*net::SocketAddress::Parse("10.0.0.1:8080")};
   proxier::ServiceTable table({{info->name, info}});
-  std::string json = RenderDebugServices(table, {{"default/web:http", {"tcp/10.96.0.10:80"}}},
-                                         {{"default/web:http", {"tcp/10.96.0.10:80"}}});
+  std::string json =
+      RenderDebugServices(table, {.listeners = {{"default/web:http", {"tcp/10.96.0.10:80"}}},
+                                  .socket_lb = {{"default/web:http", {"tcp/10.96.0.10:80"}}}});
   EXPECT_NE(json.find("\"service\": \"default/web\", \"port\": \"http\", \"protocol\": \"TCP\""),
             std::string::npos)
       << json;

@@ -275,9 +275,11 @@ absl::Status Agent::Start() {
       .debug_services =
           [this] {
             return admin::RenderDebugServices(
-                *proxier_->table(), data_path_->Listeners(),
-                socket_balancing_ ? socket_balancing_->Frontends()
-                                  : std::map<std::string, std::vector<std::string>>{});
+                *proxier_->table(),
+                {.listeners = data_path_->Listeners(),
+                 .socket_lb = socket_balancing_ ? socket_balancing_->Frontends()
+                                                : std::map<std::string, std::vector<std::string>>{},
+                 .unserved = data_path_->Unserved()});
           },
       .debug_connections =
           [this] { return admin::RenderDebugConnections(data_path_->Connections()); },

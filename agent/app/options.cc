@@ -96,10 +96,10 @@ void RegisterFlags(base::FlagSet& flags, AgentOptions& o) {
   flags.Int("max-listeners", &o.max_listeners,
             "Listening addresses (service port x address with endpoints) of the userspace "
             "proxy on this node; Services beyond it are not served, smallest admitted first "
-            "(sluice_service_ports_skipped, /debug/services)");
+            "(sluice_unserved_service_ports, /debug/services)");
   flags.Int("max-listeners-per-service", &o.max_listeners_per_service,
             "Listening addresses one Service may take (all of its ports); a Service over it is "
-            "not served (sluice_service_ports_skipped, /debug/services)");
+            "not served (sluice_unserved_service_ports, /debug/services)");
   flags.Int("fd-reserve", &o.fd_reserve,
             "File descriptors the data path leaves free for the control plane (API watches, "
             "status servers, files, the tunnel agent), at most half the process's limit");

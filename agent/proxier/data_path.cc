@@ -111,6 +111,55 @@ const std::vector<net::IpAddress>& DataPath::NodeIps() {
   return *node_ips_;
 }
 
+const std::vector<net::IpAddress>& DataPath::OwnIps() {
+  if (!own_ips_) {
+    own_ips_ = NodeAddresses({}, vips_.Owned());
+    std::erase_if(*own_ips_, [](const net::IpAddress& ip) { return ip.IsLoopback(); });
+  }
+  return *own_ips_;
+}
+
+std::shared_ptr<const proxy::SourceFilter> DataPath::FiltersFor(const ServicePortInfo& info,
+                                                                const net::IpAddress& ip,
+                                                                int port) {
+  std::vector<net::Cidr> allowed =
+      port == info.port ? SourceRangesFor(info, ip) : std::vector<net::Cidr>{};  // a NodePort
+  if (allowed.empty()) {
+    return nullptr;
+  }
+  // A client on the node reaches the local LoadBalancer IP from that same address (the kernel's
+  // source for a local destination), which kube-proxy admits when a range holds the node's IP.
+  bool node_allowed = false;
+  for (const net::Cidr& cidr : allowed) {
+    for (const auto& own : OwnIps()) {
+      node_allowed = node_allowed || cidr.Contains(own);
+    }
+  }
+  if (node_allowed) {
+    allowed.push_back(*net::Cidr::Make(ip, ip.is_v4() ? 32 : 128));
+  }
+  return std::make_shared<proxy::SourceFilter>(
+      std::move(allowed), metrics_.source_range_refused.WithLabels({info.name.ToString()}));
+}
+
+void DataPath::TrackUnserved(const ServicePortInfo& info, bool add) {
+  // Every sluice path carries TCP and UDP only (and this machine's kernel has no SCTP at all).
+  if (info.name.protocol != config::Protocol::kSctp) {
+    return;
+  }
+  static constexpr char kReason[] = "sctp";
+  const std::string name = info.name.ToString();
+  absl::MutexLock lock(&mu_);
+  if (!add) {
+    if (unserved_.erase(name) > 0) {
+      metrics_.unserved_ports.WithLabels({kReason}).Add(-1);
+    }
+  } else if (unserved_.emplace(name, "SCTP: no sluice data path serves SCTP").second) {
+    metrics_.unserved_ports.WithLabels({kReason}).Add(1);
+    LOG(WARNING) << "service port " << name << " is not served: no sluice data path serves SCTP";
+  }
+}
+
 template <typename Fn>
 void DataPath::ForEachListener(const ServicePortInfo& info, Fn&& fn) {
   if (info.name.protocol == config::Protocol::kSctp) {
@@ -158,7 +207,8 @@ bool DataPath::AddRoute(proxy::RouteTable& routes, const ServicePortInfo& info,
   if (!active) {
     active = std::make_shared<std::atomic<int64_t>>(0);
   }
-  it->second = proxy::Route{info.name.ToString(), BalancerFor(info, external, next), active};
+  it->second = proxy::Route{info.name.ToString(), BalancerFor(info, external, next), active,
+                            FiltersFor(info, ip, port)};
   return true;
 }
 
@@ -168,8 +218,13 @@ std::shared_ptr<const proxy::RouteTable> DataPath::BuildRoutes(const ServiceTabl
   conflicts_ = false;
   Admitted(AdmitServices(table, options_.caps, admitted_,
                          [this](const ServicePortInfo& info) { return ListenerCount(info); }));
+  absl::flat_hash_set<std::string> sctp_ports;
   for (const auto& entry : table.ports()) {
     const ServicePortInfo& info = *entry.second;
+    TrackUnserved(info, true);
+    if (info.name.protocol == config::Protocol::kSctp) {
+      sctp_ports.insert(info.name.ToString());
+    }
     if (!admitted_.contains(info.name.service)) {
       continue;
     }
@@ -183,6 +238,19 @@ std::shared_ptr<const proxy::RouteTable> DataPath::BuildRoutes(const ServiceTabl
     });
   }
   balancers_ = std::move(balancers);
+  std::vector<std::string> stale;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [name, reason] : unserved_) {
+      if (!sctp_ports.contains(name)) {
+        stale.push_back(name);
+      }
+    }
+    for (const auto& name : stale) {
+      unserved_.erase(name);
+      metrics_.unserved_ports.WithLabels({"sctp"}).Add(-1);
+    }
+  }
   return routes;
 }
 
@@ -250,6 +318,12 @@ std::shared_ptr<const proxy::RouteTable> DataPath::PatchRoutes(const ServiceTabl
   for (const ServicePortInfo* info : gone) {
     balancers_.erase({info->name, false});
     balancers_.erase({info->name, true});
+    if (next.Find(info->name) == nullptr) {
+      TrackUnserved(*info, false);
+    }
+  }
+  for (const ServicePortInfo* info : added) {
+    TrackUnserved(*info, true);
   }
   balancers_.merge(balancers);
   return routes;
@@ -291,6 +365,7 @@ absl::Status DataPath::Apply(const std::shared_ptr<const ServiceTable>& table) {
   if (full) {
     vips_.MarkStale();
     node_ips_.reset();
+    own_ips_.reset();
   }
   std::shared_ptr<const proxy::RouteTable> routes = full ? nullptr : PatchRoutes(*applied_, *table);
   if (routes == nullptr) {

@@ -35,8 +35,8 @@ namespace sluice::proxier {
 // worker, except that the first `reuseport_sockets` worth get a per-worker SO_REUSEPORT group,
 // which the TCP balancer spreads in turn. Services over a listener cap are skipped whole, and a
 // listener that fails to open is retried at the next sync: either way the rest of the table is
-// served and the sync succeeds; Skipped() says what is missing and why.
-// Thread: control plane; Listeners() and Skipped() are thread-safe.
+// served and the sync succeeds; Unserved() says what is missing and why.
+// Thread: control plane; Listeners() and Unserved() are thread-safe.
 class DataPath final : public TableConsumer {
  public:
   struct Options {
@@ -72,10 +72,10 @@ class DataPath final : public TableConsumer {
   // Open listeners ("tcp/10.96.0.10:80") by service port, for /debug/services. A removed one
   // is listed until Apply returns: once it is gone from here, its clients are refused.
   std::map<std::string, std::vector<std::string>> Listeners() const ABSL_LOCKS_EXCLUDED(mu_);
-
-  // Service ports served in part or not at all, and why (over a listener cap, or a listener
-  // that failed to open and is retried at the next sync), for /debug/services. Thread-safe.
-  std::map<std::string, std::string> Skipped() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Service ports the proxy does not serve, or serves in part ("ns/name:port" -> why: SCTP,
+  // over a listener cap, a listener that failed to open and is retried at every sync), for
+  // /debug/services. Thread-safe.
+  std::map<std::string, std::string> Unserved() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct BalancerState {
@@ -113,6 +113,15 @@ class DataPath final : public TableConsumer {
   bool CapsInvolved(const std::vector<const ServicePortInfo*>& infos, const ServiceTable& table);
   // The NodePort addresses, read once per full sync.
   const std::vector<net::IpAddress>& NodeIps();
+  // Every node address that is not loopback, read once per full sync: kube-proxy lets the node
+  // reach a LoadBalancer IP guarded by source ranges when a range holds the node's IP.
+  const std::vector<net::IpAddress>& OwnIps();
+  // The source filter of a listener: null but for a LoadBalancer IP whose service has source
+  // ranges of its family.
+  std::shared_ptr<const proxy::SourceFilter> FiltersFor(const ServicePortInfo& info,
+                                                        const net::IpAddress& ip, int port);
+  // Records (`add`) or forgets why `info` is not served, when it is not; updates the metric.
+  void TrackUnserved(const ServicePortInfo& info, bool add);
   // Calls fn(ip, port, external) for every address `info` listens on when it has endpoints.
   template <typename Fn>
   void ForEachListener(const ServicePortInfo& info, Fn&& fn);
@@ -152,17 +161,19 @@ class DataPath final : public TableConsumer {
   bool full_next_ = true;                            // the next Apply is a full sync
   bool conflicts_ = false;  // two ports claimed one listener in the last BuildRoutes
   std::optional<std::vector<net::IpAddress>> node_ips_;  // NodeIps(), until the next full sync
+  std::optional<std::vector<net::IpAddress>> own_ips_;   // OwnIps(), likewise
   // Open-connection counters by listener, kept across syncs; a removed listener's counter stays
   // (and its VIP on the node) until its connections have closed.
   std::map<proxy::ListenKey, std::shared_ptr<std::atomic<int64_t>>> active_;
   BalancerMap balancers_;
 
   mutable absl::Mutex mu_;
-  // Written by the control plane, read by Listeners() and Skipped().
+  // Written by the control plane, read by Listeners() and Unserved().
   std::map<proxy::ListenKey, Open> open_ ABSL_GUARDED_BY(mu_);
   std::map<proxy::ListenKey, std::pair<std::string, std::string>> failed_
       ABSL_GUARDED_BY(mu_);  // listener -> (service port, error)
-  // Service port -> reason, of the last admission.
+  // Service port -> why it has no listener: SCTP, and over a listener cap (the last admission).
+  std::map<std::string, std::string> unserved_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> skipped_ ABSL_GUARDED_BY(mu_);
 };
 

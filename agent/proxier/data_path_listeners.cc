@@ -112,7 +112,7 @@ void DataPath::SyncListeners(const proxy::RouteTable& routes,
   }
   std::erase_if(failed_, [&](const auto& entry) { return !routes.contains(entry.first); });
   metrics_.listeners.Set(static_cast<double>(sockets_));
-  metrics_.ports_skipped.WithLabels({"listen_failed"}).Set(static_cast<double>(failed_.size()));
+  metrics_.unserved_ports.WithLabels({"listen_failed"}).Set(static_cast<double>(failed_.size()));
 }
 
 void DataPath::Admitted(ListenerAdmission admission) {
@@ -127,7 +127,7 @@ void DataPath::Admitted(ListenerAdmission admission) {
     }
   }
   for (const char* reason : {"service_cap", "node_cap"}) {
-    metrics_.ports_skipped.WithLabels({reason}).Set(
+    metrics_.unserved_ports.WithLabels({reason}).Set(
         static_cast<double>(admission.skipped_ports[reason]));
   }
   skipped_services_ = std::move(admission.skipped_services);
@@ -163,9 +163,10 @@ std::map<std::string, std::vector<std::string>> DataPath::Listeners() const {
   return view;
 }
 
-std::map<std::string, std::string> DataPath::Skipped() const {
+std::map<std::string, std::string> DataPath::Unserved() const {
   absl::MutexLock lock(&mu_);
-  std::map<std::string, std::string> view = skipped_;
+  std::map<std::string, std::string> view = unserved_;
+  view.insert(skipped_.begin(), skipped_.end());
   for (const auto& [key, failure] : failed_) {
     view.try_emplace(failure.first, absl::StrCat("listen ", key.ToString(), " failed: ",
                                                  failure.second, " (retried at every sync)"));

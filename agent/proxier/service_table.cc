@@ -15,6 +15,20 @@ const ServicePortInfo* ServiceTable::Find(const ServicePortName& name) const {
   return it == ports_.end() ? nullptr : it->second.get();
 }
 
+std::vector<net::Cidr> SourceRangesFor(const ServicePortInfo& info, const net::IpAddress& ip) {
+  std::vector<net::Cidr> out;
+  if (std::find(info.load_balancer_ips.begin(), info.load_balancer_ips.end(), ip) ==
+      info.load_balancer_ips.end()) {
+    return out;
+  }
+  for (const net::Cidr& cidr : info.source_ranges) {
+    if (cidr.base().is_v4() == ip.is_v4()) {
+      out.push_back(cidr);  // kube-proxy's proxiers are per family: one without ranges is open
+    }
+  }
+  return out;
+}
+
 bool ShouldProgram(const Service& svc, const NodeInfo& node) {
   if (svc.headless || svc.cluster_ips.empty() || svc.type == config::ServiceType::kExternalName) {
     return false;

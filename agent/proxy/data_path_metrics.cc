@@ -73,10 +73,12 @@ DataPathMetrics::DataPathMetrics(base::Registry& r)
                                      "Listeners that failed to open; each is retried at the "
                                      "next sync while the others serve")
                             .Get()),
-      ports_skipped(r.AddGauge("sluice_service_ports_skipped",
-                               "Service ports the userspace proxy does not serve, by reason "
-                               "(service_cap, node_cap: over --max-listeners-per-service or "
-                               "--max-listeners; listen_failed: a listener failed to open)",
-                               {"reason"})) {}
+      source_range_refused(
+          r.AddCounter("sluice_source_range_refused_total",
+                       "TCP connections reset and new UDP clients' datagrams dropped because "
+                       "their source is outside the service's loadBalancerSourceRanges",
+                       {"service"})),
+      unserved_ports(r.AddGauge("sluice_unserved_service_ports",
+                                "Service ports that no data path serves, by reason", {"reason"})) {}
 
 }  // namespace sluice::proxy

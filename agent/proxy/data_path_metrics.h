@@ -36,7 +36,9 @@ struct DataPathMetrics {
   base::Family<base::Counter>& udp_dropped;  // {reason}
   base::Gauge& listeners;                    // open listening sockets
   base::Counter& listener_failures;          // listeners that failed to open (retried)
-  base::Family<base::Gauge>& ports_skipped;  // {reason}: service ports without listeners
+  // {service}: TCP connections reset and UDP datagrams dropped for loadBalancerSourceRanges.
+  base::Family<base::Counter>& source_range_refused;
+  base::Family<base::Gauge>& unserved_ports;  // {reason}: service ports no path serves
 };
 
 }  // namespace sluice::proxy

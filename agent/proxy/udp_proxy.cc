@@ -57,7 +57,7 @@ namespace {
 
 constexpr const char* kDropNames[] = {"no_endpoint",     "flow_limit",    "source_limit",
                                       "backend_refused", "backend_error", "socket_error",
-                                      "send_failed",     "truncated"};
+                                      "send_failed",     "truncated",     "source_range"};
 
 // A connected socket makes the kernel filter the backend's replies for us and report its ICMP
 // errors (ECONNREFUSED on port unreachable) on the flow: an unconnected UDP socket without
@@ -208,6 +208,22 @@ void UdpProxy::SetBalancer(std::shared_ptr<Balancer> balancer) {
   }
 }
 
+void UdpProxy::SetSources(std::shared_ptr<const SourceFilter> sources) {
+  if (sources == sources_) {
+    return;
+  }
+  sources_ = std::move(sources);
+  std::vector<Flow*> gone;
+  for (const auto& [client, flow] : flows_) {
+    if (sources_ != nullptr && !sources_->Contains(client.ip())) {
+      gone.push_back(flow.get());
+    }
+  }
+  for (Flow* flow : gone) {
+    CloseFlow(*flow);
+  }
+}
+
 void UdpProxy::OnListenerReadable() {
   PrepareReceive(arena_, /*with_name=*/true, /*with_control=*/wildcard_);
   const int n = ReceiveBatch(socket_.get(), arena_);
@@ -282,6 +298,10 @@ int UdpProxy::SendToBackend(Flow* flow, int first, int count) {
 UdpProxy::Flow* UdpProxy::FlowFor(const net::SocketAddress& client, msghdr& hdr) {
   if (auto it = flows_.find(client); it != flows_.end()) {
     return it->second.get();
+  }
+  if (sources_ != nullptr && !sources_->Admit(client.ip())) {
+    Count(Drop::kSourceRange);
+    return nullptr;
   }
   switch (table_.Admit(client.ip())) {
     case UdpFlowTable::Admission::kAdmitted:

@@ -19,6 +19,7 @@
 #include "agent/net/address.h"
 #include "agent/proxy/data_path_metrics.h"
 #include "agent/proxy/load_balancer.h"
+#include "agent/proxy/route_table.h"
 #include "agent/proxy/udp_flow_table.h"
 #include "agent/proxy/udp_send.h"
 
@@ -87,6 +88,8 @@ class UdpProxy final {
   // A new route for this address. Flows whose endpoint is not in `balancer` (all of them when
   // it is null) are closed; the next datagram of their client picks again.
   void SetBalancer(std::shared_ptr<Balancer> balancer);
+  // The sources admitted from now on (null: all). Flows of clients it excludes are closed.
+  void SetSources(std::shared_ptr<const SourceFilter> sources);
 
   size_t flows() const { return flows_.size(); }
   const net::SocketAddress& local_address() const { return local_; }
@@ -102,6 +105,7 @@ class UdpProxy final {
     kSocketError,     // no backend socket (EMFILE, ENOBUFS) or connect(2) failed
     kSendFailed,      // a send buffer was full (EAGAIN) or the kernel refused the datagram
     kTruncated,       // larger than a 64 KiB buffer (MSG_TRUNC)
+    kSourceRange,     // a new client outside the service's loadBalancerSourceRanges
     kCount,
   };
 
@@ -139,6 +143,7 @@ class UdpProxy final {
   base::UniqueFd socket_;
   std::unique_ptr<event::FileEvent> event_;  // after socket_: unregisters before the close
   std::shared_ptr<Balancer> balancer_;
+  std::shared_ptr<const SourceFilter> sources_;
   absl::flat_hash_map<net::SocketAddress, std::unique_ptr<Flow>> flows_;
   std::array<base::Counter*, static_cast<size_t>(Drop::kCount)> dropped_{};
   absl::Time last_error_log_ = absl::InfinitePast();

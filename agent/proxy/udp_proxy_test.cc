@@ -436,5 +436,31 @@ TEST(UdpWorkerTest, ProxiesThroughAWorker) {
   EXPECT_EQ(metrics.udp_flows_total.Value(), 2);
 }
 
+// Source ranges: a new client outside them is dropped before any endpoint is picked (counted),
+// one inside is served, and narrowing them closes the flows of clients now outside.
+TEST_F(UdpProxyTest, SourceFilterAdmitsNewClientsAndClosesExcludedFlows) {
+  base::UniqueFd backend = UdpSocket();
+  base::UniqueFd inside = UdpSocket("127.0.0.40:0");
+  base::UniqueFd outside = UdpSocket("127.0.0.41:0");
+  StartProxy(MakeBalancer({Local(backend.get())}));
+  base::Counter& refused = metrics_.source_range_refused.WithLabels({"ns/dns:udp"});
+  auto filter = [&](const char* cidr) {
+    return std::make_shared<SourceFilter>(std::vector<net::Cidr>{*net::Cidr::Parse(cidr)}, refused);
+  };
+  OnLoop([&] { proxy_->SetSources(filter("127.0.0.40/32")); });
+  SendTo(outside.get(), "refused", service_);
+  Echo(inside.get(), backend.get(), "served");
+  EXPECT_EQ(Dropped("source_range"), 1);
+  EXPECT_EQ(refused.Value(), 1);
+  EXPECT_EQ(Flows(), 1u);
+
+  OnLoop([&] { proxy_->SetSources(filter("127.0.0.41/32")); });
+  EXPECT_EQ(Flows(), 0u);
+  Echo(outside.get(), backend.get(), "now served");
+  OnLoop([&] { proxy_->SetSources(nullptr); });
+  Echo(inside.get(), backend.get(), "open to all");
+  EXPECT_EQ(Flows(), 2u);
+}
+
 }  // namespace
 }  // namespace sluice::proxy

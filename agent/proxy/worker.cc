@@ -266,6 +266,9 @@ void Worker::StartUdpListener(const ListenKey& key, base::UniqueFd fd) {
     LOG(ERROR) << "worker " << id_ << ": listen " << key.ToString() << ": " << udp.status();
     return;
   }
+  if (route != routes_->end()) {
+    (*udp)->SetSources(route->second.sources);
+  }
   listeners_[key] = Listener{.udp = std::move(*udp)};
 }
 
@@ -275,7 +278,9 @@ void Worker::UpdateUdpRoutes() {
   for (auto& [key, listener] : listeners_) {
     if (listener.udp != nullptr) {
       auto route = routes_->find(key);
-      listener.udp->SetBalancer(route == routes_->end() ? nullptr : route->second.balancer);
+      const bool found = route != routes_->end();
+      listener.udp->SetBalancer(found ? route->second.balancer : nullptr);
+      listener.udp->SetSources(found ? route->second.sources : nullptr);
     }
   }
 }
@@ -343,6 +348,11 @@ void Worker::OnAcceptable(const ListenKey& key, int listen_fd) {
     auto client_addr = net::SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&peer), len);
     if (route == routes_->end() || !client_addr) {
       Reset(client);  // the route went away between sync steps
+      continue;
+    }
+    // loadBalancerSourceRanges: a reset, so that a refused client does not hang in a retry.
+    if (route->second.sources != nullptr && !route->second.sources->Admit(client_addr->ip())) {
+      Reset(client);
       continue;
     }
     if (!AdmitConnection(client_addr->ip())) {

@@ -252,7 +252,7 @@ TEST_F(TcpLimitsTest, ServiceOverTheListenerCapIsSkippedAndTheRestServedAndHealt
   StartAgent({absl::StrCat("--healthz-bind-address=127.0.0.1:", healthz)},
              {"prlimit", "--nofile=20000", "--"});
   ASSERT_TRUE(testutil::WaitFor(
-      [&] { return MetricValue("sluice_service_ports_skipped{reason=\"service_cap\"}") == 12000; },
+      [&] { return MetricValue("sluice_unserved_service_ports{reason=\"service_cap\"}") == 12000; },
       absl::Seconds(30)))
       << agent_->Output();
   // Added after the big one, on an address whose listener opens after its ports would.
