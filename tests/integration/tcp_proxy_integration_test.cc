@@ -251,17 +251,17 @@ TEST_F(TcpLimitsTest, ServiceOverTheListenerCapIsSkippedAndTheRestServedAndHealt
   const int healthz = testutil::FreePort();
   StartAgent({absl::StrCat("--healthz-bind-address=127.0.0.1:", healthz)},
              {"prlimit", "--nofile=20000", "--"});
-  ASSERT_TRUE(testutil::WaitFor(
-      [&] { return MetricValue("sluice_unserved_service_ports{reason=\"service_cap\"}") == 12000; },
-      absl::Seconds(30)))
-      << agent_->Output();
+  ASSERT_TRUE(WaitVip("10.96.0.20")) << agent_->Output();  // a sync has seen the big one
   // Added after the big one, on an address whose listener opens after its ports would.
   const absl::Time written = absl::Now();
   Write("web.yaml", ServiceYaml("web", {"10.96.1.10"}, kHttp) + "---\n" +
                         SliceYaml("web", {"127.0.0.2"}, kBackendHttp));
-  EXPECT_TRUE(testutil::WaitFor([&] { return Hello("10.96.1.10:80") == "web"; }, absl::Seconds(15)))
+  EXPECT_TRUE(
+      testutil::WaitFor([&] { return Hello("10.96.1.10:80") == "web"; }, absl::Seconds(15)))
       << agent_->Output();
+  EXPECT_EQ(MetricValue("sluice_unserved_service_ports{reason=\"service_cap\"}"), 12000);
   EXPECT_LT(MetricValue("sluice_listeners"), 10);
+  EXPECT_NE(Get("/debug/services").find("max-listeners-per-service"), std::string::npos);
   EXPECT_NE(agent_->Output().find("test/big"), std::string::npos) << "the skip is logged";
   // /healthz reports a sync that applied after the write.
   httplib::Client client("127.0.0.1", healthz);
