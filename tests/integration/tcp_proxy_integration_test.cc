@@ -256,8 +256,7 @@ TEST_F(TcpLimitsTest, ServiceOverTheListenerCapIsSkippedAndTheRestServedAndHealt
   const absl::Time written = absl::Now();
   Write("web.yaml", ServiceYaml("web", {"10.96.1.10"}, kHttp) + "---\n" +
                         SliceYaml("web", {"127.0.0.2"}, kBackendHttp));
-  EXPECT_TRUE(
-      testutil::WaitFor([&] { return Hello("10.96.1.10:80") == "web"; }, absl::Seconds(15)))
+  EXPECT_TRUE(testutil::WaitFor([&] { return Hello("10.96.1.10:80") == "web"; }, absl::Seconds(15)))
       << agent_->Output();
   EXPECT_EQ(MetricValue("sluice_unserved_service_ports{reason=\"service_cap\"}"), 12000);
   EXPECT_LT(MetricValue("sluice_listeners"), 10);
