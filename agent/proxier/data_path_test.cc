@@ -285,5 +285,31 @@ TEST_F(DataPathTest, ServiceOverItsListenerCapIsSkippedAndReported) {
   EXPECT_THAT((*dp)->Unserved(), SizeIs(0));
 }
 
+// Past the reuseport budget a TCP address is one socket that every worker watches
+// (EPOLLEXCLUSIVE), a UDP address one socket on one worker: with two workers, each listener
+// still costs one descriptor, and every client is served.
+TEST_F(DataPathTest, SharedListenersCostOneSocketEachAndServe) {
+  DataPath::Options options;
+  options.workers = 2;
+  options.reuseport_sockets = 0;
+  auto dp = DataPath::Create(options, vips_, metrics_);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  auto backend = testutil::TcpServer::Start(*net::SocketAddress::Parse("127.0.0.12:0"),
+                                            testutil::TcpServer::Mode::kHello, 0, "b");
+  ASSERT_TRUE(backend);
+  const int port = testutil::FreePort();
+  auto tcp = std::make_shared<ServicePortInfo>(*Port("web", "127.0.0.13", port, false));
+  tcp->cluster_endpoints = {backend->address()};
+  auto udp = std::make_shared<ServicePortInfo>(*tcp);
+  udp->name.protocol = config::Protocol::kUdp;
+  ASSERT_TRUE((*dp)->Apply(Table({tcp, udp})).ok());
+  EXPECT_EQ(metrics_.listeners.Value(), 2);
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(testutil::Hello(absl::StrCat("127.0.0.13:", port)), "b") << i;
+  }
+  ASSERT_TRUE((*dp)->Apply(Table({})).ok());
+  EXPECT_EQ(metrics_.listeners.Value(), 0);
+}
+
 }  // namespace
 }  // namespace sluice::proxier
