@@ -14,6 +14,7 @@
 #include "agent/admin/debug_services.h"
 #include "agent/base/file.h"
 #include "agent/base/log.h"
+#include "agent/base/process_metrics.h"
 #include "agent/base/status.h"
 #include "agent/proxy/sockmap_probe.h"
 #include "agent/socklb/cgroup.h"
@@ -383,6 +384,7 @@ void Agent::RegisterMetrics() {
   metrics_.AddGauge("sluice_build_info", "sluice version", {"version"})
       .WithLabels({SLUICE_VERSION})
       .Set(1);
+  base::AddProcessMetrics(metrics_);
 }
 
 admin::HealthInputs Agent::Health() const {

@@ -12,6 +12,7 @@
 #include "agent/base/file.h"
 #include "agent/base/flags.h"
 #include "agent/base/log.h"
+#include "agent/base/process_metrics.h"
 #include "agent/base/status.h"
 #include "agent/http/status_server.h"
 #include "tunnel/agent/tunnel_agent.h"
@@ -199,6 +200,7 @@ int Run(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
   base::Registry registry;
+  base::AddProcessMetrics(registry);
   auto agent = TunnelAgent::Create(ToConfig(o), registry);
   if (!agent.ok()) {
     LOG(ERROR) << agent.status();

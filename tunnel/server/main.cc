@@ -15,6 +15,7 @@
 #include "agent/base/file.h"
 #include "agent/base/log.h"
 #include "agent/base/metrics.h"
+#include "agent/base/process_metrics.h"
 #include "agent/base/status.h"
 #include "agent/event/loop_thread.h"
 #include "agent/http/status_server.h"
@@ -208,6 +209,7 @@ absl::StatusOr<std::unique_ptr<TokenReviewer>> StartTokenReviewer(const ServerOp
 int Serve(const ServerOptions& o, std::vector<Strategy> strategies, const TokenFile* tokens,
           const sigset_t& sigs) {
   base::Registry registry;
+  base::AddProcessMetrics(registry);
   ServerMetrics metrics(registry);
   Router router(
       std::move(strategies), metrics,

@@ -219,6 +219,16 @@ class UpstreamMetricsTest(h.TestCase):
         # sluice's own metrics live under sluice_tunnel_*.
         self.assertIn("sluice_tunnel_server_bad_packets_total", server)
         self.assertIn("sluice_tunnel_agent_overflow_closes_total", agent)
+        # The Go client's process collector, which upstream's binaries expose too.
+        for fams in (server, agent):
+            for name, typ in (("process_cpu_seconds_total", "counter"),
+                              ("process_open_fds", "gauge"), ("process_max_fds", "gauge"),
+                              ("process_virtual_memory_bytes", "gauge"),
+                              ("process_virtual_memory_max_bytes", "gauge"),
+                              ("process_resident_memory_bytes", "gauge"),
+                              ("process_start_time_seconds", "gauge")):
+                self.assertEqual(fams[name]["type"], typ, name)
+                self.assertEqual(fams[name]["samples"], [(name, {})], name)
 
 
 if __name__ == "__main__":
