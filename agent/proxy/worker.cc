@@ -246,8 +246,7 @@ absl::Status Worker::WatchListener(const ListenKey& key, Listener& listener) {
   // A shared socket wakes one waiting worker per connection instead of all of them; a busy
   // worker is not waiting, so an idle one takes the connection.
   const int raw = listener.fd->get();
-  const uint32_t events = listener.shared ? EPOLLIN | EPOLLEXCLUSIVE : EPOLLIN;
-  ASSIGN_OR_RETURN(listener.event, loop_->Watch(raw, events, [this, key, raw](uint32_t) {
+  ASSIGN_OR_RETURN(listener.event, loop_->Watch(raw, listener.Events(), [this, key, raw](uint32_t) {
     OnAcceptable(key, raw);
   }));
   return absl::OkStatus();
@@ -415,8 +414,11 @@ void Worker::PauseAccepting() {
     return;
   }
   for (auto& [key, listener] : listeners_) {
-    // EPOLL_CTL_MOD refuses an EPOLLEXCLUSIVE registration: unwatch instead.
-    listener.event.reset();
+    if (listener.event != nullptr) {
+      // EPOLL_CTL_MOD refuses an EPOLLEXCLUSIVE registration: leave epoll instead (safe from
+      // the listener's own callback, unlike destroying its FileEvent).
+      listener.event->Cancel();
+    }
   }
   resume_timer_->Arm(kAcceptPause);
 }
@@ -426,10 +428,8 @@ void Worker::ResumeAccepting() {
     reserve_fd_.Reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   }
   for (auto& [key, listener] : listeners_) {
-    if (listener.fd != nullptr && listener.event == nullptr) {
-      if (absl::Status st = WatchListener(key, listener); !st.ok()) {
-        LOG(ERROR) << "worker " << id_ << ": listen " << key.ToString() << ": " << st;
-      }
+    if (listener.event != nullptr) {
+      (void)listener.event->Modify(listener.Events());  // ADD again: cannot fail
     }
   }
 }

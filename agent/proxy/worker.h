@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <sys/epoll.h>
+
 #include <memory>
 #include <string>
 #include <thread>
@@ -96,6 +98,7 @@ class Worker final {
     bool shared = false;                       // watched by every worker (EPOLLEXCLUSIVE)
     std::unique_ptr<event::FileEvent> event;   // after fd: unregisters before the close
     std::unique_ptr<UdpProxy> udp;             // UDP: owns its socket and flows
+    uint32_t Events() const { return shared ? EPOLLIN | EPOLLEXCLUSIVE : EPOLLIN; }
   };
 
   Worker(int id, const Options& options, DataPathMetrics& metrics,
@@ -104,7 +107,7 @@ class Worker final {
   // later, so it must own what it touches.
   bool RunAndWait(absl::AnyInvocable<void() &&> fn, absl::Duration timeout);
   absl::Status StartSockmap();
-  // Registers a TCP listener's socket with the loop (again after a pause).
+  // Registers a TCP listener's socket with the loop.
   absl::Status WatchListener(const ListenKey& key, Listener& listener);
   void OnAcceptable(const ListenKey& key, int fd);
   // Counts a new connection of `client` against its source's cap and the fd budget; false
