@@ -282,5 +282,30 @@ TEST_F(TcpLimitsTest, ServiceOverTheListenerCapIsSkippedAndTheRestServedAndHealt
       absl::Seconds(15)));
 }
 
+// Connections take descriptors only from the data path's budget (the limit less --fd-reserve):
+// a flood that would have taken them all leaves the control plane its own, so /metrics answers
+// and established connections go on.
+TEST_F(TcpLimitsTest, DescriptorReserveKeepsTheControlPlaneServing) {
+  auto echo = TcpServer::Start(Addr("127.0.0.2:8080"), TcpServer::Mode::kEcho);
+  ASSERT_TRUE(echo);
+  Write("web.yaml", ServiceYaml("web", {"10.96.0.10"}, kHttp) + "---\n" +
+                        SliceYaml("web", {"127.0.0.2"}, kBackendHttp));
+  StartAgent({"--fd-reserve=100"}, {"prlimit", "--nofile=300", "--"});
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.10:80")) << agent_->Output();
+  std::vector<base::UniqueFd> flood;
+  for (int i = 0; i < 200; ++i) {  // 400 descriptors in the agent if all were served
+    flood.push_back(ConnectFrom("127.0.0.5", "10.96.0.10:80"));
+    ASSERT_TRUE(flood.back()) << i;
+  }
+  int served = 0;
+  for (auto& fd : flood) {
+    served += Echoes(fd.get()) ? 1 : 0;
+  }
+  EXPECT_GT(served, 0);
+  EXPECT_LT(served, 100);  // two descriptors each, from a budget of 200 less the listeners
+  EXPECT_GT(MetricValue("sluice_connections_shed_total"), 0) << agent_->Output();
+  EXPECT_FALSE(Get("/debug/services").empty());
+}
+
 }  // namespace
 }  // namespace sluice::testing
