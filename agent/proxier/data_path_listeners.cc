@@ -123,7 +123,7 @@ void DataPath::Admitted(ListenerAdmission admission) {
   }
   for (const auto& [service, reason] : skipped_services_) {
     if (!admission.skipped_services.contains(service)) {
-      LOG(INFO) << "service " << service.ToString() << " is served again";
+      LOG(INFO) << "service " << service.ToString() << " is no longer skipped";
     }
   }
   for (const char* reason : {"service_cap", "node_cap"}) {
