@@ -28,6 +28,7 @@ Agent::Agent(const AgentOptions& opts) : opts_(opts) {}
 Agent::~Agent() {
   // Sources and admin threads first: nothing may call into the pipeline while it goes away.
   admin_.reset();
+  service_health_.reset();
   tunnel_.reset();  // cancels its streams and waits for their connections
   file_sources_.clear();
   kube_source_.reset();
@@ -246,6 +247,7 @@ absl::Status Agent::Start() {
       std::make_unique<proxier::SyncRunner>(*loop_, policy, [this] { return proxier_->Sync(); });
   RegisterMetrics();
   RETURN_IF_ERROR(StartDataPath());
+  StartServiceHealth();
 
   // Every channel exists before any source pushes, so "all synced" waits for all of them.
   std::vector<config::SourceChannel*> channels;
@@ -352,7 +354,8 @@ absl::Status Agent::StartKubeSource(config::SourceChannel* channel) {
   sources::KubeSource::Options kube{.kubeconfig = opts_.kubeconfig,
                                     .master = opts_.master,
                                     .service_proxy_name = opts_.service_proxy_name,
-                                    .node_name = opts_.node_name};
+                                    .node_name = opts_.node_name,
+                                    .on_eligible = [this](bool e) { node_eligible_ = e; }};
   if (opts_.zone.empty()) {
     // --zone wins; otherwise the Node's label, which the proxier applies on the control plane.
     kube.on_zone = [this](const std::string& zone) {
@@ -393,7 +396,31 @@ admin::HealthInputs Agent::Health() const {
                              .last_updated = proxier_->LastSync(),
                              .oldest_pending = tracker_->OldestPending(),
                              .sources_synced = mux_.AllSynced(),
-                             .timeout = 2 * opts_.sync_period};
+                             .timeout = 2 * opts_.sync_period,
+                             .node_eligible = node_eligible_.load(),
+                             .zone = absl::LocalTimeZone()};
+}
+
+void Agent::StartServiceHealth() {
+  admin::ServiceHealthServers::Options o{
+      .node_name = opts_.node_name,
+      .listen_hosts =
+          [this] {
+            // kube-proxy: every address without --nodeport-addresses, else the node's
+            // addresses in those ranges.
+            if (opts_.nodeport_cidrs.empty()) {
+              return std::vector<std::string>{""};
+            }
+            std::vector<std::string> hosts;
+            for (const auto& ip : proxier::NodeAddresses(opts_.nodeport_cidrs, vips_->Owned())) {
+              hosts.push_back(ip.ToString());
+            }
+            return hosts;
+          },
+      .proxy_healthy = [this] { return admin::ProxierHealthy(Health()); },
+      .metrics = &metrics_};
+  service_health_ = std::make_unique<admin::ServiceHealthServers>(std::move(o));
+  proxier_->AddConsumer(service_health_.get(), "health-check");
 }
 
 absl::Status Agent::Run() {

@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
 
 #include "agent/admin/admin_server.h"
+#include "agent/admin/service_health.h"
 #include "agent/app/options.h"
 #include "agent/base/metrics.h"
 #include "agent/base/unique_fd.h"
@@ -59,6 +61,8 @@ class Agent final {
   // What /proxyMode reports: the proxy's TCP path, plus "+socket-lb" when that is on.
   std::string ProxyMode() const;
   admin::HealthInputs Health() const;
+  // kube-proxy's health check node ports, a consumer of every synced table.
+  void StartServiceHealth();
   absl::Status StartTunnel();
   void OnSignal(int signo);
 
@@ -87,6 +91,8 @@ class Agent final {
   std::unique_ptr<sources::KubeSource> kube_source_;
   std::vector<std::unique_ptr<sources::EtcdSource>> etcd_sources_;
   std::unique_ptr<admin::AdminServer> admin_;
+  std::unique_ptr<admin::ServiceHealthServers> service_health_;
+  std::atomic<bool> node_eligible_{true};  // KEP-3836, from the Node (kube source)
   base::UniqueFd signal_fd_;
   std::unique_ptr<event::FileEvent> signal_watch_;
 };

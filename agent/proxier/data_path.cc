@@ -142,21 +142,29 @@ std::shared_ptr<const proxy::SourceFilter> DataPath::FiltersFor(const ServicePor
       std::move(allowed), metrics_.source_range_refused.WithLabels({info.name.ToString()}));
 }
 
-void DataPath::TrackUnserved(const ServicePortInfo& info, bool add) {
+void DataPath::NoteUnserved(const ServicePortInfo& info) {
   // Every sluice path carries TCP and UDP only (and this machine's kernel has no SCTP at all).
   if (info.name.protocol != config::Protocol::kSctp) {
     return;
   }
-  static constexpr char kReason[] = "sctp";
-  const std::string name = info.name.ToString();
   absl::MutexLock lock(&mu_);
-  if (!add) {
-    if (unserved_.erase(name) > 0) {
-      metrics_.unserved_ports.WithLabels({kReason}).Add(-1);
+  if (unserved_.emplace(info.name, UnservedPort{"sctp", "SCTP: no sluice data path serves SCTP"})
+          .second) {
+    metrics_.unserved_ports.WithLabels({"sctp"}).Add(1);
+    LOG(WARNING) << "service port " << info.name.ToString()
+                 << " is not served: no sluice data path serves SCTP";
+  }
+}
+
+void DataPath::ForgetUnserved(const ServiceTable& table) {
+  absl::MutexLock lock(&mu_);
+  for (auto it = unserved_.begin(); it != unserved_.end();) {
+    if (table.Find(it->first) == nullptr) {
+      metrics_.unserved_ports.WithLabels({it->second.label}).Add(-1);
+      it = unserved_.erase(it);
+    } else {
+      ++it;
     }
-  } else if (unserved_.emplace(name, "SCTP: no sluice data path serves SCTP").second) {
-    metrics_.unserved_ports.WithLabels({kReason}).Add(1);
-    LOG(WARNING) << "service port " << name << " is not served: no sluice data path serves SCTP";
   }
 }
 
@@ -218,13 +226,9 @@ std::shared_ptr<const proxy::RouteTable> DataPath::BuildRoutes(const ServiceTabl
   conflicts_ = false;
   Admitted(AdmitServices(table, options_.caps, admitted_,
                          [this](const ServicePortInfo& info) { return ListenerCount(info); }));
-  absl::flat_hash_set<std::string> sctp_ports;
   for (const auto& entry : table.ports()) {
     const ServicePortInfo& info = *entry.second;
-    TrackUnserved(info, true);
-    if (info.name.protocol == config::Protocol::kSctp) {
-      sctp_ports.insert(info.name.ToString());
-    }
+    NoteUnserved(info);
     if (!admitted_.contains(info.name.service)) {
       continue;
     }
@@ -238,19 +242,7 @@ std::shared_ptr<const proxy::RouteTable> DataPath::BuildRoutes(const ServiceTabl
     });
   }
   balancers_ = std::move(balancers);
-  std::vector<std::string> stale;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [name, reason] : unserved_) {
-      if (!sctp_ports.contains(name)) {
-        stale.push_back(name);
-      }
-    }
-    for (const auto& name : stale) {
-      unserved_.erase(name);
-      metrics_.unserved_ports.WithLabels({"sctp"}).Add(-1);
-    }
-  }
+  ForgetUnserved(table);
   return routes;
 }
 
@@ -318,12 +310,12 @@ std::shared_ptr<const proxy::RouteTable> DataPath::PatchRoutes(const ServiceTabl
   for (const ServicePortInfo* info : gone) {
     balancers_.erase({info->name, false});
     balancers_.erase({info->name, true});
-    if (next.Find(info->name) == nullptr) {
-      TrackUnserved(*info, false);
-    }
   }
   for (const ServicePortInfo* info : added) {
-    TrackUnserved(*info, true);
+    NoteUnserved(*info);
+  }
+  if (!gone.empty()) {
+    ForgetUnserved(next);
   }
   balancers_.merge(balancers);
   return routes;

@@ -120,8 +120,10 @@ class DataPath final : public TableConsumer {
   // ranges of its family.
   std::shared_ptr<const proxy::SourceFilter> FiltersFor(const ServicePortInfo& info,
                                                         const net::IpAddress& ip, int port);
-  // Records (`add`) or forgets why `info` is not served, when it is not; updates the metric.
-  void TrackUnserved(const ServicePortInfo& info, bool add);
+  // Records why `info` is not served, when it is not (logged once); ForgetUnserved drops the
+  // ports `table` no longer has. Both keep the metric.
+  void NoteUnserved(const ServicePortInfo& info);
+  void ForgetUnserved(const ServiceTable& table);
   // Calls fn(ip, port, external) for every address `info` listens on when it has endpoints.
   template <typename Fn>
   void ForEachListener(const ServicePortInfo& info, Fn&& fn);
@@ -172,9 +174,14 @@ class DataPath final : public TableConsumer {
   std::map<proxy::ListenKey, Open> open_ ABSL_GUARDED_BY(mu_);
   std::map<proxy::ListenKey, std::pair<std::string, std::string>> failed_
       ABSL_GUARDED_BY(mu_);  // listener -> (service port, error)
-  // Service port -> why it has no listener: SCTP, and over a listener cap (the last admission).
-  std::map<std::string, std::string> unserved_ ABSL_GUARDED_BY(mu_);
+  // Service port -> why it is over a listener cap, from the last admission.
   std::map<std::string, std::string> skipped_ ABSL_GUARDED_BY(mu_);
+  struct UnservedPort {
+    const char* label;  // of sluice_unserved_service_ports
+    std::string text;   // for /debug/services
+  };
+  // Service ports no path serves; written by the control plane.
+  std::map<ServicePortName, UnservedPort> unserved_ ABSL_GUARDED_BY(mu_);
 };
 
 // The node's addresses that NodePorts listen on: every local address in `cidrs` (all when

@@ -165,8 +165,10 @@ std::map<std::string, std::vector<std::string>> DataPath::Listeners() const {
 
 std::map<std::string, std::string> DataPath::Unserved() const {
   absl::MutexLock lock(&mu_);
-  std::map<std::string, std::string> view = unserved_;
-  view.insert(skipped_.begin(), skipped_.end());
+  std::map<std::string, std::string> view = skipped_;
+  for (const auto& [name, why] : unserved_) {
+    view.emplace(name.ToString(), why.text);
+  }
   for (const auto& [key, failure] : failed_) {
     view.try_emplace(failure.first, absl::StrCat("listen ", key.ToString(), " failed: ",
                                                  failure.second, " (retried at every sync)"));

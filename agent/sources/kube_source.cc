@@ -10,12 +10,11 @@
 #include "agent/base/log.h"
 #include "agent/base/status.h"
 #include "agent/config/decode.h"
+#include "agent/sources/node_watch.h"
 
 namespace sluice::sources {
 
 namespace {
-
-constexpr char kZoneLabel[] = "topology.kubernetes.io/zone";
 
 double NowSeconds() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
 
@@ -145,69 +144,6 @@ class ObjectMirror final : public kube::WatchHandler {
   std::map<config::NamespacedName, Ptr> listing_;
 };
 
-// Follows this node's Node object (a field selector on its name) for its zone label.
-// Thread: its ListWatcher's.
-class NodeZoneWatch final : public kube::WatchHandler {
- public:
-  NodeZoneWatch(std::string node, SourceMetrics& metrics,
-                absl::AnyInvocable<void(const std::string&)> on_zone,
-                absl::AnyInvocable<void()> on_first_list)
-      : node_(std::move(node)),
-        metrics_(metrics),
-        on_zone_(std::move(on_zone)),
-        on_first_list_(std::move(on_first_list)) {}
-
-  // kube::WatchHandler
-  void OnListBegin() override { listed_.reset(); }
-  void OnListItem(const simdjson::dom::element& object) override { listed_ = ReadZone(object); }
-  void OnListEnd() override {
-    if (listed_) {
-      Apply(*listed_);
-    } else {
-      LOG(WARNING) << "kube: Node \"" << node_ << "\" not found (check --hostname-override); "
-                   << "topology hints stay off until it appears";
-    }
-    if (!listed_once_) {
-      listed_once_ = true;
-      on_first_list_();
-    }
-  }
-  void OnWatchEvent(kube::EventType type, const simdjson::dom::element& object) override {
-    if (type != kube::EventType::kDeleted) {
-      Apply(ReadZone(object));
-    }
-  }
-  void OnBookmark() override {}
-  void OnError(std::string_view reason) override {
-    metrics_.Error("node_" + std::string(reason)).Inc();
-  }
-
- private:
-  static std::string ReadZone(const simdjson::dom::element& object) {
-    std::string_view zone;
-    if (object["metadata"]["labels"][kZoneLabel].get(zone) != simdjson::SUCCESS) {
-      return "";
-    }
-    return std::string(zone);
-  }
-  void Apply(const std::string& zone) {
-    if (zone_ && *zone_ == zone) {
-      return;
-    }
-    LOG(INFO) << "kube: Node \"" << node_ << "\" is in zone \"" << zone << "\"";
-    zone_ = zone;
-    on_zone_(zone);
-  }
-
-  const std::string node_;
-  SourceMetrics& metrics_;
-  absl::AnyInvocable<void(const std::string&)> on_zone_;
-  absl::AnyInvocable<void()> on_first_list_;
-  bool listed_once_ = false;
-  std::optional<std::string> listed_;
-  std::optional<std::string> zone_;
-};
-
 }  // namespace
 
 std::string KubeLabelSelector(const std::string& service_proxy_name) {
@@ -230,8 +166,8 @@ KubeSource::~KubeSource() {
 }
 
 void KubeSource::OnKindListed() {
-  // handlers_ is fixed before the watchers start: one per kind listed before MarkSynced.
-  if (static_cast<size_t>(kinds_listed_.fetch_add(1)) + 1 == handlers_.size()) {
+  // gating_kinds_ is fixed before the watchers start.
+  if (kinds_listed_.fetch_add(1) + 1 == gating_kinds_) {
     LOG(INFO) << channel_->name() << ": initial state received";
     channel_->MarkSynced();
   }
@@ -261,13 +197,21 @@ absl::StatusOr<std::unique_ptr<KubeSource>> KubeSource::Create(Options options,
       channel, source->metrics_, [self] { self->OnKindListed(); }));
   source->handlers_.push_back(std::make_unique<ObjectMirror<EndpointSliceKind>>(
       channel, source->metrics_, [self] { self->OnKindListed(); }));
-  if (source->options_.on_zone) {
+  source->gating_kinds_ = 2;
+  if (source->options_.on_zone || source->options_.on_eligible) {
     specs.push_back({.name = "node",
                      .path = "/api/v1/nodes",
                      .field_selector = "metadata.name=" + source->options_.node_name});
-    source->handlers_.push_back(std::make_unique<NodeZoneWatch>(
-        source->options_.node_name, source->metrics_, std::move(source->options_.on_zone),
-        [self] { self->OnKindListed(); }));
+    // Only the zone is waited for: the first sync must know it. Eligibility starts true, as
+    // kube-proxy's, so a missing Node (or RBAC) with --zone given holds nothing up.
+    NodeWatch::Callbacks callbacks{.on_zone = std::move(source->options_.on_zone),
+                                   .on_eligible = std::move(source->options_.on_eligible)};
+    if (callbacks.on_zone) {
+      ++source->gating_kinds_;
+      callbacks.on_first_list = [self] { self->OnKindListed(); };
+    }
+    source->handlers_.push_back(std::make_unique<NodeWatch>(
+        source->options_.node_name, source->metrics_, std::move(callbacks)));
   }
   for (size_t i = 0; i < specs.size(); ++i) {
     ASSIGN_OR_RETURN(auto watcher,

@@ -4,7 +4,6 @@
 client built on grpcio's generic stream API with messages generated from proto/client.proto."""
 
 import atexit
-import ctypes
 import hashlib
 import http.server
 import os
@@ -114,9 +113,10 @@ class Certs:
                   "-extfile", extfile, "-out", self.p(name + ".crt"))
 
 
-def _die_with_parent():
-    # PR_SET_PDEATHSIG(SIGKILL): a killed test run (ctest timeout) leaves no orphans behind.
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+# PR_SET_PDEATHSIG(SIGKILL): a killed test run (ctest timeout) leaves no orphans behind. Set by
+# setpriv, which then execs the binary, rather than by a preexec_fn: that forces a real fork(),
+# whose grpcio prefork handler can wait for ever on a gRPC thread (seen: a hang in test_drain).
+_DIE_WITH_PARENT = ["setpriv", "--pdeathsig", "KILL", "--"]
 
 
 class Proc:
@@ -126,8 +126,8 @@ class Proc:
         self.argv = argv
         self.log_path = log_path
         self.log = open(log_path, "ab")
-        self.p = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+        self.p = subprocess.Popen(_DIE_WITH_PARENT + argv, stdout=self.log,
+                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def alive(self):
         return self.p.poll() is None
