@@ -201,6 +201,27 @@ class TcpLimitsTest : public AgentTest {
     }
     return fd;
   }
+  // Runs the agent with `flags` in front of an echo backend behind test/web 10.96.0.10:80,
+  // opens `n` connections from 127.0.0.5 and keeps them (in flood_); returns how many echo.
+  int StartAndFlood(int n, std::vector<std::string> flags, std::vector<std::string> prefix = {}) {
+    echo_ = TcpServer::Start(Addr("127.0.0.2:8080"), TcpServer::Mode::kEcho);
+    EXPECT_TRUE(echo_);
+    Write("web.yaml", ServiceYaml("web", {"10.96.0.10"}, kHttp) + "---\n" +
+                          SliceYaml("web", {"127.0.0.2"}, kBackendHttp));
+    StartAgent(std::move(flags), std::move(prefix));
+    EXPECT_TRUE(WaitListener("tcp/10.96.0.10:80")) << agent_->Output();
+    int served = 0;
+    for (int i = 0; i < n; ++i) {
+      flood_.push_back(ConnectFrom("127.0.0.5", "10.96.0.10:80"));
+    }
+    for (auto& fd : flood_) {
+      served += fd && Echoes(fd.get()) ? 1 : 0;
+    }
+    return served;
+  }
+  std::unique_ptr<TcpServer> echo_;
+  std::vector<base::UniqueFd> flood_;
+
   // True if `fd` echoes one byte within 5 s (a connection the proxy reset does not).
   static bool Echoes(int fd) {
     const timeval tv{.tv_sec = 5, .tv_usec = 0};
@@ -211,21 +232,7 @@ class TcpLimitsTest : public AgentTest {
 };
 
 TEST_F(TcpLimitsTest, PerSourceCapResetsTheFloodersExtraConnectionsAndServesOthers) {
-  auto echo = TcpServer::Start(Addr("127.0.0.2:8080"), TcpServer::Mode::kEcho);
-  ASSERT_TRUE(echo);
-  Write("web.yaml", ServiceYaml("web", {"10.96.0.10"}, kHttp) + "---\n" +
-                        SliceYaml("web", {"127.0.0.2"}, kBackendHttp));
-  StartAgent({"--max-source-connections-per-worker=4"});
-  ASSERT_TRUE(WaitListener("tcp/10.96.0.10:80")) << agent_->Output();
-  std::vector<base::UniqueFd> flood;
-  for (int i = 0; i < 20; ++i) {
-    flood.push_back(ConnectFrom("127.0.0.5", "10.96.0.10:80"));
-    ASSERT_TRUE(flood.back()) << i;
-  }
-  int served = 0;
-  for (auto& fd : flood) {
-    served += Echoes(fd.get()) ? 1 : 0;
-  }
+  const int served = StartAndFlood(20, {"--max-source-connections-per-worker=4"});
   // 4 per worker (2 workers): at least one worker took 10 of the 20.
   EXPECT_GE(served, 4);
   EXPECT_LE(served, 8);
@@ -277,21 +284,8 @@ TEST_F(TcpLimitsTest, ServiceOverTheListenerCapIsSkippedAndTheRestServedAndHealt
 // a flood that would have taken them all leaves the control plane its own, so /metrics answers
 // and established connections go on.
 TEST_F(TcpLimitsTest, DescriptorReserveKeepsTheControlPlaneServing) {
-  auto echo = TcpServer::Start(Addr("127.0.0.2:8080"), TcpServer::Mode::kEcho);
-  ASSERT_TRUE(echo);
-  Write("web.yaml", ServiceYaml("web", {"10.96.0.10"}, kHttp) + "---\n" +
-                        SliceYaml("web", {"127.0.0.2"}, kBackendHttp));
-  StartAgent({"--fd-reserve=100"}, {"prlimit", "--nofile=300", "--"});
-  ASSERT_TRUE(WaitListener("tcp/10.96.0.10:80")) << agent_->Output();
-  std::vector<base::UniqueFd> flood;
-  for (int i = 0; i < 200; ++i) {  // 400 descriptors in the agent if all were served
-    flood.push_back(ConnectFrom("127.0.0.5", "10.96.0.10:80"));
-    ASSERT_TRUE(flood.back()) << i;
-  }
-  int served = 0;
-  for (auto& fd : flood) {
-    served += Echoes(fd.get()) ? 1 : 0;
-  }
+  // 400 descriptors in the agent if all were served.
+  const int served = StartAndFlood(200, {"--fd-reserve=100"}, {"prlimit", "--nofile=300", "--"});
   EXPECT_GT(served, 0);
   EXPECT_LT(served, 100);  // two descriptors each, from a budget of 200 less the listeners
   EXPECT_GT(MetricValue("sluice_connections_shed_total"), 0) << agent_->Output();
