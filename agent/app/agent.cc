@@ -97,6 +97,12 @@ absl::Status Agent::StartDataPath() {
   dp.worker.udp.idle_timeout = opts_.udp_idle_timeout;
   dp.worker.max_connections = static_cast<size_t>(opts_.max_connections_per_worker);
   dp.worker.udp.max_flows = static_cast<size_t>(opts_.udp_max_flows_per_worker);
+  dp.worker.udp.max_flows_per_source = static_cast<size_t>(opts_.udp_max_source_flows_per_worker);
+  dp.worker.max_connections_per_source =
+      static_cast<size_t>(opts_.max_source_connections_per_worker);
+  dp.caps = {.max_listeners = static_cast<size_t>(opts_.max_listeners),
+             .max_listeners_per_service = static_cast<size_t>(opts_.max_listeners_per_service)};
+  dp.fd_reserve = opts_.fd_reserve;
   RETURN_IF_ERROR(ChooseDataPath(dp.workers));
   dp.worker.sockmap = sockmap_.get();
   if (dp.workers > 1) {

@@ -88,8 +88,24 @@ void RegisterFlags(base::FlagSet& flags, AgentOptions& o) {
             "Open proxied TCP connections a worker holds; beyond it new ones are reset at "
             "accept (sluice_connections_limited_total)");
   flags.Int("udp-max-flows-per-worker", &o.udp_max_flows_per_worker,
-            "UDP flows a worker holds; datagrams of new clients beyond it are dropped "
-            "(sluice_udp_dropped_total{reason=\"flow_limit\"})");
+            "UDP flows a worker holds over all of its listeners; beyond it a new client's flow "
+            "replaces the least recently used one (sluice_udp_flows_evicted_total)");
+  flags.Int("max-source-connections-per-worker", &o.max_source_connections_per_worker,
+            "Open proxied TCP connections one client IP holds on a worker; beyond it its new "
+            "ones are reset at accept (sluice_connections_source_limited_total)");
+  flags.Int("udp-max-source-flows-per-worker", &o.udp_max_source_flows_per_worker,
+            "UDP flows one client IP holds on a worker; beyond it datagrams opening a new flow "
+            "are dropped (sluice_udp_dropped_total{reason=\"source_limit\"})");
+  flags.Int("max-listeners", &o.max_listeners,
+            "Listening addresses (service port x address with endpoints) of the userspace "
+            "proxy on this node; Services beyond it are not served, smallest admitted first "
+            "(sluice_unserved_service_ports, /debug/services)");
+  flags.Int("max-listeners-per-service", &o.max_listeners_per_service,
+            "Listening addresses one Service may take (all of its ports); a Service over it is "
+            "not served (sluice_unserved_service_ports, /debug/services)");
+  flags.Int("fd-reserve", &o.fd_reserve,
+            "File descriptors the data path leaves free for the control plane (API watches, "
+            "status servers, files, the tunnel agent), at most half the process's limit");
   flags.String("datapath", &o.datapath,
                "TCP data path: auto (sockmap if the kernel and capabilities allow it, else "
                "splice), splice, or sockmap (refuse to start without it)");
@@ -305,9 +321,14 @@ absl::Status Validate(AgentOptions& o) {
         "--min-sync-period (", absl::FormatDuration(o.min_sync_period),
         ") must not exceed --sync-period (", absl::FormatDuration(o.sync_period), ")"));
   }
-  if (o.max_connections_per_worker < 1 || o.udp_max_flows_per_worker < 1) {
+  if (o.max_connections_per_worker < 1 || o.udp_max_flows_per_worker < 1 ||
+      o.max_source_connections_per_worker < 1 || o.udp_max_source_flows_per_worker < 1 ||
+      o.max_listeners < 1 || o.max_listeners_per_service < 1 || o.fd_reserve < 0) {
     return absl::InvalidArgumentError(
-        "--max-connections-per-worker and --udp-max-flows-per-worker must be positive");
+        "--max-connections-per-worker, --udp-max-flows-per-worker, "
+        "--max-source-connections-per-worker, --udp-max-source-flows-per-worker, "
+        "--max-listeners and --max-listeners-per-service must be positive, --fd-reserve not "
+        "negative");
   }
   if (o.workers < 0 || o.workers > 1024) {
     return absl::InvalidArgumentError("--workers must be between 0 and 1024");

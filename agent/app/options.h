@@ -56,6 +56,13 @@ struct AgentOptions {
   absl::Duration udp_idle_timeout = absl::Seconds(30);
   int64_t max_connections_per_worker = 32768;
   int64_t udp_max_flows_per_worker = 16384;
+  // Per client IP per worker.
+  int64_t max_source_connections_per_worker = 1024;
+  int64_t udp_max_source_flows_per_worker = 256;
+  // Listening addresses (service port x address with endpoints): node-wide and per Service.
+  int64_t max_listeners = 32768;
+  int64_t max_listeners_per_service = 4096;
+  int64_t fd_reserve = 4096;  // descriptors the data path leaves to the control plane
   // "auto": the sockmap fast path if the startup probe passes, else splice; "splice"; or
   // "sockmap": fail at start unless the probe passes.
   std::string datapath = "auto";

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
@@ -121,6 +122,11 @@ absl::Status DecodeServicePorts(const ObjectField& spec, std::vector<ServicePort
   ASSIGN_OR_RETURN(simdjson::dom::array array, list->Array());
   const size_t count = array.size();
   ports.reserve(count);
+  // Sets, not a scan of the earlier ports: a Service may carry tens of thousands of ports.
+  absl::flat_hash_set<std::string> names;
+  absl::flat_hash_set<std::pair<int, Protocol>> numbers;
+  names.reserve(count);
+  numbers.reserve(count);
   return list->ForEach([&](const Field& item, size_t) -> absl::Status {
     ASSIGN_OR_RETURN(ObjectField object, ObjectField::Of(item));
     ServicePort port;
@@ -128,14 +134,12 @@ absl::Status DecodeServicePorts(const ObjectField& spec, std::vector<ServicePort
     if (count > 1 && port.name.empty()) {
       return object.Error("name", "required when the service has more than one port");
     }
-    for (const ServicePort& earlier : ports) {
-      if (!port.name.empty() && earlier.name == port.name) {
-        return object.Error("name", absl::StrCat("duplicate name \"", port.name, "\""));
-      }
-      if (earlier.port == port.port && earlier.protocol == port.protocol) {
-        return item.Error(
-            absl::StrCat("duplicate port ", port.port, "/", ProtocolName(port.protocol)));
-      }
+    if (!port.name.empty() && !names.insert(port.name).second) {
+      return object.Error("name", absl::StrCat("duplicate name \"", port.name, "\""));
+    }
+    if (!numbers.emplace(port.port, port.protocol).second) {
+      return item.Error(
+          absl::StrCat("duplicate port ", port.port, "/", ProtocolName(port.protocol)));
     }
     ports.push_back(std::move(port));
     return absl::OkStatus();

@@ -241,5 +241,75 @@ TEST_F(DataPathTest, SctpPortsAreReportedUnserved) {
   EXPECT_EQ(gauge.Value(), 1);
 }
 
+// A listener that cannot open (its address is taken) is reported and retried at every sync;
+// the others open and the sync succeeds.
+TEST_F(DataPathTest, FailedListenerIsReportedAndRetriedWhileTheOthersServe) {
+  const int port = testutil::FreePort();
+  auto blocker = testutil::ListenTcp(*net::SocketAddress::Parse(absl::StrCat("127.0.0.8:", port)));
+  ASSERT_TRUE(blocker);
+  auto a = Port("a", "127.0.0.8", port, true);
+  auto b = Port("b", "127.0.0.9", port, true);
+  ASSERT_TRUE(dp_->Apply(Table({a, b})).ok());
+  EXPECT_THAT(dp_->Listeners(), ElementsAre(Pair(b->name.ToString(), SizeIs(1))));
+  auto skipped = dp_->Unserved();
+  ASSERT_THAT(skipped, SizeIs(1));
+  EXPECT_THAT(skipped.begin()->second, ::testing::HasSubstr("tcp/127.0.0.8"));
+  EXPECT_EQ(metrics_.listener_failures.Value(), 1);
+  blocker.Reset();
+  ASSERT_TRUE(dp_->Apply(Table({a, b})).ok());
+  EXPECT_THAT(dp_->Listeners(), SizeIs(2));
+  EXPECT_THAT(dp_->Unserved(), SizeIs(0));
+}
+
+// A Service over --max-listeners-per-service is skipped whole; the rest of the table serves.
+TEST_F(DataPathTest, ServiceOverItsListenerCapIsSkippedAndReported) {
+  DataPath::Options options;
+  options.caps.max_listeners_per_service = 2;
+  auto dp = DataPath::Create(options, vips_, metrics_);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  const int port = testutil::FreePort();
+  std::vector<ServicePortInfoPtr> ports = {Port("small", "127.0.0.10", port, true)};
+  for (int i = 0; i < 3; ++i) {
+    auto big = std::make_shared<ServicePortInfo>(*Port("big", "127.0.0.11", port + i, true));
+    big->name.port = absl::StrCat("p", i);
+    ports.push_back(big);
+  }
+  ASSERT_TRUE((*dp)->Apply(Table(ports)).ok());
+  EXPECT_THAT((*dp)->Listeners(), ElementsAre(Pair("ns/small:http", SizeIs(1))));
+  EXPECT_THAT((*dp)->Unserved(), SizeIs(3));
+  EXPECT_THAT((*dp)->Unserved()["ns/big:p0"], ::testing::HasSubstr("--max-listeners-per-service"));
+  EXPECT_EQ(metrics_.unserved_ports.WithLabels({"service_cap"}).Value(), 3);
+  ports.pop_back();  // two ports fit: served once the Service shrinks (a patched sync)
+  ASSERT_TRUE((*dp)->Apply(Table(ports)).ok());
+  EXPECT_THAT((*dp)->Listeners(), SizeIs(3));
+  EXPECT_THAT((*dp)->Unserved(), SizeIs(0));
+}
+
+// Past the reuseport budget a TCP address is one socket that every worker watches
+// (EPOLLEXCLUSIVE), a UDP address one socket on one worker: with two workers, each listener
+// still costs one descriptor, and every client is served.
+TEST_F(DataPathTest, SharedListenersCostOneSocketEachAndServe) {
+  DataPath::Options options;
+  options.workers = 2;
+  options.reuseport_sockets = 0;
+  auto dp = DataPath::Create(options, vips_, metrics_);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  auto backend = testutil::TcpServer::Start(*net::SocketAddress::Parse("127.0.0.12:0"),
+                                            testutil::TcpServer::Mode::kHello, 0, "b");
+  ASSERT_TRUE(backend);
+  const int port = testutil::FreePort();
+  auto tcp = std::make_shared<ServicePortInfo>(*Port("web", "127.0.0.13", port, false));
+  tcp->cluster_endpoints = {backend->address()};
+  auto udp = std::make_shared<ServicePortInfo>(*tcp);
+  udp->name.protocol = config::Protocol::kUdp;
+  ASSERT_TRUE((*dp)->Apply(Table({tcp, udp})).ok());
+  EXPECT_EQ(metrics_.listeners.Value(), 2);
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(testutil::Hello(absl::StrCat("127.0.0.13:", port)), "b") << i;
+  }
+  ASSERT_TRUE((*dp)->Apply(Table({})).ok());
+  EXPECT_EQ(metrics_.listeners.Value(), 0);
+}
+
 }  // namespace
 }  // namespace sluice::proxier
