@@ -127,7 +127,7 @@ TEST_F(ConnectSessionTest, NoAgentIs500) {
 // The head is parsed, the dial goes to the agent, and its answer opens the tunnel; bytes sent
 // after the head travel with the first DATA. The head's deadline no longer applies.
 TEST_F(ConnectSessionTest, DialThroughTheAgentThenRelay) {
-  ASSERT_TRUE(router_.AddAgent(&agent_));
+  ASSERT_TRUE(router_.AddAgent(&agent_).ok());
   base::UniqueFd client = Connect();
   Send(client.get(), "CONNECT 10.0.0.1:443 HTTP/1.1\r\nHost: 10.0.0.1:443\r\n\r\nearly");
   Settle();

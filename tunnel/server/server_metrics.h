@@ -23,6 +23,8 @@ struct ServerMetrics {
   base::Family<base::Counter>& bad_packets;  // {reason}, sluice extension
   base::Counter& overflow_closes;            // sluice extension
   base::Family<base::Counter>& limited;      // {limit}, sluice extension
+  base::Family<base::Counter>& agent_refusals;  // {reason}, sluice extension
+  base::Family<base::Counter>& token_reviews;   // {outcome}, sluice extension
 };
 
 }  // namespace sluice::tunnel::server
