@@ -103,11 +103,17 @@ class AgentStream final : public Reactor, public AgentLink {
       FinishOnce(grpc::Status(static_cast<grpc::StatusCode>(st.code()), std::string(st.message())));
       return;
     }
-    // The upstream agent blocks until it sees these, so they go out before any message.
-    ctx_->AddInitialMetadata("serverid", options_.server_id);
-    ctx_->AddInitialMetadata("servercount", std::to_string(options_.server_count));
-    StartSendInitialMetadata();
-    if (absl::Status added = router_.AddAgent(this); !added.ok()) {
+    // Refused before the headers, which the agent would take for a connection (and retry at
+    // once); AddAgent checks again, atomically.
+    absl::Status added = router_.CheckAgent(this);
+    if (added.ok()) {
+      // The upstream agent blocks until it sees these, so they go out before any message.
+      ctx_->AddInitialMetadata("serverid", options_.server_id);
+      ctx_->AddInitialMetadata("servercount", std::to_string(options_.server_count));
+      StartSendInitialMetadata();
+      added = router_.AddAgent(this);
+    }
+    if (!added.ok()) {
       LOG(WARNING) << "agent " << agent_id_ << " from " << ctx_->peer() << " refused: "
                    << (absl::IsResourceExhausted(added)
                            ? std::string("the server holds --max-agents streams")

@@ -45,6 +45,9 @@ class Router final {
   // Agent side (AgentService reactors). Not added: ResourceExhausted at max_agent_streams;
   // PermissionDenied when the agent's node claim conflicts with its identity (CheckNode).
   absl::Status AddAgent(AgentLink* agent) ABSL_LOCKS_EXCLUDED(mu_);
+  // What AddAgent would answer now, without adding (and without counting): lets a stream be
+  // refused before its response headers, which an agent would take for a connection.
+  absl::Status CheckAgent(const AgentLink* agent) const ABSL_LOCKS_EXCLUDED(mu_);
   // Fails the agent's pending dials and closes its established connections at once.
   void RemoveAgent(AgentLink* agent) ABSL_LOCKS_EXCLUDED(mu_);
   void SetDraining(AgentLink* agent) ABSL_LOCKS_EXCLUDED(mu_);
@@ -97,6 +100,7 @@ class Router final {
   // node's name, and neither its agent ID nor any identifier may be held by a connected agent
   // of another node (or of none). Agents without a claim are bound to nothing among themselves.
   absl::Status CheckNode(const AgentLink* agent) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckAgentLocked(const AgentLink* agent) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Claim(const AgentLink* agent, int delta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds or erases a tunnel, keeping the per-client and per-agent counts.
   void AddTunnel(Frontend* f, Tunnel t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -11,6 +11,8 @@
 #include "absl/strings/str_split.h"
 #include "simdjson.h"
 
+#include "agent/base/strings.h"
+
 namespace sluice::tunnel::server {
 namespace {
 
@@ -38,7 +40,7 @@ absl::StatusOr<absl::Time> PreCheckToken(std::string_view token, absl::Time now)
     return absl::UnauthenticatedError(
         absl::StrCat("bearer token of ", token.size(), " bytes (limit ", kMaxTokenBytes, ")"));
   }
-  std::vector<absl::string_view> parts = absl::StrSplit(absl::string_view(token), '.');
+  std::vector<absl::string_view> parts = absl::StrSplit(base::Absl(token), '.');
   simdjson::dom::parser parser;
   simdjson::dom::object header;
   simdjson::dom::object payload;

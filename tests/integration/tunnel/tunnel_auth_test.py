@@ -165,9 +165,10 @@ class AgentAuthTest(h.TestCase):
             f.write(token + "\n")
         return path
 
-    def agent(self, server, name, token=None, **kw):
-        extra = ["--service-account-token-path=" + self.token_file(name + ".token", token)] \
-            if token is not None else []
+    def agent(self, server, name, token=None, extra=(), **kw):
+        extra = list(extra) + (
+            ["--service-account-token-path=" + self.token_file(name + ".token", token)]
+            if token is not None else [])
         return self.env.agent(server, name=name, extra=extra, **kw)
 
     def wait_refused(self, agents):
