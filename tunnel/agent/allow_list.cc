@@ -96,8 +96,8 @@ bool IsLocalAddress(const net::IpAddress& ip) {
     if (a->ifa_addr == nullptr) {
       continue;
     }
-    const socklen_t len = a->ifa_addr->sa_family == AF_INET6 ? sizeof(sockaddr_in6)
-                                                             : sizeof(sockaddr_in);
+    const socklen_t len =
+        a->ifa_addr->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
     auto addr = net::SocketAddress::FromSockaddr(a->ifa_addr, len);
     if (addr && addr->ip() == ip) {
       return true;
@@ -152,9 +152,8 @@ bool AllowList::Match(const net::SocketAddress& dest, const net::Cidr* within,
   return false;
 }
 
-AllowList::Verdict AllowList::Check(
-    const net::SocketAddress& dest,
-    absl::FunctionRef<bool(const net::IpAddress&)> is_local) const {
+AllowList::Verdict AllowList::Check(const net::SocketAddress& dest,
+                                    absl::FunctionRef<bool(const net::IpAddress&)> is_local) const {
   const SpecialRange* special = SpecialRangeOf(dest.ip());
   const bool own_port =
       std::find(own_ports_.begin(), own_ports_.end(), dest.port()) != own_ports_.end() &&

@@ -138,8 +138,8 @@ void BackendConn::Deny(const std::string& address, AllowList::Verdict why) {
   if (policy_.denied != nullptr) {
     policy_.denied->WithLabels({VerdictLabel(why)}).Inc();
   }
-  VLOG(1) << "dial " << address << " refused by --allowed-destinations ("
-               << VerdictLabel(why) << ")";
+  VLOG(1) << "dial " << address << " refused by --allowed-destinations (" << VerdictLabel(why)
+          << ")";
   // Go's net.Dial text for ECONNREFUSED, what upstream proxy-agent answers for a closed port.
   FailDial(absl::StrCat("dial tcp ", address, ": connect: ", GoErrno(ECONNREFUSED)));
 }

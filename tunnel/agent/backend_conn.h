@@ -23,7 +23,7 @@ namespace sluice::tunnel::agent {
 
 struct DialPolicy {
   absl::Duration timeout = absl::Seconds(5);
-  const AllowList* allow = nullptr;  // null: every destination (tests)
+  const AllowList* allow = nullptr;               // null: every destination (tests)
   base::Family<base::Counter>* denied = nullptr;  // {reason}: dials the allow list refused
   size_t max_queued = 16 << 20;  // bytes toward the backend before the connection is closed
 };

@@ -118,8 +118,8 @@ class AgentStream final : public Reactor, public AgentLink {
                    << (absl::IsResourceExhausted(added)
                            ? std::string("the server holds --max-agents streams")
                            : std::string(added.message()));
-      FinishOnce(grpc::Status(static_cast<grpc::StatusCode>(added.code()),
-                              std::string(added.message())));
+      FinishOnce(
+          grpc::Status(static_cast<grpc::StatusCode>(added.code()), std::string(added.message())));
       return;
     }
     LOG(INFO) << "agent " << agent_id_ << " connected from " << ctx_->peer()

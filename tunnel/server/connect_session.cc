@@ -114,15 +114,16 @@ bool ConnectSession::Deliver(wire::Packet p, const std::shared_ptr<wire::ReadGat
       }
       HoldAgent(gate);
     }
-    loop_.Post([weak, gate, budget, bytes = std::move(*p.mutable_data()->mutable_data())]() mutable {
-      if (budget != nullptr) {
-        budget->Release(bytes.size());  // the pump's queue is charged in OnAgentData
-      }
-      if (auto self = weak.lock()) {
-        self->posted_bytes_ -= bytes.size();
-        self->OnAgentData(std::move(bytes), gate);
-      }
-    });
+    loop_.Post(
+        [weak, gate, budget, bytes = std::move(*p.mutable_data()->mutable_data())]() mutable {
+          if (budget != nullptr) {
+            budget->Release(bytes.size());  // the pump's queue is charged in OnAgentData
+          }
+          if (auto self = weak.lock()) {
+            self->posted_bytes_ -= bytes.size();
+            self->OnAgentData(std::move(bytes), gate);
+          }
+        });
     return true;
   }
   loop_.Post([weak, p = std::move(p)] {

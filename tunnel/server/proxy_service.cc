@@ -142,7 +142,7 @@ class ProxyStream final : public Reactor, public Frontend {
   event::EventLoop& loop_;
   const size_t max_queued_;
   wire::ByteBudget* const budget_;  // may be null
-  const std::string client_;  // ClientOf(peer), for the pending-dial limit
+  const std::string client_;        // ClientOf(peer), for the pending-dial limit
   wire::Outbox outbox_;
   wire::Packet in_;
   std::shared_ptr<Credit> credit_ = std::make_shared<Credit>(loop_, this);

@@ -17,11 +17,7 @@ class ProxyService final : public ::ProxyService::CallbackService {
   // `budget` (optional) is the server-wide byte budget (wire::ByteBudget); it outlives us.
   ProxyService(Router& router, ServerMetrics& metrics, event::EventLoop& loop, size_t max_queued,
                wire::ByteBudget* budget = nullptr)
-      : router_(router),
-        metrics_(metrics),
-        loop_(loop),
-        max_queued_(max_queued),
-        budget_(budget) {}
+      : router_(router), metrics_(metrics), loop_(loop), max_queued_(max_queued), budget_(budget) {}
 
   grpc::ServerBidiReactor<wire::Packet, wire::Packet>* Proxy(
       grpc::CallbackServerContext* context) override;

@@ -30,24 +30,23 @@ absl::Status Router::CheckNode(const AgentLink* agent) const {
   if (!node.empty()) {
     for (const std::string& name : ids.names) {
       if (name != node) {
-        return absl::PermissionDeniedError(absl::StrCat("identifier host=", name,
-                                                        " is not the token's node ", node));
+        return absl::PermissionDeniedError(
+            absl::StrCat("identifier host=", name, " is not the token's node ", node));
       }
     }
   }
   if (auto it = agents_.find(agent->agent_id());
       it != agents_.end() && it->second.front()->node() != node) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "agent ID ", agent->agent_id(), " is held by an agent of ", of(it->second.front()->node()),
-        ", the token is for ", of(node)));
+    return absl::PermissionDeniedError(
+        absl::StrCat("agent ID ", agent->agent_id(), " is held by an agent of ",
+                     of(it->second.front()->node()), ", the token is for ", of(node)));
   }
   for (const auto* list : {&ids.hosts, &ids.cidrs}) {
     for (const std::string& id : *list) {
       if (auto c = claims_.find(id); c != claims_.end() && c->second.first != node) {
-        return absl::PermissionDeniedError(absl::StrCat("identifier ", id,
-                                                        " is claimed by an agent of ",
-                                                        of(c->second.first), ", the token is for ",
-                                                        of(node)));
+        return absl::PermissionDeniedError(
+            absl::StrCat("identifier ", id, " is claimed by an agent of ", of(c->second.first),
+                         ", the token is for ", of(node)));
       }
     }
   }

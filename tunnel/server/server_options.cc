@@ -134,8 +134,8 @@ absl::Status ValidateServerOptions(ServerOptions& o) {
   if (o.server_count < 1) {
     return absl::InvalidArgumentError("--server-count must be at least 1");
   }
-  if (o.max_http_header_bytes < 1024 || o.max_pending_dials_per_client < 1 ||
-      o.max_agents < 1 || o.max_tunnels_per_client < 1 || o.max_tunnels_per_agent < 1 ||
+  if (o.max_http_header_bytes < 1024 || o.max_pending_dials_per_client < 1 || o.max_agents < 1 ||
+      o.max_tunnels_per_client < 1 || o.max_tunnels_per_agent < 1 ||
       o.max_pending_token_reviews_per_client < 1) {
     return absl::InvalidArgumentError(
         "--max-http-header-bytes must be at least 1024; --max-pending-dials-per-client, "

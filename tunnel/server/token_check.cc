@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tunnel/server/token_check.h"
 
-#include <openssl/sha.h>
-
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -10,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "simdjson.h"
+#include <openssl/sha.h>
 
 #include "agent/base/strings.h"
 
@@ -92,8 +91,7 @@ void VerdictCache::Store(const TokenDigest& digest, const ReviewResult& result,
   if (until <= now || capacity_ == 0) {
     return;
   }
-  if (!entries_.contains(digest) && entries_.size() >= capacity_ &&
-      !MakeRoom(result.ok(), now)) {
+  if (!entries_.contains(digest) && entries_.size() >= capacity_ && !MakeRoom(result.ok(), now)) {
     return;
   }
   entries_.insert_or_assign(digest, Entry{result, until});

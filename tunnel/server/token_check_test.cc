@@ -26,8 +26,8 @@ TEST(PreCheckTokenTest, AcceptsJwtsAndReadsTheExpiry) {
 
 TEST(PreCheckTokenTest, RefusesWhatNeedsNoApiServer) {
   for (const std::string& junk :
-       {std::string("good"), std::string("a.b.c"), std::string("a.b"), Jwt("{}") + ".x",
-        Jwt("[1]"), Jwt("{}").replace(0, 1, "*"), absl::WebSafeBase64Escape("{}") + ".e30.",
+       {std::string("good"), std::string("a.b.c"), std::string("a.b"), Jwt("{}") + ".x", Jwt("[1]"),
+        Jwt("{}").replace(0, 1, "*"), absl::WebSafeBase64Escape("{}") + ".e30.",
         std::string(kMaxTokenBytes + 1, 'a')}) {
     absl::StatusOr<absl::Time> r = PreCheckToken(junk, kNow);
     EXPECT_TRUE(absl::IsUnauthenticated(r.status())) << junk << ": " << r.status();
@@ -39,9 +39,9 @@ TEST(PreCheckTokenTest, RefusesWhatNeedsNoApiServer) {
 
 TEST(DigestOfTest, Sha256) {
   const TokenDigest d = DigestOf("abc");  // FIPS 180-2 test vector
-  EXPECT_EQ(absl::BytesToHexString(
-                absl::string_view(reinterpret_cast<const char*>(d.data()), d.size())),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(
+      absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(d.data()), d.size())),
+      "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
 TEST(VerdictCacheTest, AcceptedUntilExpiryAtMostMaxTtlRefusedForNegativeTtl) {

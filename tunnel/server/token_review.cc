@@ -74,8 +74,7 @@ TokenReviewer::~TokenReviewer() {
   }
 }
 
-void TokenReviewer::Review(const std::string& authorization, const std::string& peer,
-                           Done done) {
+void TokenReviewer::Review(const std::string& authorization, const std::string& peer, Done done) {
   absl::string_view token = authorization;
   if (!absl::ConsumePrefix(&token, "Bearer ") || token.empty()) {
     Count("no_token");
@@ -171,7 +170,9 @@ void TokenReviewer::Serve(QueuedReview next) {
     return;
   }
   ReviewResult result = Ask(next.token);
-  Count(result.ok() ? "accepted" : absl::IsUnavailable(result.status()) ? "unavailable" : "refused");
+  Count(result.ok()                            ? "accepted"
+        : absl::IsUnavailable(result.status()) ? "unavailable"
+                                               : "refused");
   {
     absl::MutexLock lock(&mu_);
     cache_.Store(next.digest, result, next.expiry, options_.clock->Now());

@@ -39,8 +39,10 @@ TEST(TokenReviewTest, AcceptsTheAgentServiceAccountForTheAudience) {
 }
 
 TEST(TokenReviewTest, RefusesWithTheReason) {
-  const absl::Status st = TokenReviewer::Verdict(
-      Response(R"({"authenticated":false,"error":"invalid bearer token"})"), kOptions).status();
+  const absl::Status st =
+      TokenReviewer::Verdict(Response(R"({"authenticated":false,"error":"invalid bearer token"})"),
+                             kOptions)
+          .status();
   EXPECT_EQ(st.code(), absl::StatusCode::kUnauthenticated);
   EXPECT_NE(st.message().find("invalid bearer token"), absl::string_view::npos) << st;
   EXPECT_EQ(Code(R"({})"), absl::StatusCode::kUnauthenticated);
@@ -67,8 +69,7 @@ TEST(TokenReviewTest, RefusesWithTheReason) {
 }
 
 TEST(TokenReviewTest, MalformedResponseIsUnavailableNotAPass) {
-  EXPECT_EQ(TokenReviewer::Verdict("{", kOptions).status().code(),
-            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(TokenReviewer::Verdict("{", kOptions).status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(TokenReviewer::Verdict(R"({"kind":"Status"})", kOptions).status().code(),
             absl::StatusCode::kUnavailable);
 }
