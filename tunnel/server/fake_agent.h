@@ -28,8 +28,9 @@ class FakeAgent final : public AgentLink {
   const std::string& agent_id() const override { return id_; }
   const AgentIdentifiers& identifiers() const override { return ids_; }
   const std::string& node() const override { return node_; }
-  std::shared_ptr<wire::ReadGate> gate() override { return nullptr; }
+  std::shared_ptr<wire::ReadGate> gate() override { return read_gate; }
   std::vector<wire::Packet> sent;
+  std::shared_ptr<wire::ReadGate> read_gate;  // the stream's reads, if a test watches them
 
  private:
   std::string id_;
