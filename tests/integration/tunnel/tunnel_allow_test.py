@@ -42,6 +42,14 @@ class AllowTest(h.TestCase):
         t.cancel()
         return rsp.error
 
+    def served(self, server, address, want):
+        """Dials `address` through `server` and GETs / there; asserts the body holds `want`."""
+        t = h.Tunnel(server.channel())
+        rsp = t.dial(address)
+        self.assertEqual(rsp.error, "")
+        self.assertIn(want, h.http_request(t, rsp.connectID, "/"))
+        t.cancel()
+
     def test_loopback_refused_by_default_and_open_when_listed(self):
         backend = h.Backend()
         self.addCleanup(backend.stop)
@@ -58,11 +66,7 @@ class AllowTest(h.TestCase):
         s2 = self.env.server(name="s-listed")
         b = self.env.agent(s2, name="a-listed", allowed="127.0.0.1/32:%d" % backend.port)
         h.wait_until(b.ready, what="agent ready")
-        t = h.Tunnel(s2.channel())
-        rsp = t.dial(target)
-        self.assertEqual(rsp.error, "")
-        self.assertIn(b"hello from backend", h.http_request(t, rsp.connectID, "/"))
-        t.cancel()
+        self.served(s2, target, b"hello from backend")
         # Listing one port opens that port only.
         self.assertIn("connection refused", self.refused(s2, "127.0.0.1:%d" % b.health_port))
 
@@ -88,14 +92,12 @@ class AllowTest(h.TestCase):
                          "dial tcp %s: connect: connection refused" % target)
         self.assertEqual(denied(a, "link_local"), 1)
         a.proc.stop()
+        ready = "konnectivity_network_proxy_server_ready_backend_connections"
+        h.wait_until(lambda: s.metric(ready) == 0, what="the first agent gone")
 
         b = self.env.agent(s, name="a-ns-listed", allowed=METADATA + "/32:80", netns=ns.name)
-        h.wait_until(b.ready, what="agent ready")
-        t = h.Tunnel(s.channel())
-        rsp = t.dial(target)
-        self.assertEqual(rsp.error, "")
-        self.assertIn(b"metadata", h.http_request(t, rsp.connectID, "/"))
-        t.cancel()
+        h.wait_until(lambda: b.ready() and s.metric(ready) == 1, what="agent ready")
+        self.served(s, target, b"metadata")
 
 
 if __name__ == "__main__":
