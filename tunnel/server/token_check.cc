@@ -52,10 +52,12 @@ absl::StatusOr<absl::Time> PreCheckToken(std::string_view token, absl::Time now)
     return absl::UnauthenticatedError("bearer token is not a JWT (payload)");
   }
   double exp = 0;
-  if (payload["exp"].get(exp) != simdjson::SUCCESS) {
-    return absl::InfiniteFuture();  // legacy secret-based tokens have none
+  // Legacy secret-based tokens have none; an absurd one (past year 9999) counts as none too.
+  if (payload["exp"].get(exp) != simdjson::SUCCESS || !(exp < 253402300800.0)) {
+    return absl::InfiniteFuture();
   }
-  const absl::Time expiry = absl::FromUnixSeconds(static_cast<int64_t>(exp));
+  const absl::Time expiry =
+      exp <= 0 ? absl::UnixEpoch() : absl::FromUnixSeconds(static_cast<int64_t>(exp));
   if (expiry <= now) {
     return absl::UnauthenticatedError(
         absl::StrCat("bearer token expired at ", absl::FormatTime(expiry)));

@@ -22,6 +22,7 @@ TEST(PreCheckTokenTest, AcceptsJwtsAndReadsTheExpiry) {
   EXPECT_EQ(*expiry, absl::FromUnixSeconds(1'700'003'600));
   // Legacy secret-based tokens carry no exp.
   EXPECT_EQ(PreCheckToken(Jwt(R"({"sub":"x"})"), kNow).value(), absl::InfiniteFuture());
+  EXPECT_EQ(PreCheckToken(Jwt(R"({"exp":1e300})"), kNow).value(), absl::InfiniteFuture());
 }
 
 TEST(PreCheckTokenTest, RefusesWhatNeedsNoApiServer) {
