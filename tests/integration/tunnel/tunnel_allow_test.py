@@ -70,6 +70,21 @@ class AllowTest(h.TestCase):
         # Listing one port opens that port only.
         self.assertIn("connection refused", self.refused(s2, "127.0.0.1:%d" % b.health_port))
 
+    @unittest.skipUnless(h.NODE_AGENT_BIN, "needs sluice-agent ($SLUICE_AGENT)")
+    def test_node_agents_own_ports_stay_closed_when_loopback_is_listed(self):
+        backend = h.Backend()
+        self.addCleanup(backend.stop)
+        s = self.env.server(name="s-node")
+        node = h.NodeAgent(self.env, s)  # --tunnel-allowed-destinations=127.0.0.0/8
+        h.wait_until(lambda: node.readyz()[0] == 200, what="sluice-agent /readyz")
+        self.served(s, "127.0.0.1:%d" % backend.port, b"hello from backend")
+        # Its healthz and metrics ports open only to an entry that names them.
+        for port in (node.health_port, node.metrics_port):
+            target = "127.0.0.1:%d" % port
+            self.assertEqual(self.refused(s, target),
+                             "dial tcp %s: connect: connection refused" % target)
+        self.assertEqual(node.metric(DENIED + '{reason="loopback"}'), 2)
+
     def test_metadata_address_refused_by_default_and_open_when_listed(self):
         ns = NetNs([METADATA + "/32"])
         self.addCleanup(ns.close)
