@@ -370,6 +370,14 @@ absl::Status Agent::StartTunnel() {
   c.identifiers =
       opts_.tunnel_identifiers.empty() ? "host=" + opts_.node_name : opts_.tunnel_identifiers;
   c.allowed_destinations = opts_.tunnel_allowed_destinations;
+  // The agent's own status ports stay closed to the tunnel unless listed (AllowList).
+  for (const std::string& bind : {opts_.healthz_bind_address, opts_.metrics_bind_address}) {
+    std::string host;
+    uint16_t port = 0;
+    if (tunnel::agent::SplitHostPort(bind, &host, &port)) {
+      c.own_ports.push_back(port);
+    }
+  }
   ASSIGN_OR_RETURN(tunnel_, tunnel::agent::TunnelAgent::Create(std::move(c), metrics_));
   LOG(INFO) << "tunnel agent: serving " << absl::StrJoin(opts_.tunnel_servers, ",");
   return absl::OkStatus();

@@ -146,7 +146,8 @@ void RegisterFlags(base::FlagSet& flags, AgentOptions& o) {
                "URL-query encoded identifiers sent to the tunnel servers (default: "
                "host=<node name>)");
   flags.List("tunnel-allowed-destinations", &o.tunnel_allowed_destinations,
-             "CIDR[:PORT[-PORT]] the tunnel agent may dial (default: any)");
+             "CIDR[:PORT[-PORT]] the tunnel agent may dial (default: any but loopback, "
+             "link-local and this agent's own ports, which only entries naming them open)");
   flags.Duration("tunnel-drain-period", &o.tunnel_drain_period,
                  "On SIGTERM with the tunnel on: tell the servers we are draining and keep "
                  "serving this long before stopping (a second signal stops at once)");

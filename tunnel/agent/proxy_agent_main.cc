@@ -91,7 +91,9 @@ void Register(base::FlagSet& f, ProxyAgentFlags& o) {
          "Accepted; sluice has no channels to warn about.");
   base::RegisterKlogFlags(f, o.klog);
   f.List("allowed-destinations", &o.allowed_destinations,
-         "(sluice) CIDR[:PORT[-PORT]] the agent may dial; empty (default) allows all.");
+         "(sluice) CIDR[:PORT[-PORT]] the agent may dial; empty (default) allows all but "
+         "loopback, link-local (cloud metadata) and this agent's own ports, which only "
+         "entries naming them open (docs/tunnel.md).");
   f.Int("max-connection-buffer", &o.max_connection_buffer,
         "(sluice) Bytes queued toward one backend before that connection is closed.");
 }
@@ -131,6 +133,8 @@ TunnelAgentConfig ToConfig(const ProxyAgentFlags& o) {
   c.probe_interval = o.probe_interval;
   c.keepalive_time = o.keepalive_time;
   c.allowed_destinations = o.allowed_destinations;
+  c.own_ports = {static_cast<uint16_t>(o.health_server_port),
+                 static_cast<uint16_t>(o.admin_server_port)};
   c.max_connection_buffer = static_cast<size_t>(o.max_connection_buffer);
   return c;
 }
