@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "agent/admin/service_health.h"
 
+#include <algorithm>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -37,15 +38,17 @@ std::map<config::NamespacedName, int> HealthCheckPorts(const proxier::ServiceTab
 
 int LocalReadyEndpoints(const proxier::ServiceTable& table, const config::NamespacedName& service,
                         const std::string& node) {
-  std::set<net::IpAddress> ips;
+  // kube-proxy runs one proxier per family, each writing its own family's count into the one
+  // health server: a dual-stack pod counts once, not twice.
+  std::set<net::IpAddress> v4, v6;
   ForEachPort(table, service, [&](const proxier::ServicePortInfo& info) {
     for (const auto& ep : info.endpoints) {
       if (ep.ready && ep.node_name == node) {
-        ips.insert(ep.address.ip());
+        (ep.address.ip().is_v4() ? v4 : v6).insert(ep.address.ip());
       }
     }
   });
-  return static_cast<int>(ips.size());
+  return static_cast<int>(std::max(v4.size(), v6.size()));
 }
 
 http::StatusServer::Reply ServiceHealthReply(const config::NamespacedName& service,

@@ -23,8 +23,9 @@ std::map<config::NamespacedName, int> HealthCheckPorts(const proxier::ServiceTab
 
 // kube-proxy's EndpointsMap.LocalReadyEndpoints() for one service: the number of distinct IPs
 // among its ready endpoints on node `node`, over all its ports (10.0.0.1:80 and 10.0.0.1:443
-// are one endpoint). Terminating endpoints are not ready, so a node left with only those fails
-// its health check.
+// are one endpoint), in the family that has more of them (kube-proxy's per-family proxiers
+// each report their own, so a dual-stack pod is one endpoint). Terminating endpoints are not
+// ready, so a node left with only those fails its health check.
 int LocalReadyEndpoints(const proxier::ServiceTable& table, const config::NamespacedName& service,
                         const std::string& node);
 

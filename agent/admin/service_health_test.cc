@@ -61,7 +61,11 @@ TEST(ServiceHealthTest, CountsDistinctLocalReadyIps) {
              Ep("10.0.0.3:80", "node2"), Ep("10.0.0.5:80", "node1")}),
        Port(kWeb, "https", 32100, {Ep("10.0.0.1:443", "node1"), Ep("[fd00::1]:443", "node1")}),
        Port(kApi, "http", 0, {Ep("10.0.0.9:80", "node1")})});
-  EXPECT_EQ(LocalReadyEndpoints(*table, kWeb, "node1"), 3);  // .1 (twice), .5, fd00::1
+  EXPECT_EQ(LocalReadyEndpoints(*table, kWeb, "node1"), 2);  // .1 (twice), .5; fd00::1 alone
+  auto dual = Table({Port(
+      kWeb, "http", 32100,
+      {Ep("10.0.0.1:80", "node1"), Ep("[fd00::1]:80", "node1"), Ep("[fd00::2]:80", "node1")})});
+  EXPECT_EQ(LocalReadyEndpoints(*dual, kWeb, "node1"), 2) << "the larger family's count";
   EXPECT_EQ(LocalReadyEndpoints(*table, kWeb, "node2"), 1);
   EXPECT_EQ(LocalReadyEndpoints(*table, kWeb, "node3"), 0);
   EXPECT_EQ(LocalReadyEndpoints(*table, {"default", "other"}, "node1"), 0);

@@ -206,6 +206,18 @@ TEST_P(ExternalTrafficTest, SourceRangesRefuseOutsidersAndServeThemOnceIncluded)
   EXPECT_EQ(Udp(kLbV6), "re:q\n");
   EXPECT_EQ(Curl(Url(kLbV4)), "pod\n") << "a range holds the node's 10.88.1.2";
   EXPECT_EQ(Refused("http"), 3);
+
+  // What the cloud load balancer probes, from off the node: the ranges do not guard it.
+  const std::string probe = Curl(Url("10.88.1.2", 32100), true);
+  EXPECT_THAT(probe, ::testing::HasSubstr("\"localEndpoints\": 1")) << "one dual-stack pod";
+  Remove("lb-v4.yaml");
+  Remove("lb-v6.yaml");
+  EXPECT_TRUE(testutil::WaitFor(
+      [&] {
+        return Curl(Url("10.88.1.2", 32100), true).find("\"localEndpoints\": 0") !=
+               std::string::npos;
+      },
+      absl::Seconds(10)));
 }
 
 // A Service whose new ranges do not parse is rejected with the field named, and its last good
