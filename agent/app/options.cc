@@ -94,8 +94,8 @@ void RegisterFlags(base::FlagSet& flags, AgentOptions& o) {
             "Open proxied TCP connections one client IP holds on a worker; beyond it its new "
             "ones are reset at accept (sluice_connections_source_limited_total)");
   flags.Int("udp-max-source-flows-per-worker", &o.udp_max_source_flows_per_worker,
-            "UDP flows one client IP holds on a worker; beyond it datagrams opening a new flow "
-            "are dropped (sluice_udp_dropped_total{reason=\"source_limit\"})");
+            "UDP flows one client IP holds on a worker; beyond it a new flow of that client "
+            "replaces its own least recently used one (sluice_udp_flows_evicted_total)");
   flags.Int("max-listeners", &o.max_listeners,
             "Listening addresses (service port x address with endpoints) of the userspace "
             "proxy on this node; Services beyond it are not served, smallest admitted first "

@@ -57,8 +57,8 @@ struct AgentOptions {
   int64_t max_connections_per_worker = 32768;
   int64_t udp_max_flows_per_worker = 16384;
   // Per client IP per worker.
-  int64_t max_source_connections_per_worker = 1024;
-  int64_t udp_max_source_flows_per_worker = 256;
+  int64_t max_source_connections_per_worker = 8192;
+  int64_t udp_max_source_flows_per_worker = 4096;
   // Listening addresses (service port x address with endpoints): node-wide and per Service.
   int64_t max_listeners = 32768;
   int64_t max_listeners_per_service = 4096;

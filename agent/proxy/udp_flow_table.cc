@@ -4,11 +4,17 @@
 namespace sluice::proxy {
 
 UdpFlowTable::UdpFlowTable(size_t max_flows, size_t max_per_source, FdBudget* fds)
-    : max_flows_(max_flows), fds_(fds), sources_(max_per_source) {}
+    : max_flows_(max_flows), max_per_source_(max_per_source), fds_(fds) {}
+
+size_t UdpFlowTable::FlowsOf(const net::IpAddress& source) const {
+  auto it = by_source_.find(source);
+  return it == by_source_.end() ? 0 : it->second.size();
+}
 
 UdpFlowTable::Admission UdpFlowTable::Admit(const net::IpAddress& source) {
-  if (sources_.Count(source) >= sources_.cap()) {
-    return Admission::kSourceLimit;
+  if (auto own = by_source_.find(source);
+      own != by_source_.end() && own->second.size() >= max_per_source_) {
+    Evict(*own->second.front());  // this client's flow idle the longest makes room
   }
   while (lru_.size() >= max_flows_ && EvictOldest()) {
   }
@@ -21,8 +27,9 @@ UdpFlowTable::Admission UdpFlowTable::Admit(const net::IpAddress& source) {
 }
 
 void UdpFlowTable::Insert(Entry& flow) {
-  (void)sources_.TryAdd(flow.source());  // Admit checked the cap
   flow.position_ = lru_.insert(lru_.end(), &flow);
+  std::list<Entry*>& own = by_source_[flow.source()];
+  flow.source_position_ = own.insert(own.end(), &flow);
   flow.linked_ = true;
   if (fds_ != nullptr) {
     fds_->Take(1);
@@ -32,6 +39,8 @@ void UdpFlowTable::Insert(Entry& flow) {
 void UdpFlowTable::Touch(Entry& flow) {
   if (flow.linked_) {
     lru_.splice(lru_.end(), lru_, flow.position_);
+    std::list<Entry*>& own = by_source_[flow.source()];
+    own.splice(own.end(), own, flow.source_position_);
   }
 }
 
@@ -40,8 +49,12 @@ void UdpFlowTable::Erase(Entry& flow) {
     return;
   }
   lru_.erase(flow.position_);
+  auto own = by_source_.find(flow.source());
+  own->second.erase(flow.source_position_);
+  if (own->second.empty()) {
+    by_source_.erase(own);
+  }
   flow.linked_ = false;
-  sources_.Remove(flow.source());
   if (fds_ != nullptr) {
     fds_->Give(1);
   }
@@ -51,11 +64,14 @@ bool UdpFlowTable::EvictOldest() {
   if (lru_.empty()) {
     return false;
   }
-  Entry* oldest = lru_.front();
-  ++evictions_;
-  Erase(*oldest);  // first: the owner may free it in Evict
-  oldest->Evict();
+  Evict(*lru_.front());
   return true;
+}
+
+void UdpFlowTable::Evict(Entry& flow) {
+  ++evictions_;
+  Erase(flow);  // first: the owner may free it in Evict
+  flow.Evict();
 }
 
 }  // namespace sluice::proxy

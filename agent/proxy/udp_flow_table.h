@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <list>
 
+#include "absl/container/flat_hash_map.h"
+
 #include "agent/net/address.h"
 #include "agent/proxy/admission.h"
 
@@ -11,9 +13,11 @@ namespace sluice::proxy {
 
 // A worker's UDP flows across all of its listeners, least recently used first, with a cap on
 // their number and one per client IP. A full table (or an exhausted FdBudget) makes room by
-// closing the flow idle the longest instead of refusing the new client: a flood of new source
-// ports then costs old idle flows their socket, never the service to everyone. The per-source
-// cap keeps one client from owning the table. Thread: owning worker loop.
+// closing the flow idle the longest instead of refusing the new client; a client at its own cap
+// gives up its own flow idle the longest. A flood of new source ports then costs the flooder's
+// old flows their socket (or, past the table, old idle flows), never the service to everyone,
+// and many clients behind one address (a NAT, another node's SNAT) keep being served.
+// Thread: owning worker loop.
 class UdpFlowTable final {
  public:
   // A flow as the table sees it. Its owner inserts it after Admit, touches it per datagram and
@@ -30,13 +34,13 @@ class UdpFlowTable final {
    private:
     friend class UdpFlowTable;
     const net::IpAddress source_;
-    std::list<Entry*>::iterator position_;
+    std::list<Entry*>::iterator position_;         // in lru_
+    std::list<Entry*>::iterator source_position_;  // in its source's list
     bool linked_ = false;
   };
 
   enum class Admission {
     kAdmitted,      // room made (evicting if needed): Insert the new flow
-    kSourceLimit,   // the client IP holds max_per_source flows
     kNoDescriptor,  // the FdBudget is spent and this worker has no flow to give back
   };
 
@@ -53,15 +57,18 @@ class UdpFlowTable final {
 
   size_t size() const { return lru_.size(); }
   size_t evictions() const { return evictions_; }
-  size_t FlowsOf(const net::IpAddress& source) const { return sources_.Count(source); }
+  size_t FlowsOf(const net::IpAddress& source) const;
 
  private:
   bool EvictOldest();
+  void Evict(Entry& flow);
 
   const size_t max_flows_;
+  const size_t max_per_source_;
   FdBudget* const fds_;
   std::list<Entry*> lru_;  // front: idle the longest
-  SourceCounter sources_;
+  // Each client IP's flows, likewise ordered; no empty lists.
+  absl::flat_hash_map<net::IpAddress, std::list<Entry*>> by_source_;
   size_t evictions_ = 0;
 };
 

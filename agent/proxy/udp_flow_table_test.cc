@@ -68,16 +68,18 @@ TEST_F(UdpFlowTableTest, FullTableEvictsTheLeastRecentlyUsed) {
   EXPECT_EQ(table.FlowsOf(Ip("10.0.0.2")), 0u);
 }
 
-TEST_F(UdpFlowTableTest, SourceCapRefusesOnlyThatSource) {
+// A client at its cap gives up its own flow idle the longest; nobody else's.
+TEST_F(UdpFlowTableTest, SourceCapEvictsThatSourcesOldestFlow) {
   UdpFlowTable& table = Make(/*max_flows=*/100, /*max_per_source=*/2);
-  ASSERT_NE(Open(table, "10.0.0.1", "a1"), nullptr);
+  FakeFlow* a1 = Open(table, "10.0.0.1", "a1");
+  ASSERT_NE(Open(table, "10.0.0.2", "b"), nullptr);
   ASSERT_NE(Open(table, "10.0.0.1", "a2"), nullptr);
-  EXPECT_EQ(table.Admit(Ip("10.0.0.1")), UdpFlowTable::Admission::kSourceLimit);
-  EXPECT_NE(Open(table, "10.0.0.2", "b"), nullptr);
-  EXPECT_TRUE(evicted_.empty());
-  flows_.erase(flows_.begin());  // a1 closes: its source may open one again
-  EXPECT_NE(Open(table, "10.0.0.1", "a3"), nullptr);
+  table.Touch(*a1);  // a2 is now 10.0.0.1's oldest; b is the table's
+  ASSERT_NE(Open(table, "10.0.0.1", "a3"), nullptr);
+  EXPECT_EQ(evicted_, std::vector<std::string>{"a2"});
   EXPECT_EQ(table.FlowsOf(Ip("10.0.0.1")), 2u);
+  EXPECT_EQ(table.FlowsOf(Ip("10.0.0.2")), 1u);
+  EXPECT_EQ(table.size(), 3u);
 }
 
 TEST_F(UdpFlowTableTest, SpentDescriptorBudgetEvictsThenRefuses) {

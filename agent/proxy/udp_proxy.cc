@@ -55,9 +55,9 @@ class UdpProxy::Flow final : public event::DeferredDeletable, public UdpFlowTabl
 
 namespace {
 
-constexpr const char* kDropNames[] = {"no_endpoint",     "flow_limit",    "source_limit",
-                                      "backend_refused", "backend_error", "socket_error",
-                                      "send_failed",     "truncated",     "source_range"};
+constexpr const char* kDropNames[] = {"no_endpoint",   "flow_limit",   "backend_refused",
+                                      "backend_error", "socket_error", "send_failed",
+                                      "truncated",     "source_range"};
 
 // A connected socket makes the kernel filter the backend's replies for us and report its ICMP
 // errors (ECONNREFUSED on port unreachable) on the flow: an unconnected UDP socket without
@@ -306,9 +306,6 @@ UdpProxy::Flow* UdpProxy::FlowFor(const net::SocketAddress& client, msghdr& hdr)
   switch (table_.Admit(client.ip())) {
     case UdpFlowTable::Admission::kAdmitted:
       return OpenFlow(client, hdr);
-    case UdpFlowTable::Admission::kSourceLimit:
-      Count(Drop::kSourceLimit);
-      return nullptr;
     case UdpFlowTable::Admission::kNoDescriptor:
       Count(Drop::kFlowLimit);
       return nullptr;

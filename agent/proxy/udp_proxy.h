@@ -99,7 +99,6 @@ class UdpProxy final {
   enum class Drop {
     kNoEndpoint,      // no route, or the balancer has nothing to pick
     kFlowLimit,       // no flow to evict for a new client's socket (the FdBudget is spent)
-    kSourceLimit,     // the client IP holds max_flows_per_source flows: no new one
     kBackendRefused,  // ICMP port unreachable from the backend: the flow is closed
     kBackendError,    // another ICMP error (host/net unreachable): the flow is closed
     kSocketError,     // no backend socket (EMFILE, ENOBUFS) or connect(2) failed

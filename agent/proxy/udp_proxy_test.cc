@@ -328,7 +328,9 @@ TEST_F(UdpProxyTest, FullTableEvictsTheLeastRecentlyUsedFlow) {
   EXPECT_EQ(metrics_.udp_flows_total.Value(), 3);
 }
 
-TEST_F(UdpProxyTest, SourceLimitDropsNewFlowsOfOneClientOnly) {
+// A client IP at its cap gives up its own least recently used flow for a new one; another
+// client's flow is untouched.
+TEST_F(UdpProxyTest, SourceLimitRecyclesTheClientsOwnOldestFlow) {
   base::UniqueFd backend = UdpSocket();
   base::UniqueFd a = UdpSocket("127.0.0.1:0");
   base::UniqueFd b = UdpSocket("127.0.0.1:0");
@@ -336,14 +338,15 @@ TEST_F(UdpProxyTest, SourceLimitDropsNewFlowsOfOneClientOnly) {
   base::UniqueFd other = UdpSocket("127.0.0.3:0");
   StartProxy(MakeBalancer({Local(backend.get())}),
              UdpOptions{.max_flows = 16, .max_flows_per_source = 2});
+  const net::SocketAddress other_flow = Echo(other.get(), backend.get(), "other");
   Echo(a.get(), backend.get(), "a");
   Echo(b.get(), backend.get(), "b");
-  SendTo(c.get(), "c: a third flow of 127.0.0.1", service_);
-  ASSERT_TRUE(WaitUntil([&] { return Dropped("source_limit") == 1; }));
-  Echo(other.get(), backend.get(), "another client is served");
-  Echo(a.get(), backend.get(), "a kept its flow");
+  Echo(c.get(), backend.get(), "c: a third flow of 127.0.0.1");
+  EXPECT_EQ(metrics_.udp_flows_evicted.Value(), 1);
   EXPECT_EQ(Flows(), 3u);
-  EXPECT_EQ(metrics_.udp_flows_evicted.Value(), 0);
+  EXPECT_EQ(Echo(other.get(), backend.get(), "other kept its flow"), other_flow);
+  Echo(b.get(), backend.get(), "b kept its flow");
+  EXPECT_EQ(Dropped("flow_limit"), 0);
 }
 
 TEST_F(UdpProxyTest, RouteUpdateDropsFlowsToRemovedEndpoints) {
