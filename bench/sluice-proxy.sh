@@ -56,5 +56,7 @@ if [[ -n ${SLUICE_METRICS_DIR:-} ]]; then
   metrics=--metrics-bind-address=127.0.0.1:$mport
 fi
 # The bench's backend listens on loopback, which sluice refuses as an endpoint without the flag.
-exec "$agent" --source="file:$dir" --allow-loopback-endpoints --healthz-bind-address= "$metrics" \
-  --workers="$workers" --datapath="$datapath" "${lb[@]}"
+# $SLUICE_AGENT_FLAGS: more flags, e.g. --reuseport-sockets=0 for one shared listening socket.
+# shellcheck disable=SC2086
+exec "$agent" --source="file:$dir" --allow-loopback --healthz-bind-address= "$metrics" \
+  --workers="$workers" --datapath="$datapath" "${lb[@]}" ${SLUICE_AGENT_FLAGS:-}

@@ -65,10 +65,10 @@ if [[ -n $cg ]]; then
 else
   socket_lb=(--socket-lb=off --bpf-root=)
 fi
-# --allow-loopback-endpoints: the "pods" listen on 127.0.0.x, which the API server (and so
+# --allow-loopback: the "pods" listen on 127.0.0.x, which the API server (and so
 # sluice, by default) refuses as endpoint addresses.
 ./build/agent/sluice-agent --source=file:examples/ --hostname-override=local \
-  --allow-loopback-endpoints --state-dir="$work/state" \
+  --allow-loopback --state-dir="$work/state" \
   --healthz-bind-address=127.0.0.1:10256 --metrics-bind-address=127.0.0.1:10249 \
   "${socket_lb[@]}" &
 agent=$!

@@ -103,6 +103,7 @@ absl::Status Agent::StartDataPath() {
   dp.caps = {.max_listeners = static_cast<size_t>(opts_.max_listeners),
              .max_listeners_per_service = static_cast<size_t>(opts_.max_listeners_per_service)};
   dp.fd_reserve = opts_.fd_reserve;
+  dp.reuseport_sockets = static_cast<size_t>(opts_.reuseport_sockets);
   RETURN_IF_ERROR(ChooseDataPath(dp.workers));
   dp.worker.sockmap = sockmap_.get();
   if (dp.workers > 1) {
@@ -251,7 +252,7 @@ absl::StatusOr<std::unique_ptr<sources::EtcdSource>> Agent::CreateEtcdSource(
     }
     options.endpoints.push_back(std::move(endpoint));
   }
-  options.allow_loopback_endpoints = opts_.allow_loopback_endpoints;
+  options.allow_loopback = opts_.allow_loopback;
   options.prefix = opts_.etcd_prefix;
   options.ca_file = opts_.etcd_cafile;
   options.cert_file = opts_.etcd_certfile;
@@ -305,10 +306,10 @@ absl::Status Agent::Start() {
       etcd_sources_.push_back(std::move(source));
       continue;
     }
-    ASSIGN_OR_RETURN(auto source, sources::FileSource::Create(
-                                      opts_.source_specs[i].path,
-                                      {.allow_loopback_endpoints = opts_.allow_loopback_endpoints},
-                                      channels[i], *loop_, *source_metrics_));
+    ASSIGN_OR_RETURN(auto source,
+                     sources::FileSource::Create(opts_.source_specs[i].path,
+                                                 {.allow_loopback = opts_.allow_loopback},
+                                                 channels[i], *loop_, *source_metrics_));
     file_sources_.push_back(std::move(source));
   }
 
@@ -404,7 +405,7 @@ absl::Status Agent::StartKubeSource(config::SourceChannel* channel) {
                                     .master = opts_.master,
                                     .service_proxy_name = opts_.service_proxy_name,
                                     .node_name = opts_.node_name,
-                                    .allow_loopback_endpoints = opts_.allow_loopback_endpoints,
+                                    .allow_loopback = opts_.allow_loopback,
                                     .on_eligible = [this](bool e) { node_eligible_ = e; }};
   if (opts_.zone.empty()) {
     // --zone wins; otherwise the Node's label, which the proxier applies on the control plane.

@@ -50,9 +50,10 @@ void RegisterFlags(base::FlagSet& flags, AgentOptions& o) {
   flags.String("master", &o.master,
                "--source=kube: API server address, overriding the kubeconfig's (alone: with the "
                "pod's service account credentials when mounted)");
-  flags.Bool("allow-loopback-endpoints", &o.allow_loopback_endpoints,
-             "Accept EndpointSlice addresses on loopback (127.0.0.0/8, ::1), which the API "
-             "server refuses: for local demos and tests with backends on 127.0.0.x");
+  flags.Bool("allow-loopback", &o.allow_loopback,
+             "Accept EndpointSlice addresses (which the API server refuses there) and, from "
+             "the file and etcd sources, cluster IPs on loopback (127.0.0.0/8, ::1): for local "
+             "demos, tests and benchmarks");
   flags.String("healthz-bind-address", &o.healthz_bind_address,
                "IP:PORT for /healthz and /livez; empty disables");
   flags.String("metrics-bind-address", &o.metrics_bind_address,
@@ -103,6 +104,9 @@ void RegisterFlags(base::FlagSet& flags, AgentOptions& o) {
   flags.Int("max-listeners-per-service", &o.max_listeners_per_service,
             "Listening addresses one Service may take (all of its ports); a Service over it is "
             "not served (sluice_unserved_service_ports, /debug/services)");
+  flags.Int("reuseport-sockets", &o.reuseport_sockets,
+            "Sockets of per-worker SO_REUSEPORT groups, which spread new TCP connections over "
+            "the workers in turn; TCP addresses beyond it get one socket all workers watch");
   flags.Int("fd-reserve", &o.fd_reserve,
             "File descriptors the data path leaves free for the control plane (API watches, "
             "status servers, files, the tunnel agent), at most half the process's limit");
@@ -324,12 +328,13 @@ absl::Status Validate(AgentOptions& o) {
   }
   if (o.max_connections_per_worker < 1 || o.udp_max_flows_per_worker < 1 ||
       o.max_source_connections_per_worker < 1 || o.udp_max_source_flows_per_worker < 1 ||
-      o.max_listeners < 1 || o.max_listeners_per_service < 1 || o.fd_reserve < 0) {
+      o.max_listeners < 1 || o.max_listeners_per_service < 1 || o.fd_reserve < 0 ||
+      o.reuseport_sockets < 0) {
     return absl::InvalidArgumentError(
         "--max-connections-per-worker, --udp-max-flows-per-worker, "
         "--max-source-connections-per-worker, --udp-max-source-flows-per-worker, "
-        "--max-listeners and --max-listeners-per-service must be positive, --fd-reserve not "
-        "negative");
+        "--max-listeners and --max-listeners-per-service must be positive, --fd-reserve and "
+        "--reuseport-sockets not negative");
   }
   if (o.workers < 0 || o.workers > 1024) {
     return absl::InvalidArgumentError("--workers must be between 0 and 1024");

@@ -39,7 +39,7 @@ struct AgentOptions {
   std::string master;
   // Endpoint addresses on loopback accepted from every source (the API server refuses them):
   // for local demos and tests whose backends listen on 127.0.0.x.
-  bool allow_loopback_endpoints = false;
+  bool allow_loopback = false;
   std::string healthz_bind_address = "0.0.0.0:10256";
   std::string metrics_bind_address = "127.0.0.1:10249";
   absl::Duration sync_period = absl::Seconds(30);
@@ -63,6 +63,7 @@ struct AgentOptions {
   int64_t max_listeners = 32768;
   int64_t max_listeners_per_service = 4096;
   int64_t fd_reserve = 4096;  // descriptors the data path leaves to the control plane
+  int64_t reuseport_sockets = 4096;
   // "auto": the sockmap fast path if the startup probe passes, else splice; "splice"; or
   // "sockmap": fail at start unless the probe passes.
   std::string datapath = "auto";

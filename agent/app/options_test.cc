@@ -88,11 +88,10 @@ TEST_F(OptionsTest, StrictArpByDefaultRecordedUnderAnAbsoluteStateDir) {
   ASSERT_TRUE(Parse({"--source=file:" + dir_}).ok());
   EXPECT_TRUE(opts_.strict_arp);
   EXPECT_EQ(opts_.state_dir, "/run/sluice");
-  EXPECT_FALSE(opts_.allow_loopback_endpoints);
-  ASSERT_TRUE(
-      Parse({"--source=file:" + dir_, "--strict-arp=false", "--allow-loopback-endpoints"}).ok());
+  EXPECT_FALSE(opts_.allow_loopback);
+  ASSERT_TRUE(Parse({"--source=file:" + dir_, "--strict-arp=false", "--allow-loopback"}).ok());
   EXPECT_FALSE(opts_.strict_arp);
-  EXPECT_TRUE(opts_.allow_loopback_endpoints);
+  EXPECT_TRUE(opts_.allow_loopback);
   absl::Status st = Parse({"--source=file:" + dir_, "--state-dir=run/sluice"});
   EXPECT_NE(st.message().find("--state-dir must be an absolute path"), std::string::npos) << st;
   // --init-only needs no source: it only raises the sysctls.

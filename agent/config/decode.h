@@ -54,9 +54,10 @@ struct AddressPolicy {
   // sources, which no API server guards: there all four address fields refuse every special
   // range, and all of multicast (224.0.0.0/4, ff00::/8), not only link-local multicast.
   bool api_validated = false;
-  // Endpoint addresses on loopback (127.0.0.0/8, ::1) accepted: --allow-loopback-endpoints, for
-  // local demos and tests whose backends listen on 127.0.0.x. The API server refuses them.
-  bool allow_loopback_endpoints = false;
+  // Endpoint addresses and cluster IPs on loopback (127.0.0.0/8, ::1) accepted:
+  // --allow-loopback, for local demos, tests and benchmarks whose backends (or services) live
+  // on 127.0.0.x. The API server refuses loopback endpoints.
+  bool allow_loopback = false;
 };
 
 // Decodes a manifest holding one object, a `kind: List` (or any `*List`) with `items`, a JSON

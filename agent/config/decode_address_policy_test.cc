@@ -20,7 +20,7 @@ using testing::Ip;
 
 constexpr AddressPolicy kFile{};  // also the etcd source's
 constexpr AddressPolicy kKube{.api_validated = true};
-constexpr AddressPolicy kFileLoopback{.allow_loopback_endpoints = true};
+constexpr AddressPolicy kFileLoopback{.allow_loopback = true};
 
 std::string ServiceWith(const std::string& spec, const std::string& status = "{}") {
   return absl::StrCat(R"({"apiVersion":"v1","kind":"Service","metadata":{"name":"web"},)",
@@ -109,6 +109,10 @@ TEST(DecodeAddressPolicyTest, ClusterIpsAndIngressAreCheckedWithoutAnApiServer) 
                                 R"({"loadBalancer":{"ingress":[{"ip":"203.0.113.7"}]}})"),
                     kFile),
             "ok");
+  // --allow-loopback opens loopback cluster IPs (the bench's loopback topology), nothing else.
+  EXPECT_EQ(Verdict(ServiceWith(R"({"clusterIP":"127.0.0.1"})"), kFileLoopback), "ok");
+  EXPECT_NE(Verdict(ServiceWith(R"({"clusterIP":"0.0.0.0"})"), kFileLoopback), "ok");
+  EXPECT_NE(Verdict(ServiceWith(R"({"externalIPs":["127.0.0.1"]})"), kFileLoopback), "ok");
 }
 
 TEST(DecodeAddressPolicyTest, EndpointAddresses) {
@@ -127,14 +131,13 @@ TEST(DecodeAddressPolicyTest, EndpointAddresses) {
             "EndpointSlice default/web-1: endpoints[0].addresses[1]: may not be in the "
             R"(loopback range (127.0.0.0/8, ::1/128), got "127.0.0.2")");
   EXPECT_NE(Verdict(SliceWith("IPv6", "::1"), kKube), "ok");
-  // --allow-loopback-endpoints: loopback only, nothing else opens up.
+  // --allow-loopback: loopback only, nothing else opens up.
   Manifest m = Decode(SliceWith("IPv4", "127.0.0.2"), Format::kAuto, kFileLoopback);
   ASSERT_EQ(m.endpoint_slices.size(), 1u);
   EXPECT_EQ(m.endpoint_slices[0]->endpoints[0].addresses,
             (std::vector<net::IpAddress>{Ip("10.1.0.1"), Ip("127.0.0.2")}));
-  EXPECT_EQ(
-      Verdict(SliceWith("IPv6", "::1"), {.api_validated = true, .allow_loopback_endpoints = true}),
-      "ok");
+  EXPECT_EQ(Verdict(SliceWith("IPv6", "::1"), {.api_validated = true, .allow_loopback = true}),
+            "ok");
   EXPECT_EQ(Verdict(SliceWith("IPv4", "239.0.0.1"), kKube), "ok");
   EXPECT_NE(Verdict(SliceWith("IPv4", "239.0.0.1"), kFileLoopback), "ok");
   // FQDN endpoints carry names, not addresses.

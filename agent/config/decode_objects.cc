@@ -126,7 +126,8 @@ unsigned RefusedRanges(const AddressPolicy& policy, AddressField field) {
   } else if (!policy.api_validated) {
     refused |= kMulticast;
   }
-  if (field == AddressField::kEndpoint && policy.allow_loopback_endpoints) {
+  if ((field == AddressField::kEndpoint || field == AddressField::kClusterIp) &&
+      policy.allow_loopback) {
     refused &= ~static_cast<unsigned>(kLoopback);
   }
   return refused;

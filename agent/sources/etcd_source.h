@@ -25,7 +25,7 @@ struct EtcdSourceOptions {
   std::string cert_file;
   std::string key_file;
   // No API server validated what is stored here: config::AddressPolicy's strict rules apply.
-  bool allow_loopback_endpoints = false;
+  bool allow_loopback = false;
 };
 
 // --source=etcd:URL[,URL...]. Reads Services and EndpointSlices stored as Kubernetes JSON under

@@ -199,8 +199,8 @@ absl::StatusOr<std::unique_ptr<KubeSource>> KubeSource::Create(Options options,
        .path = "/apis/discovery.k8s.io/v1/endpointslices",
        .label_selector = selector},
   };
-  const config::AddressPolicy policy{
-      .api_validated = true, .allow_loopback_endpoints = source->options_.allow_loopback_endpoints};
+  const config::AddressPolicy policy{.api_validated = true,
+                                     .allow_loopback = source->options_.allow_loopback};
   source->handlers_.push_back(std::make_unique<ObjectMirror<ServiceKind>>(
       channel, source->metrics_, policy, [self] { self->OnKindListed(); }));
   source->handlers_.push_back(std::make_unique<ObjectMirror<EndpointSliceKind>>(

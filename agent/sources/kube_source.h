@@ -38,9 +38,9 @@ class KubeSource final {
     std::string master;
     std::string service_proxy_name;
     std::string node_name;
-    // Endpoint addresses on loopback accepted (--allow-loopback-endpoints); see
+    // Endpoint addresses on loopback accepted (--allow-loopback); see
     // config::AddressPolicy. The API server's other address rules apply to this source too.
-    bool allow_loopback_endpoints = false;
+    bool allow_loopback = false;
     // Receives the Node's topology.kubernetes.io/zone label ("" when unlabelled) when first
     // read and on every change, on a watcher thread. The Node is watched when this or
     // on_eligible is set.

@@ -218,7 +218,7 @@ TEST_F(FileSourceIntegrationTest, EmptyDirectoryIsHealthy) {
 
 // No API server checks these files, so the agent refuses what it would (and more), naming the
 // object and field: a wildcard or loopback listener, a loopback backend without
-// --allow-loopback-endpoints. The rest of the files applies.
+// --allow-loopback. The rest of the files applies.
 TEST_F(FileSourceIntegrationTest, SpecialAddressesAreRefusedWithTheFieldNamed) {
   Write("web.yaml", Service("web", "10.96.0.10", 80) + "---\n" + Slice("web", "10.0.0.1"));
   Write("bad.yaml", Service("loop", "10.96.0.11", 80) + "  externalIPs: [\"127.0.0.1\"]\n---\n" +

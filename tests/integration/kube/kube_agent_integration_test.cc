@@ -111,7 +111,7 @@ TEST_F(KubeAgentTest, RunsAsKubeProxyWithKubeadmsConfigMapOrKubeProxysFlags) {
   // Runs kube-proxy with `args`; checks the service, /healthz on `healthz_port`, /metrics.
   auto run = [&](std::vector<std::string> args, int healthz_port) {
     args.insert(args.begin(), kube_proxy);
-    args.insert(args.end(), {"--socket-lb=off", "--bpf-root=", "--allow-loopback-endpoints",
+    args.insert(args.end(), {"--socket-lb=off", "--bpf-root=", "--allow-loopback",
                              "--state-dir=" + dir_ + "/.state"});
     agent_ = std::make_unique<Subprocess>(args);
     ASSERT_TRUE(WaitListener("tcp/10.96.0.10:80", true, absl::Seconds(20))) << agent_->Output();
