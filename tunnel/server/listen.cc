@@ -73,8 +73,12 @@ absl::StatusOr<base::UniqueFd> ListenUnix(const std::string& path, bool delete_e
   if (!fd) {
     return base::ErrnoStatus(errno, "socket(AF_UNIX)");
   }
-  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      chmod(path.c_str(), 0770) != 0 || listen(fd.get(), 4096) != 0) {
+  int rc;
+  {
+    ScopedUmask mode(kUnixSocketUmask);
+    rc = bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  }
+  if (rc != 0 || listen(fd.get(), 4096) != 0) {
     return base::ErrnoStatus(errno, absl::StrCat("listen unix ", path));
   }
   return fd;

@@ -78,12 +78,17 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcFrontend(const ServerOpti
   }
   b.RegisterService(&service);
   CommonArgs(b, o.frontend_keepalive_time);
-  auto server = b.BuildAndStart();
+  std::unique_ptr<grpc::Server> server;
+  {
+    // gRPC binds the Unix socket inside BuildAndStart, on this thread.
+    std::optional<ScopedUmask> mode;
+    if (!o.uds_name.empty()) {
+      mode.emplace(kUnixSocketUmask);
+    }
+    server = b.BuildAndStart();
+  }
   if (!server) {
     return absl::UnavailableError("listen (frontend) " + addr + ": failed");
-  }
-  if (!o.uds_name.empty() && chmod(o.uds_name.c_str(), 0770) != 0) {
-    return base::ErrnoStatus(errno, "chmod " + o.uds_name);
   }
   return server;
 }
