@@ -24,7 +24,7 @@ constexpr size_t kReadChunk = 4096;
 // (RFC 9112 section 9.6). Bounded in bytes here and in time by ServerLimits::linger_timeout.
 constexpr size_t kMaxDrain = 64 * 1024;
 
-std::string_view Reason(int code) {
+const char* Reason(int code) {
   switch (code) {
     case 200:
       return "OK";
