@@ -88,10 +88,7 @@ TEST(AcceptorTest, AcceptsEveryQueuedConnectionWithItsPeer) {
                          peer_families.push_back(peer.ss_family);
                        });
   ASSERT_TRUE(acceptor.ok()) << acceptor.status();
-  std::vector<base::UniqueFd> clients;
-  for (int i = 0; i < 3; ++i) {
-    clients.push_back(Connect(port));
-  }
+  base::UniqueFd clients[] = {Connect(port), Connect(port), Connect(port)};
   for (int i = 0; i < 100 && peer_families.size() < 3; ++i) {
     (*loop)->RunOnce(absl::Seconds(1));
   }
