@@ -48,8 +48,11 @@ struct ServerLimits {
 // metrics, debug), as sluice-agent, sluice-tunnel-server and sluice-proxy-agent serve them.
 // Owns the bound socket and one event-loop thread that serves every connection: a client that
 // sends slowly or never reads costs one fd and a bounded buffer, never a thread, so it cannot
-// starve a kubelet probe (cpp-httplib gave each connection one of two handler threads, and two
-// slow-header clients made /healthz time out). See ServerLimits for what a client can hold.
+// starve a kubelet probe. It replaces cpp-httplib, which holds a pool thread per connection for
+// as long as the request takes to arrive, with a timeout per read rather than per request, and
+// has no per-source limit: two slow-header clients held both threads and /healthz timed out
+// (issue 26). The request reader is ours (request_head.h): request line and header fields only,
+// since these routes take no bodies. See ServerLimits for what a client can hold.
 // Thread: Create and the destructor on any one thread; handlers run on the server's thread and
 // must be thread-safe, and quick: they hold up the server's other clients while they run.
 class StatusServer final {
