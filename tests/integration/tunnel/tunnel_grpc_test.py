@@ -4,6 +4,7 @@ Python grpcio client, against real sluice-tunnel-server and sluice-proxy-agent p
 
 import os
 import signal
+import socket
 import threading
 import time
 import unittest
@@ -42,6 +43,24 @@ class GrpcTunnelTest(h.TestCase):
         self.assertIn(b"hello from backend", body)
         t.cancel()
         h.wait_until(lambda: s.metric("konnectivity_network_proxy_server_established_connections") == 0)
+
+    def test_slow_clients_leave_health_answering(self):
+        # Issue 26, row 4, for both tunnel binaries: connections that never finish a request
+        # (more than cpp-httplib's two handler threads) and probes still answered.
+        s, a = self.up()
+        slow = []
+        for port in (s.health_port, a.health_port):
+            for _ in range(4):
+                c = socket.create_connection(("127.0.0.1", port))
+                c.sendall(b"GET /healthz HTTP/1.1\r\nHost: node\r\n")
+                slow.append(c)
+        try:
+            for port in (s.health_port, a.health_port):
+                for _ in range(3):
+                    self.assertEqual(h.http_get("http://127.0.0.1:%d/healthz" % port)[0], 200)
+        finally:
+            for c in slow:
+                c.close()
 
     def test_explicit_close_gets_close_rsp(self):
         s, _ = self.up()
