@@ -17,6 +17,23 @@
 
 namespace sluice::tunnel::server {
 
+namespace {
+
+// Sets the process umask for its lifetime: a socket file takes mode 0777 & ~umask at bind(2).
+// The umask is process-wide, so this is held only around that one call, at startup.
+class ScopedUmask final {
+ public:
+  explicit ScopedUmask(mode_t mask) : saved_(umask(mask)) {}
+  ~ScopedUmask() { umask(saved_); }
+  ScopedUmask(const ScopedUmask&) = delete;
+  ScopedUmask& operator=(const ScopedUmask&) = delete;
+
+ private:
+  const mode_t saved_;
+};
+
+}  // namespace
+
 absl::StatusOr<base::UniqueFd> ListenTcp(const std::string& host, int port) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -75,7 +92,7 @@ absl::StatusOr<base::UniqueFd> ListenUnix(const std::string& path, bool delete_e
   }
   int rc;
   {
-    ScopedUmask mode(kUnixSocketUmask);
+    ScopedUmask mode(0007);  // 0770
     rc = bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
   }
   if (rc != 0 || listen(fd.get(), 4096) != 0) {
