@@ -34,7 +34,7 @@ class ScopedUmask final {
 
 }  // namespace
 
-absl::StatusOr<base::UniqueFd> ListenTcp(const std::string& host, int port) {
+absl::StatusOr<base::UniqueFd> ListenTcp(const std::string& host, int port, bool reuseport) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -53,6 +53,8 @@ absl::StatusOr<base::UniqueFd> ListenTcp(const std::string& host, int port) {
   if (!fd) {
     err = errno;
   } else if (setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+             (reuseport &&
+              setsockopt(fd.get(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0) ||
              bind(fd.get(), res->ai_addr, res->ai_addrlen) != 0 || listen(fd.get(), 4096) != 0) {
     err = errno;
   }

@@ -10,7 +10,9 @@
 namespace sluice::tunnel::server {
 
 // A non-blocking listening TCP socket on host:port ("" = all addresses, port 0 = any).
-absl::StatusOr<base::UniqueFd> ListenTcp(const std::string& host, int port);
+// `reuseport`: SO_REUSEPORT, as gRPC sets on its listeners, so that servers of one user may share
+// a port (the kernel spreads connections among them).
+absl::StatusOr<base::UniqueFd> ListenTcp(const std::string& host, int port, bool reuseport = false);
 
 // Makes `path` free for a Unix socket: a stale socket file is removed; any other file is
 // removed only with `delete_existing`, else it is an error.

@@ -71,15 +71,16 @@ absl::StatusOr<GrpcServing> StartGrpc(grpc::ServerBuilder& b, base::UniqueFd fd,
 }
 
 // An empty bind address is every address of both families, as gRPC's "0.0.0.0:port" and Go's
-// ":port" are: one dual-stack socket, or IPv4 alone where the node has no IPv6.
+// ":port" are: one dual-stack socket, or IPv4 alone where the node has no IPv6. SO_REUSEPORT as
+// gRPC had it: servers may share an agent port.
 absl::StatusOr<base::UniqueFd> ListenGrpc(const std::string& host, int64_t port) {
   if (host.empty()) {
-    auto dual = ListenTcp("::", static_cast<int>(port));
+    auto dual = ListenTcp("::", static_cast<int>(port), /*reuseport=*/true);
     if (dual.ok()) {
       return dual;
     }
   }
-  return ListenTcp(host.empty() ? "0.0.0.0" : host, static_cast<int>(port));
+  return ListenTcp(host.empty() ? "0.0.0.0" : host, static_cast<int>(port), /*reuseport=*/true);
 }
 
 absl::StatusOr<GrpcServing> StartAgentServer(const ServerOptions& o, AgentService& service,
