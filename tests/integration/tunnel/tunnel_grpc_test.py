@@ -5,6 +5,7 @@ Python grpcio client, against real sluice-tunnel-server and sluice-proxy-agent p
 import os
 import signal
 import socket
+import subprocess
 import threading
 import time
 import unittest
@@ -61,6 +62,25 @@ class GrpcTunnelTest(h.TestCase):
         finally:
             for c in slow:
                 c.close()
+
+    def test_agent_port_survives_running_out_of_descriptors(self):
+        # Issue 26, item 8: gRPC 1.51's own accept loop stops for good at the first EMFILE
+        # (grpc/grpc#20418), locking every agent out until a restart. Ours pauses and resumes.
+        s = self.env.server()
+        pid = s.proc.p.pid
+        fds = lambda: len(os.listdir("/proc/%d/fd" % pid))
+        with open("/proc/%d/limits" % pid) as f:
+            soft, hard = [l.split()[3:5] for l in f if l.startswith("Max open files")][0]
+        subprocess.run(["prlimit", "--pid", str(pid), "--nofile=%d:%s" % (fds() + 16, hard)],
+                       check=True)
+        flood = [socket.create_connection(("127.0.0.1", s.agent_port)) for _ in range(64)]
+        h.wait_until(lambda: "Too many open files" in s.proc.output(), what="EMFILE at accept")
+        for c in flood:
+            c.close()
+        subprocess.run(["prlimit", "--pid", str(pid), "--nofile=%s:%s" % (soft, hard)], check=True)
+        a = self.env.agent(s)
+        h.wait_until(a.ready, timeout=20, what="an agent connected after the shortage")
+        h.wait_until(s.ready, what="server ready")
 
     def test_explicit_close_gets_close_rsp(self):
         s, _ = self.up()
