@@ -102,6 +102,16 @@ Response Get(const UniqueFd& fd, const std::string& path) {
   return Read(fd, buf);
 }
 
+// One connection from each of `sources`, each served once: accepted and counted by the server.
+std::vector<UniqueFd> Served(const std::vector<std::string>& sources, int port) {
+  std::vector<UniqueFd> held;
+  for (const std::string& source : sources) {
+    held.push_back(ConnectFrom(source, port));
+    EXPECT_EQ(Get(held.back(), "/healthz").code, 200) << source;
+  }
+  return held;
+}
+
 // The server closed the connection: EOF or a reset, not a read that timed out.
 bool ClosedByServer(const UniqueFd& fd) {
   char c;
@@ -215,11 +225,7 @@ TEST(StatusServerLimitsTest, ConnectionsOverThePerSourceCapAreClosed) {
   limits.max_per_source = 3;
   auto server = StatusServer::Create("127.0.0.1", 0, HealthRoutes(), limits);
   ASSERT_TRUE(server.ok()) << server.status();
-  std::vector<UniqueFd> held;
-  for (int i = 0; i < 3; ++i) {
-    held.push_back(ConnectFrom("127.0.0.2", (*server)->port()));
-    ASSERT_EQ(Get(held.back(), "/healthz").code, 200);  // accepted and counted
-  }
+  std::vector<UniqueFd> held = Served({"127.0.0.2", "127.0.0.2", "127.0.0.2"}, (*server)->port());
   UniqueFd extra = ConnectFrom("127.0.0.2", (*server)->port());
   EXPECT_TRUE(ClosedByServer(extra));
   UniqueFd other = ConnectFrom("127.0.0.3", (*server)->port());
@@ -234,11 +240,8 @@ TEST(StatusServerLimitsTest, AtTheConnectionCapTheOldestMakesRoom) {
   limits.max_connections = 4;
   auto server = StatusServer::Create("127.0.0.1", 0, HealthRoutes(), limits);
   ASSERT_TRUE(server.ok()) << server.status();
-  std::vector<UniqueFd> held;
-  for (int source = 2; source <= 5; ++source) {
-    held.push_back(ConnectFrom(absl::StrCat("127.0.0.", source), (*server)->port()));
-    ASSERT_EQ(Get(held.back(), "/healthz").code, 200);
-  }
+  std::vector<UniqueFd> held =
+      Served({"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"}, (*server)->port());
   UniqueFd probe = ConnectFrom("127.0.0.1", (*server)->port());
   EXPECT_EQ(Get(probe, "/healthz").code, 200);
   EXPECT_TRUE(ClosedByServer(held[0]));
