@@ -11,8 +11,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view input(reinterpret_cast<const char*>(data), size);
   constexpr size_t kMax = 512;
   const sluice::http::ParsedHead p = sluice::http::ParseRequestHead(input, kMax);
-  const bool known = p.status == -1 || p.status == 0 || p.status == 400 || p.status == 431 ||
-                     p.status == 505;
+  const bool known =
+      p.status == -1 || p.status == 0 || p.status == 400 || p.status == 431 || p.status == 505;
   // An accepted head lies inside the input and the limit; an incomplete one never reaches it.
   if (!known || (p.status == 0 && (p.size == 0 || p.size > input.size() || p.size > kMax)) ||
       (p.status == -1 && input.size() >= kMax)) {
