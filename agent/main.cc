@@ -72,7 +72,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (opts.kube_proxy.init_only) {
-    LOG(INFO) << "--init-only: sluice needs no separate privileged initialisation; exiting";
+    if (absl::Status st = sluice::app::Agent::InitOnly(opts); !st.ok()) {
+      LOG(ERROR) << "--init-only: " << st;
+      return 1;
+    }
     return 0;
   }
   auto agent = sluice::app::Agent::Create(opts);

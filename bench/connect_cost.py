@@ -115,7 +115,8 @@ def run(args):
         metrics_port = benchkit.free_port()
         log = open(os.path.join(workdir, "agent.log"), "w")
         agent = subprocess.Popen(
-            [args.agent, f"--source=file:{workdir}", "--healthz-bind-address=",
+            [args.agent, f"--source=file:{workdir}", "--allow-loopback-endpoints",
+             "--healthz-bind-address=",
              f"--metrics-bind-address=127.0.0.1:{metrics_port}", "--workers=1",
              "--socket-lb=on", f"--socket-lb-cgroup={hooked.path}", "--bpf-root="]
             + args.agent_arg, stdout=log, stderr=subprocess.STDOUT)

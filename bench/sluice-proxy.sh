@@ -55,5 +55,6 @@ if [[ -n ${SLUICE_METRICS_DIR:-} ]]; then
   echo "$mport" >"$SLUICE_METRICS_DIR/$proto-$port-$mode.port"
   metrics=--metrics-bind-address=127.0.0.1:$mport
 fi
-exec "$agent" --source="file:$dir" --healthz-bind-address= "$metrics" \
+# The bench's backend listens on loopback, which sluice refuses as an endpoint without the flag.
+exec "$agent" --source="file:$dir" --allow-loopback-endpoints --healthz-bind-address= "$metrics" \
   --workers="$workers" --datapath="$datapath" "${lb[@]}"

@@ -13,9 +13,10 @@
 
 #include "sluice/bpf_abi.h"
 
-/* max_entries are set by the agent before load. Hash maps are not preallocated: an update
- * then links a new element and frees the old one after an RCU grace period, so a program that
- * looked up the old value keeps reading it whole (a preallocated element is recycled at once). */
+/* max_entries are set by the agent before load (socket storage has none). Hash maps are not
+ * preallocated: an update then links a new element and frees the old one after an RCU grace
+ * period, so a program that looked up the old value keeps reading it whole (a preallocated
+ * element is recycled at once). */
 
 /* frontend -> service (backend set, count, affinity). */
 struct {
@@ -52,7 +53,29 @@ struct {
 	__type(value, struct sluice_lb_sticky);
 } sluice_lb_stick SEC(".maps");
 
-/* (socket cookie, backend) -> service address, for recvmsg() and getpeername(). */
+/* The reverse translation, kept in each translated socket: freed with it, and no socket's pairs
+ * can push out another's (a node-wide LRU keyed by cookie was filled with dead entries by a
+ * socket(); sendto(); close() loop, evicting other sockets' pending replies). Two maps, so that
+ * a connected socket, the common case, carries one pair and not eight. */
+
+/* Connected socket -> (backend, service address). */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct sluice_lb_pair);
+} sluice_lb_conn SEC(".maps");
+
+/* Unconnected UDP socket -> its last SLUICE_LB_PAIRS (backend, service address) pairs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct sluice_lb_peers);
+} sluice_lb_dgram SEC(".maps");
+
+/* The previous version's (socket cookie, backend) -> service address LRU, when an upgraded
+ * agent finds it pinned (otherwise a 1-entry stand-in): read only, by sluice_*_adopt. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 1);
@@ -85,8 +108,10 @@ struct {
 /* Non-zero: translate only sockets of this network namespace (--socket-lb-host-netns-only). */
 const volatile __u64 host_netns = 0;
 
-/* Connected UDP sockets sluice_udp_reap closed (read by the agent). */
+/* Connected UDP sockets sluice_udp_reap closed, and connected sockets whose pair sluice_*_adopt
+ * copied (read by the agent). */
 __u64 reaped = 0;
+__u64 adopted = 0;
 
 static __always_inline void set_v4(__u8 *addr, __u32 ip4)
 {
@@ -201,6 +226,58 @@ static __always_inline struct sluice_lb_addr *pick(struct sluice_lb_svc *svc)
 	return bpf_map_lookup_elem(&sluice_lb_slot, &slot);
 }
 
+_Static_assert((SLUICE_LB_PAIRS & (SLUICE_LB_PAIRS - 1)) == 0, "a power of two: slots are masked");
+
+/* The slot of `be` among the socket's pairs, or -1. */
+static __always_inline int find_pair(const struct sluice_lb_peers *p,
+				     const struct sluice_lb_addr *be)
+{
+	if (!be->port)
+		return -1; /* no backend has port 0: it would match an empty slot */
+	for (int i = 0; i < SLUICE_LB_PAIRS; i++) {
+		if (addr_eq(&p->pair[i].backend, be))
+			return i;
+	}
+	return -1;
+}
+
+/* Records in the socket that replies from `be` are to look like they come from `front`. Returns
+ * 0, or -ENOMEM when the socket has no storage (the kernel refused the allocation, or the
+ * socket's option memory, net.core.optmem_max, is used up). Threads sending on one socket at
+ * once may race on a slot: a wrong pair then misleads only that socket. */
+static __always_inline int remember(struct bpf_sock_addr *ctx, const struct sluice_lb_addr *be,
+				    const struct sluice_lb_addr *front, int connecting)
+{
+	struct sluice_lb_pair *c;
+	struct sluice_lb_peers *p;
+	int at;
+
+	if (connecting) {
+		c = bpf_sk_storage_get(&sluice_lb_conn, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+		if (!c)
+			return -ENOMEM;
+		c->front = *front;
+		c->backend = *be;
+		return 0;
+	}
+	p = bpf_sk_storage_get(&sluice_lb_dgram, ctx->sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!p)
+		return -ENOMEM;
+	at = find_pair(p, be);
+	if (at < 0) {
+		at = __sync_fetch_and_add(&p->next, 1);
+		at &= SLUICE_LB_PAIRS - 1;
+		p->pair[at].front = *front;
+		p->pair[at].backend = *be;
+		return 0;
+	}
+	at &= SLUICE_LB_PAIRS - 1;
+	/* An unconnected UDP socket sends many datagrams: write only what changed. */
+	if (!addr_eq(&p->pair[at].front, front))
+		p->pair[at].front = *front;
+	return 0;
+}
+
 /* Rewrites the destination of a connect() or sendmsg() to a backend of the service it names.
  * Returns 0 (translated or not ours) or -ECONNREFUSED (the service has no backend). */
 static __always_inline int translate(struct bpf_sock_addr *ctx, int v6, int connecting)
@@ -210,8 +287,6 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, int v6, int conn
 	struct sluice_lb_addr *be = 0;
 	struct sluice_lb_svc *svc;
 	struct sluice_lb_client client = {};
-	struct sluice_lb_rev rev = {};
-	struct sluice_lb_addr *known;
 	__u64 now = 0;
 
 	if (ctx->protocol != IPPROTO_TCP && ctx->protocol != IPPROTO_UDP)
@@ -261,28 +336,38 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, int v6, int conn
 	 * socket; the agent gives each frontend backends of its own family only. */
 	if (!v6 && !is_v4_mapped(be->addr))
 		return 0;
-	rev.cookie = bpf_get_socket_cookie(ctx);
-	rev.backend = *be;
-	known = bpf_map_lookup_elem(&sluice_lb_rev, &rev);
-	/* An unconnected UDP socket sends many datagrams: write the reverse entry once. */
-	if (!known || !addr_eq(known, &front))
-		bpf_map_update_elem(&sluice_lb_rev, &rev, &front, BPF_ANY);
+	/* Without a reverse entry the client would see replies from the backend: leave the socket
+	 * untranslated, the proxy serves it. */
+	if (remember(ctx, be, &front, connecting))
+		return 0;
 	write_user(ctx, v6, be);
 	count(svc->id, 0);
 	return 0;
 }
 
-/* recvmsg() and getpeername(): a translated socket sees the service address as its peer. */
-static __always_inline void reverse(struct bpf_sock_addr *ctx, int v6)
+/* recvmsg() and getpeername(): a translated socket sees the service address as its peer. Only
+ * recvmsg() (`datagram`) looks at an unconnected socket's pairs. */
+static __always_inline void reverse(struct bpf_sock_addr *ctx, int v6, int datagram)
 {
-	struct sluice_lb_rev rev = {};
-	struct sluice_lb_addr *front;
+	struct sluice_lb_addr be;
+	struct sluice_lb_pair *c;
+	struct sluice_lb_peers *p;
+	int at;
 
-	read_user(ctx, v6, &rev.backend);
-	rev.cookie = bpf_get_socket_cookie(ctx);
-	front = bpf_map_lookup_elem(&sluice_lb_rev, &rev);
-	if (front)
-		write_user(ctx, v6, front);
+	read_user(ctx, v6, &be);
+	c = bpf_sk_storage_get(&sluice_lb_conn, ctx->sk, 0, 0);
+	if (c && addr_eq(&c->backend, &be)) {
+		write_user(ctx, v6, &c->front);
+		return;
+	}
+	if (!datagram)
+		return;
+	p = bpf_sk_storage_get(&sluice_lb_dgram, ctx->sk, 0, 0);
+	if (!p)
+		return; /* never translated by sendmsg() */
+	at = find_pair(p, &be);
+	if (at >= 0)
+		write_user(ctx, v6, &p->pair[at & (SLUICE_LB_PAIRS - 1)].front);
 }
 
 /* Hook verdicts: 1 lets the call go on; 0 fails it with the errno set here (EPERM without). */
@@ -321,53 +406,28 @@ int sluice_sendmsg6(struct bpf_sock_addr *ctx)
 SEC("cgroup/recvmsg4")
 int sluice_recvmsg4(struct bpf_sock_addr *ctx)
 {
-	reverse(ctx, 0);
+	reverse(ctx, 0, 1);
 	return 1;
 }
 
 SEC("cgroup/recvmsg6")
 int sluice_recvmsg6(struct bpf_sock_addr *ctx)
 {
-	reverse(ctx, 1);
+	reverse(ctx, 1, 1);
 	return 1;
 }
 
 SEC("cgroup/getpeername4")
 int sluice_peer4(struct bpf_sock_addr *ctx)
 {
-	reverse(ctx, 0);
+	reverse(ctx, 0, 0);
 	return 1;
 }
 
 SEC("cgroup/getpeername6")
 int sluice_peer6(struct bpf_sock_addr *ctx)
 {
-	reverse(ctx, 1);
-	return 1;
-}
-
-/* A closing socket's reverse entry goes with it, so the LRU holds live sockets only (an evicted
- * entry would make getpeername() of a long-lived socket report its backend). An unconnected UDP
- * socket may have entries for several backends: those age out of the LRU. */
-SEC("cgroup/sock_release")
-int sluice_release(struct bpf_sock *sk)
-{
-	struct sluice_lb_rev rev = {};
-
-	if (sk->family == SLUICE_AF_INET) {
-		set_v4(rev.backend.addr, sk->dst_ip4);
-	} else if (sk->family == SLUICE_AF_INET6) {
-		__u32 w[4] = {sk->dst_ip6[0], sk->dst_ip6[1], sk->dst_ip6[2], sk->dst_ip6[3]};
-
-		__builtin_memcpy(rev.backend.addr, w, 16);
-	} else {
-		return 1;
-	}
-	rev.backend.port = sk->dst_port;
-	if (rev.backend.port == 0)
-		return 1; /* never connected */
-	rev.cookie = bpf_get_socket_cookie(sk);
-	bpf_map_delete_elem(&sluice_lb_rev, &rev);
+	reverse(ctx, 1, 0);
 	return 1;
 }
 
@@ -391,9 +451,28 @@ struct bpf_iter__udp {
 	struct udp_sock *udp_sk;
 } __attribute__((preserve_access_index));
 
+struct tcp_sock;
+struct bpf_iter__tcp {
+	struct bpf_iter_meta *meta;
+	struct sock_common *sk_common;
+} __attribute__((preserve_access_index));
+
 extern int bpf_sock_destroy(struct sock_common *sk) __ksym;
 
 #define SLUICE_UDP_CONNECTED 1 /* TCP_ESTABLISHED: a connect()ed UDP socket */
+
+/* The address `sk` is connected to, as a 16-byte address. Returns 0, or -ENOTCONN. */
+static __always_inline int peer_of(struct sock_common *sk, struct sluice_lb_addr *out)
+{
+	if (sk->skc_family == SLUICE_AF_INET)
+		set_v4(out->addr, sk->skc_daddr);
+	else if (sk->skc_family == SLUICE_AF_INET6)
+		__builtin_memcpy(out->addr, &sk->skc_v6_daddr, 16);
+	else
+		return -ENOTCONN;
+	out->port = sk->skc_dport;
+	return out->port ? 0 : -ENOTCONN;
+}
 
 /* Closes connected UDP sockets this program translated to a (frontend, backend) in sluice_lb_gone:
  * a DNS client connect()s once and would otherwise send to a removed backend forever. The
@@ -402,28 +481,63 @@ SEC("iter/udp")
 int sluice_udp_reap(struct bpf_iter__udp *ctx)
 {
 	struct sock_common *sk = (struct sock_common *)ctx->udp_sk;
-	struct sluice_lb_rev rev = {};
 	struct sluice_lb_gone gone = {};
-	struct sluice_lb_addr *front;
+	struct sluice_lb_pair *c;
 
-	if (!sk || sk->skc_state != SLUICE_UDP_CONNECTED)
+	if (!sk || sk->skc_state != SLUICE_UDP_CONNECTED || peer_of(sk, &gone.backend))
 		return 0;
-	if (sk->skc_family == SLUICE_AF_INET) {
-		set_v4(rev.backend.addr, sk->skc_daddr);
-	} else if (sk->skc_family == SLUICE_AF_INET6) {
-		__builtin_memcpy(rev.backend.addr, &sk->skc_v6_daddr, 16);
-	} else {
-		return 0;
-	}
-	rev.backend.port = sk->skc_dport;
-	rev.cookie = bpf_get_socket_cookie(sk);
-	front = bpf_map_lookup_elem(&sluice_lb_rev, &rev);
-	if (!front)
+	c = bpf_sk_storage_get(&sluice_lb_conn, ctx->udp_sk, 0, 0);
+	if (!c || !addr_eq(&c->backend, &gone.backend))
 		return 0; /* not one of ours: it connected to the backend's address itself */
-	gone.front = *front;
-	gone.backend = rev.backend;
+	gone.front = c->front;
 	if (bpf_map_lookup_elem(&sluice_lb_gone, &gone) && bpf_sock_destroy(sk) == 0)
 		__sync_fetch_and_add(&reaped, 1);
+	return 0;
+}
+
+/* Copies a connected socket's pair from the previous version's LRU into its storage, unless it
+ * has one already (translated again since). `sk` is `skc` as a full socket. */
+static __always_inline void adopt(struct sock_common *skc, void *sk)
+{
+	struct sluice_lb_rev rev = {};
+	struct sluice_lb_addr *front;
+	struct sluice_lb_pair *c;
+
+	if (peer_of(skc, &rev.backend))
+		return;
+	rev.cookie = bpf_get_socket_cookie(skc);
+	front = bpf_map_lookup_elem(&sluice_lb_rev, &rev);
+	if (!front)
+		return;
+	c = bpf_sk_storage_get(&sluice_lb_conn, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!c || c->backend.port)
+		return;
+	c->front = *front;
+	c->backend = rev.backend;
+	__sync_fetch_and_add(&adopted, 1);
+}
+
+SEC("iter/tcp")
+int sluice_tcp_adopt(struct bpf_iter__tcp *ctx)
+{
+	struct sock_common *skc = ctx->sk_common;
+	struct tcp_sock *tp;
+
+	if (!skc)
+		return 0;
+	tp = bpf_skc_to_tcp_sock(skc); /* NULL for request and time-wait sockets */
+	if (tp)
+		adopt(skc, tp);
+	return 0;
+}
+
+SEC("iter/udp")
+int sluice_udp_adopt(struct bpf_iter__udp *ctx)
+{
+	struct sock_common *sk = (struct sock_common *)ctx->udp_sk;
+
+	if (sk && sk->skc_state == SLUICE_UDP_CONNECTED)
+		adopt(sk, ctx->udp_sk);
 	return 0;
 }
 

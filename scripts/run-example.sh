@@ -27,6 +27,8 @@ cleanup() {
   trap - EXIT INT TERM
   [[ ${#pids[@]} -gt 0 ]] && kill "${pids[@]}" 2>/dev/null || true
   wait 2>/dev/null || true
+  # Puts back the ARP sysctls the agent raised (--strict-arp) from the record in $work/state.
+  ./build/agent/sluice-agent --cleanup --bpf-root= --state-dir="$work/state" >/dev/null 2>&1 || true
   rm -rf "$work"
   if [[ -n $cg ]]; then
     echo $$ >"$cg_home/cgroup.procs" 2>/dev/null || echo $$ >"$cg_root/cgroup.procs"
@@ -35,7 +37,7 @@ cleanup() {
       sleep 0.1
     done
   fi
-  echo "example stopped; backends, agent, cgroup and temp files removed"
+  echo "example stopped; backends, agent, cgroup, temp files and ARP sysctl changes removed"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -63,7 +65,10 @@ if [[ -n $cg ]]; then
 else
   socket_lb=(--socket-lb=off --bpf-root=)
 fi
+# --allow-loopback-endpoints: the "pods" listen on 127.0.0.x, which the API server (and so
+# sluice, by default) refuses as endpoint addresses.
 ./build/agent/sluice-agent --source=file:examples/ --hostname-override=local \
+  --allow-loopback-endpoints --state-dir="$work/state" \
   --healthz-bind-address=127.0.0.1:10256 --metrics-bind-address=127.0.0.1:10249 \
   "${socket_lb[@]}" &
 agent=$!

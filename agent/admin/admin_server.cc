@@ -14,8 +14,25 @@ namespace {
 
 using Reply = http::StatusServer::Reply;
 
+// kube-proxy's health handlers set both headers.
 Reply HealthReply(const HealthReport& report) {
-  return Reply{report.healthy ? 200 : 503, report.body, "application/json"};
+  return Reply{report.healthy ? 200 : 503,
+               report.body,
+               "application/json",
+               {{"X-Content-Type-Options", "nosniff"}}};
+}
+
+// kube-proxy 1.28+'s kubeproxy_proxy_healthz_total / kubeproxy_proxy_livez_total: every answer
+// of the health server counted by status code. Null without a registry.
+base::Family<base::Counter>* Codes(base::Registry* registry, const char* name, const char* help) {
+  return registry == nullptr ? nullptr : &registry->AddCounter(name, help, {"code"});
+}
+
+Reply Counted(base::Family<base::Counter>* codes, const HealthReport& report) {
+  if (codes != nullptr) {
+    codes->WithLabels({report.healthy ? "200" : "503"}).Inc();
+  }
+  return HealthReply(report);
 }
 
 // Serves `routes` on `address` (IP:PORT); null when `address` is empty (disabled).
@@ -45,21 +62,26 @@ absl::StatusOr<std::unique_ptr<AdminServer>> AdminServer::Create(const std::stri
                                                                  AdminSources sources) {
   auto server = std::unique_ptr<AdminServer>(new AdminServer(std::move(sources)));
   const AdminSources& src = server->sources_;
+  base::Family<base::Counter>* healthz_codes =
+      Codes(src.metrics, "kubeproxy_proxy_healthz_total", "Cumulative proxy healthz HTTP status");
+  base::Family<base::Counter>* livez_codes =
+      Codes(src.metrics, "kubeproxy_proxy_livez_total", "Cumulative proxy livez HTTP status");
   ASSIGN_OR_RETURN(
       server->healthz_,
-      Serve(healthz_address, {{"/healthz", [&src] { return HealthReply(Healthz(src.health())); }},
-                              {"/livez", [&src] { return HealthReply(Livez(src.health())); }},
-                              // /healthz plus the optional readiness condition, with its reason.
-                              {"/readyz", [&src] {
-                                 HealthReport report = Healthz(src.health());
-                                 const std::string why = src.not_ready ? src.not_ready() : "";
-                                 if (report.healthy && !why.empty()) {
-                                   report = HealthReport{
-                                       .healthy = false,
-                                       .body = "{\"notReady\": " + base::JsonString(why) + "}"};
-                                 }
-                                 return HealthReply(report);
-                               }}}));
+      Serve(healthz_address,
+            {{"/healthz",
+              [&src, healthz_codes] { return Counted(healthz_codes, Healthz(src.health())); }},
+             {"/livez", [&src, livez_codes] { return Counted(livez_codes, Livez(src.health())); }},
+             // /healthz plus the optional readiness condition, with its reason.
+             {"/readyz", [&src] {
+                HealthReport report = Healthz(src.health());
+                const std::string why = src.not_ready ? src.not_ready() : "";
+                if (report.healthy && !why.empty()) {
+                  report = HealthReport{.healthy = false,
+                                        .body = "{\"notReady\": " + base::JsonString(why) + "}"};
+                }
+                return HealthReply(report);
+              }}}));
   std::vector<http::StatusServer::Route> metrics = {
       {"/metrics", [&src] { return http::StatusServer::Metrics(*src.metrics); }},
       {"/proxyMode",

@@ -35,13 +35,25 @@ TEST(AdminServerTest, ServesEveryEndpointOnLoopback) {
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 503);
   EXPECT_NE(res->body.find("\"currentTime\""), std::string::npos);
+  EXPECT_EQ(res->get_header_value("Content-Type"), "application/json");
+  EXPECT_EQ(res->get_header_value("X-Content-Type-Options"), "nosniff");
   healthy = true;
   EXPECT_EQ(health.Get("/healthz")->status, 200);
-  EXPECT_EQ(health.Get("/livez")->status, 200);
+  res = health.Get("/livez");
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->get_header_value("X-Content-Type-Options"), "nosniff");
   EXPECT_EQ(health.Get("/metrics")->status, 404);  // metrics live on the other server
   res = metrics.Get("/metrics");
   ASSERT_TRUE(res);
   EXPECT_NE(res->body.find("sluice_test_total 1"), std::string::npos);
+  // kube-proxy's counters of the health server's answers.
+  EXPECT_NE(res->body.find("kubeproxy_proxy_healthz_total{code=\"503\"} 1"), std::string::npos)
+      << res->body;
+  EXPECT_NE(res->body.find("kubeproxy_proxy_healthz_total{code=\"200\"} 1"), std::string::npos);
+  EXPECT_NE(res->body.find("kubeproxy_proxy_livez_total{code=\"200\"} 1"), std::string::npos);
+  EXPECT_NE(res->body.find("# HELP kubeproxy_proxy_healthz_total Cumulative proxy healthz HTTP "
+                           "status"),
+            std::string::npos);
   EXPECT_EQ(metrics.Get("/proxyMode")->body, "splice");
   EXPECT_EQ(metrics.Get("/debug/services")->body, "{\"servicePorts\": []}");
 }
@@ -64,8 +76,9 @@ TEST(DebugServicesTest, RendersTable) {
   info->cluster_ips = {*net::IpAddress::Parse("10.96.0.10")};
   info->cluster_endpoints = {*net::SocketAddress::Parse("10.0.0.1:8080")};
   proxier::ServiceTable table({{info->name, info}});
-  std::string json = RenderDebugServices(table, {{"default/web:http", {"tcp/10.96.0.10:80"}}},
-                                         {{"default/web:http", {"tcp/10.96.0.10:80"}}});
+  std::string json =
+      RenderDebugServices(table, {.listeners = {{"default/web:http", {"tcp/10.96.0.10:80"}}},
+                                  .socket_lb = {{"default/web:http", {"tcp/10.96.0.10:80"}}}});
   EXPECT_NE(json.find("\"service\": \"default/web\", \"port\": \"http\", \"protocol\": \"TCP\""),
             std::string::npos)
       << json;

@@ -46,14 +46,21 @@ std::string Strings(const std::vector<std::string>& v) {
   return Array(v, [](const std::string& s) { return JsonString(s); });
 }
 
+std::string Cidrs(const std::vector<net::Cidr>& cidrs) {
+  return Array(cidrs, [](const net::Cidr& c) { return JsonString(c.ToString()); });
+}
+
 std::string Port(const proxier::ServicePortInfo& p, const std::vector<std::string>& listeners,
-                 const std::vector<std::string>& socket_lb) {
+                 const std::vector<std::string>& socket_lb, const std::string* unserved) {
   return absl::StrCat(
       "{\"service\": ", JsonString(p.name.service.ToString()),
       ", \"port\": ", JsonString(p.name.port),
       ", \"protocol\": ", JsonString(config::ProtocolName(p.name.protocol)),
       ", \"servicePort\": ", p.port, ", \"nodePort\": ", p.node_port,
       ", \"clusterIPs\": ", Ips(p.cluster_ips), ", \"externalIPs\": ", Ips(p.external_ips),
+      ", \"loadBalancerIPs\": ", Ips(p.load_balancer_ips),
+      ", \"loadBalancerSourceRanges\": ", Cidrs(p.source_ranges),
+      ", \"healthCheckNodePort\": ", p.health_check_node_port,
       ", \"sessionAffinity\": ", JsonString(p.client_ip_affinity ? "ClientIP" : "None"),
       ", \"affinityTimeoutSeconds\": ", absl::ToInt64Seconds(p.affinity_timeout),
       ", \"internalTrafficPolicy\": \"", Policy(p.internal_policy),
@@ -61,14 +68,13 @@ std::string Port(const proxier::ServicePortInfo& p, const std::vector<std::strin
       "\", \"clusterEndpoints\": ", Addrs(p.cluster_endpoints),
       ", \"externalEndpoints\": ", Addrs(p.external_endpoints),
       ", \"endpoints\": ", Array(p.endpoints, Endpoint), ", \"listeners\": ", Strings(listeners),
-      ", \"socketLb\": ", Strings(socket_lb), "}");
+      ", \"socketLb\": ", Strings(socket_lb),
+      unserved != nullptr ? absl::StrCat(", \"unserved\": ", JsonString(*unserved)) : "", "}");
 }
 
 }  // namespace
 
-std::string RenderDebugServices(const proxier::ServiceTable& table,
-                                const std::map<std::string, std::vector<std::string>>& listeners,
-                                const std::map<std::string, std::vector<std::string>>& socket_lb) {
+std::string RenderDebugServices(const proxier::ServiceTable& table, const PortStates& states) {
   static const std::vector<std::string> kNone;
   auto find = [](const auto& m, const std::string& key) -> const std::vector<std::string>& {
     auto it = m.find(key);
@@ -77,7 +83,9 @@ std::string RenderDebugServices(const proxier::ServiceTable& table,
   std::vector<std::string> parts;
   for (const auto& [name, info] : table.ports()) {
     const std::string key = name.ToString();
-    parts.push_back(Port(*info, find(listeners, key), find(socket_lb, key)));
+    auto unserved = states.unserved.find(key);
+    parts.push_back(Port(*info, find(states.listeners, key), find(states.socket_lb, key),
+                         unserved == states.unserved.end() ? nullptr : &unserved->second));
   }
   return absl::StrCat("{\"servicePorts\": [\n  ", absl::StrJoin(parts, ",\n  "), "\n]}\n");
 }

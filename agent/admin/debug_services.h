@@ -10,13 +10,16 @@
 
 namespace sluice::admin {
 
-// /debug/services: the programmed table as JSON, one object per service port, sorted, with the
-// data path's open listeners per service port ("namespace/name:port" -> ["tcp/IP:PORT", ...]).
-// `listeners` and `socket_lb` (frontends balanced at the socket, "tcp/10.96.0.10:80") are by
-// service port name.
-std::string RenderDebugServices(const proxier::ServiceTable& table,
-                                const std::map<std::string, std::vector<std::string>>& listeners,
-                                const std::map<std::string, std::vector<std::string>>& socket_lb);
+// What the data paths do with each service port, by service port name ("namespace/name:port").
+struct PortStates {
+  std::map<std::string, std::vector<std::string>> listeners;  // the proxy's: ["tcp/IP:PORT", ...]
+  std::map<std::string, std::vector<std::string>> socket_lb;  // frontends balanced at the socket
+  std::map<std::string, std::string> unserved;                // why no path serves the port
+};
+
+// /debug/services: the programmed table as JSON, one object per service port, sorted, with
+// what each path does with it.
+std::string RenderDebugServices(const proxier::ServiceTable& table, const PortStates& states);
 
 // /debug/connections: every open TCP connection with the data path and per-direction state it
 // uses, as JSON.

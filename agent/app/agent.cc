@@ -14,19 +14,27 @@
 #include "agent/admin/debug_services.h"
 #include "agent/base/file.h"
 #include "agent/base/log.h"
+#include "agent/base/process_metrics.h"
 #include "agent/base/status.h"
 #include "agent/proxy/sockmap_probe.h"
 #include "agent/socklb/cgroup.h"
 #include "agent/socklb/probe.h"
 #include "agent/vip/netlink_vip_manager.h"
+#include "agent/vip/strict_arp.h"
 
 namespace sluice::app {
+namespace {
+
+std::string StrictArpRecord(const AgentOptions& opts) { return opts.state_dir + "/strict-arp"; }
+
+}  // namespace
 
 Agent::Agent(const AgentOptions& opts) : opts_(opts) {}
 
 Agent::~Agent() {
   // Sources and admin threads first: nothing may call into the pipeline while it goes away.
   admin_.reset();
+  service_health_.reset();
   tunnel_.reset();  // cancels its streams and waits for their connections
   file_sources_.clear();
   kube_source_.reset();
@@ -89,6 +97,12 @@ absl::Status Agent::StartDataPath() {
   dp.worker.udp.idle_timeout = opts_.udp_idle_timeout;
   dp.worker.max_connections = static_cast<size_t>(opts_.max_connections_per_worker);
   dp.worker.udp.max_flows = static_cast<size_t>(opts_.udp_max_flows_per_worker);
+  dp.worker.udp.max_flows_per_source = static_cast<size_t>(opts_.udp_max_source_flows_per_worker);
+  dp.worker.max_connections_per_source =
+      static_cast<size_t>(opts_.max_source_connections_per_worker);
+  dp.caps = {.max_listeners = static_cast<size_t>(opts_.max_listeners),
+             .max_listeners_per_service = static_cast<size_t>(opts_.max_listeners_per_service)};
+  dp.fd_reserve = opts_.fd_reserve;
   RETURN_IF_ERROR(ChooseDataPath(dp.workers));
   dp.worker.sockmap = sockmap_.get();
   if (dp.workers > 1) {
@@ -188,6 +202,7 @@ absl::Status Agent::Cleanup(const AgentOptions& opts) {
   if (!opts.bpf_root.empty()) {
     result.Update(socklb::SocketLb::Cleanup(opts.bpf_root));
   }
+  result.Update(vip::RestoreStrictArp(StrictArpRecord(opts)));
   // No local ranges: Create then removes every service-CIDR route an earlier run installed.
   auto vips = vip::NetlinkVipManager::Create(opts.vip_interface, {});
   if (!vips.ok()) {
@@ -200,13 +215,43 @@ absl::Status Agent::Cleanup(const AgentOptions& opts) {
   return result;
 }
 
+absl::Status Agent::InitOnly(const AgentOptions& opts) {
+  if (!opts.strict_arp) {
+    LOG(INFO) << "--init-only with --strict-arp=false: nothing to do";
+    return absl::OkStatus();
+  }
+  return vip::EnsureStrictArp(StrictArpRecord(opts));
+}
+
+void Agent::EnsureStrictArp() {
+  // Local routes for the service CIDRs make their every address local, as VIPs are.
+  if (!opts_.strict_arp || strict_arp_tried_ ||
+      (vips_->Owned().empty() && opts_.service_cidrs.empty())) {
+    return;
+  }
+  absl::Status st = vip::EnsureStrictArp(StrictArpRecord(opts_));
+  // Out of descriptors or memory passes, so the next sync tries again; a read-only /proc/sys
+  // (a container without the init step) does not, and would only repeat the error.
+  strict_arp_tried_ = !absl::IsResourceExhausted(st);
+  if (!st.ok()) {
+    LOG(ERROR) << "strict ARP (--strict-arp): " << st.message()
+               << "; this node may answer ARP for every VIP on its links";
+  }
+}
+
 absl::StatusOr<std::unique_ptr<sources::EtcdSource>> Agent::CreateEtcdSource(
     const SourceSpec& spec, config::SourceChannel* channel) {
   sources::EtcdSourceOptions options;
   for (const std::string& url : spec.urls) {
     ASSIGN_OR_RETURN(etcd::Endpoint endpoint, etcd::ParseEndpoint(url));
+    if (!endpoint.tls) {
+      LOG(WARNING) << "etcd source " << url << " is plaintext http: anyone on the path can "
+                   << "read and rewrite the services this node serves; use https:// with "
+                   << "--etcd-cafile, --etcd-certfile and --etcd-keyfile";
+    }
     options.endpoints.push_back(std::move(endpoint));
   }
+  options.allow_loopback_endpoints = opts_.allow_loopback_endpoints;
   options.prefix = opts_.etcd_prefix;
   options.ca_file = opts_.etcd_cafile;
   options.cert_file = opts_.etcd_certfile;
@@ -235,10 +280,14 @@ absl::Status Agent::Start() {
   // Failed syncs retry after the min period, but no sooner than 1s, to avoid a hot loop.
   proxier::RunPolicy policy(opts_.min_sync_period, opts_.sync_period,
                             std::max(opts_.min_sync_period, absl::Seconds(1)));
-  runner_ =
-      std::make_unique<proxier::SyncRunner>(*loop_, policy, [this] { return proxier_->Sync(); });
+  runner_ = std::make_unique<proxier::SyncRunner>(*loop_, policy, [this] {
+    absl::StatusOr<bool> synced = proxier_->Sync();
+    EnsureStrictArp();
+    return synced;
+  });
   RegisterMetrics();
   RETURN_IF_ERROR(StartDataPath());
+  StartServiceHealth();
 
   // Every channel exists before any source pushes, so "all synced" waits for all of them.
   std::vector<config::SourceChannel*> channels;
@@ -256,9 +305,10 @@ absl::Status Agent::Start() {
       etcd_sources_.push_back(std::move(source));
       continue;
     }
-    ASSIGN_OR_RETURN(auto source,
-                     sources::FileSource::Create(opts_.source_specs[i].path, channels[i], *loop_,
-                                                 *source_metrics_));
+    ASSIGN_OR_RETURN(auto source, sources::FileSource::Create(
+                                      opts_.source_specs[i].path,
+                                      {.allow_loopback_endpoints = opts_.allow_loopback_endpoints},
+                                      channels[i], *loop_, *source_metrics_));
     file_sources_.push_back(std::move(source));
   }
 
@@ -269,9 +319,11 @@ absl::Status Agent::Start() {
       .debug_services =
           [this] {
             return admin::RenderDebugServices(
-                *proxier_->table(), data_path_->Listeners(),
-                socket_balancing_ ? socket_balancing_->Frontends()
-                                  : std::map<std::string, std::vector<std::string>>{});
+                *proxier_->table(),
+                {.listeners = data_path_->Listeners(),
+                 .socket_lb = socket_balancing_ ? socket_balancing_->Frontends()
+                                                : std::map<std::string, std::vector<std::string>>{},
+                 .unserved = data_path_->Unserved()});
           },
       .debug_connections =
           [this] { return admin::RenderDebugConnections(data_path_->Connections()); },
@@ -318,6 +370,14 @@ absl::Status Agent::StartTunnel() {
   c.identifiers =
       opts_.tunnel_identifiers.empty() ? "host=" + opts_.node_name : opts_.tunnel_identifiers;
   c.allowed_destinations = opts_.tunnel_allowed_destinations;
+  // The agent's own status ports stay closed to the tunnel unless listed (AllowList).
+  for (const std::string& bind : {opts_.healthz_bind_address, opts_.metrics_bind_address}) {
+    std::string host;
+    uint16_t port = 0;
+    if (tunnel::agent::SplitHostPort(bind, &host, &port)) {
+      c.own_ports.push_back(port);
+    }
+  }
   ASSIGN_OR_RETURN(tunnel_, tunnel::agent::TunnelAgent::Create(std::move(c), metrics_));
   LOG(INFO) << "tunnel agent: serving " << absl::StrJoin(opts_.tunnel_servers, ",");
   return absl::OkStatus();
@@ -343,7 +403,9 @@ absl::Status Agent::StartKubeSource(config::SourceChannel* channel) {
   sources::KubeSource::Options kube{.kubeconfig = opts_.kubeconfig,
                                     .master = opts_.master,
                                     .service_proxy_name = opts_.service_proxy_name,
-                                    .node_name = opts_.node_name};
+                                    .node_name = opts_.node_name,
+                                    .allow_loopback_endpoints = opts_.allow_loopback_endpoints,
+                                    .on_eligible = [this](bool e) { node_eligible_ = e; }};
   if (opts_.zone.empty()) {
     // --zone wins; otherwise the Node's label, which the proxier applies on the control plane.
     kube.on_zone = [this](const std::string& zone) {
@@ -375,6 +437,7 @@ void Agent::RegisterMetrics() {
   metrics_.AddGauge("sluice_build_info", "sluice version", {"version"})
       .WithLabels({SLUICE_VERSION})
       .Set(1);
+  base::AddProcessMetrics(metrics_);
 }
 
 admin::HealthInputs Agent::Health() const {
@@ -383,7 +446,31 @@ admin::HealthInputs Agent::Health() const {
                              .last_updated = proxier_->LastSync(),
                              .oldest_pending = tracker_->OldestPending(),
                              .sources_synced = mux_.AllSynced(),
-                             .timeout = 2 * opts_.sync_period};
+                             .timeout = 2 * opts_.sync_period,
+                             .node_eligible = node_eligible_.load(),
+                             .zone = absl::LocalTimeZone()};
+}
+
+void Agent::StartServiceHealth() {
+  admin::ServiceHealthServers::Options o{
+      .node_name = opts_.node_name,
+      .listen_hosts =
+          [this] {
+            // kube-proxy: every address without --nodeport-addresses, else the node's
+            // addresses in those ranges.
+            if (opts_.nodeport_cidrs.empty()) {
+              return std::vector<std::string>{""};
+            }
+            std::vector<std::string> hosts;
+            for (const auto& ip : proxier::NodeAddresses(opts_.nodeport_cidrs, vips_->Owned())) {
+              hosts.push_back(ip.ToString());
+            }
+            return hosts;
+          },
+      .proxy_healthy = [this] { return admin::ProxierHealthy(Health()); },
+      .metrics = &metrics_};
+  service_health_ = std::make_unique<admin::ServiceHealthServers>(std::move(o));
+  proxier_->AddConsumer(service_health_.get(), "health-check");
 }
 
 absl::Status Agent::Run() {

@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
 
 #include "agent/admin/admin_server.h"
+#include "agent/admin/service_health.h"
 #include "agent/app/options.h"
 #include "agent/base/metrics.h"
 #include "agent/base/unique_fd.h"
@@ -36,8 +38,12 @@ class Agent final {
  public:
   // SIGINT and SIGTERM must already be blocked in every thread (main does it first).
   static absl::StatusOr<std::unique_ptr<Agent>> Create(const AgentOptions& opts);
-  // --cleanup: removes our VIPs and the objects pinned under --bpf-root.
+  // --cleanup: removes our VIPs and the objects pinned under --bpf-root, and restores the
+  // sysctls strict ARP raised.
   static absl::Status Cleanup(const AgentOptions& opts);
+  // --init-only (kube-proxy's step for a privileged init container): strict ARP, which needs a
+  // writable /proc/sys, unless --strict-arp=false.
+  static absl::Status InitOnly(const AgentOptions& opts);
   ~Agent();
 
   // Serves until SIGINT or SIGTERM, then shuts down cleanly.
@@ -59,8 +65,12 @@ class Agent final {
   // What /proxyMode reports: the proxy's TCP path, plus "+socket-lb" when that is on.
   std::string ProxyMode() const;
   admin::HealthInputs Health() const;
+  // kube-proxy's health check node ports, a consumer of every synced table.
+  void StartServiceHealth();
   absl::Status StartTunnel();
   void OnSignal(int signo);
+  // --strict-arp, once this node has a VIP: see vip/strict_arp.h.
+  void EnsureStrictArp();
 
   const AgentOptions opts_;
   const absl::Time started_ = absl::Now();
@@ -71,6 +81,7 @@ class Agent final {
   std::unique_ptr<proxier::Proxier> proxier_;
   std::unique_ptr<proxier::SyncRunner> runner_;
   std::unique_ptr<vip::VipManager> vips_;
+  bool strict_arp_tried_ = false;
   std::unique_ptr<proxy::DataPathMetrics> data_path_metrics_;
   std::unique_ptr<fastpath::SockmapFastPath> sockmap_;  // outlives the workers that use it
   // Hands new TCP connections to the workers in turn (null: the kernel's hash). Its program
@@ -87,6 +98,8 @@ class Agent final {
   std::unique_ptr<sources::KubeSource> kube_source_;
   std::vector<std::unique_ptr<sources::EtcdSource>> etcd_sources_;
   std::unique_ptr<admin::AdminServer> admin_;
+  std::unique_ptr<admin::ServiceHealthServers> service_health_;
+  std::atomic<bool> node_eligible_{true};  // KEP-3836, from the Node (kube source)
   base::UniqueFd signal_fd_;
   std::unique_ptr<event::FileEvent> signal_watch_;
 };

@@ -49,7 +49,7 @@ constexpr NotApplying kNotApplying[] = {
      "NodePorts answer on the addresses --nodeport-addresses selects"},
     {"ipvs-scheduler", "sluice balances round-robin (--socket-lb-algorithm for local clients)"},
     {"ipvs-exclude-cidrs", "sluice writes no IPVS rules"},
-    {"ipvs-strict-arp", "sluice writes no IPVS rules"},
+    {"ipvs-strict-arp", "sluice's VIPs are always local, so --strict-arp (default on) decides"},
     {"ipvs-tcp-timeout", "sluice writes no IPVS rules; see --tcp-idle-timeout"},
     {"ipvs-tcpfin-timeout", "sluice writes no IPVS rules"},
     {"ipvs-udp-timeout", "sluice writes no IPVS rules; see --udp-idle-timeout"},

@@ -50,6 +50,9 @@ void RegisterFlags(base::FlagSet& flags, AgentOptions& o) {
   flags.String("master", &o.master,
                "--source=kube: API server address, overriding the kubeconfig's (alone: with the "
                "pod's service account credentials when mounted)");
+  flags.Bool("allow-loopback-endpoints", &o.allow_loopback_endpoints,
+             "Accept EndpointSlice addresses on loopback (127.0.0.0/8, ::1), which the API "
+             "server refuses: for local demos and tests with backends on 127.0.0.x");
   flags.String("healthz-bind-address", &o.healthz_bind_address,
                "IP:PORT for /healthz and /livez; empty disables");
   flags.String("metrics-bind-address", &o.metrics_bind_address,
@@ -85,8 +88,24 @@ void RegisterFlags(base::FlagSet& flags, AgentOptions& o) {
             "Open proxied TCP connections a worker holds; beyond it new ones are reset at "
             "accept (sluice_connections_limited_total)");
   flags.Int("udp-max-flows-per-worker", &o.udp_max_flows_per_worker,
-            "UDP flows a worker holds; datagrams of new clients beyond it are dropped "
-            "(sluice_udp_dropped_total{reason=\"flow_limit\"})");
+            "UDP flows a worker holds over all of its listeners; beyond it a new client's flow "
+            "replaces the least recently used one (sluice_udp_flows_evicted_total)");
+  flags.Int("max-source-connections-per-worker", &o.max_source_connections_per_worker,
+            "Open proxied TCP connections one client IP holds on a worker; beyond it its new "
+            "ones are reset at accept (sluice_connections_source_limited_total)");
+  flags.Int("udp-max-source-flows-per-worker", &o.udp_max_source_flows_per_worker,
+            "UDP flows one client IP holds on a worker; beyond it a new flow of that client "
+            "replaces its own least recently used one (sluice_udp_flows_evicted_total)");
+  flags.Int("max-listeners", &o.max_listeners,
+            "Listening addresses (service port x address with endpoints) of the userspace "
+            "proxy on this node; Services beyond it are not served, smallest admitted first "
+            "(sluice_unserved_service_ports, /debug/services)");
+  flags.Int("max-listeners-per-service", &o.max_listeners_per_service,
+            "Listening addresses one Service may take (all of its ports); a Service over it is "
+            "not served (sluice_unserved_service_ports, /debug/services)");
+  flags.Int("fd-reserve", &o.fd_reserve,
+            "File descriptors the data path leaves free for the control plane (API watches, "
+            "status servers, files, the tunnel agent), at most half the process's limit");
   flags.String("datapath", &o.datapath,
                "TCP data path: auto (sockmap if the kernel and capabilities allow it, else "
                "splice), splice, or sockmap (refuse to start without it)");
@@ -105,6 +124,13 @@ void RegisterFlags(base::FlagSet& flags, AgentOptions& o) {
   flags.String("bpf-root", &o.bpf_root,
                "bpffs directory where socket-level balancing pins its programs and maps, so "
                "they keep working while the agent restarts (\"\": no pinning)");
+  flags.Bool("strict-arp", &o.strict_arp,
+             "Once the node has VIPs, set net.ipv4.conf.all.arp_ignore=1 and arp_announce=2 (as "
+             "kube-proxy's IPVS strictARP) so that the node does not answer ARP on its links "
+             "for externalIPs and LoadBalancer IPs; --cleanup restores the earlier values");
+  flags.String("state-dir", &o.state_dir,
+               "Directory for what must outlive a restart but not a reboot: the sysctl values "
+               "--strict-arp changed, for --cleanup (keep it on the host, e.g. a hostPath)");
   flags.Bool("cleanup", &o.cleanup,
              "Remove what sluice leaves on the node (VIPs, pinned BPF programs and maps under "
              "--bpf-root) and exit");
@@ -120,7 +146,8 @@ void RegisterFlags(base::FlagSet& flags, AgentOptions& o) {
                "URL-query encoded identifiers sent to the tunnel servers (default: "
                "host=<node name>)");
   flags.List("tunnel-allowed-destinations", &o.tunnel_allowed_destinations,
-             "CIDR[:PORT[-PORT]] the tunnel agent may dial (default: any)");
+             "CIDR[:PORT[-PORT]] the tunnel agent may dial (default: any but loopback, "
+             "link-local and this agent's own ports, which only entries naming them open)");
   flags.Duration("tunnel-drain-period", &o.tunnel_drain_period,
                  "On SIGTERM with the tunnel on: tell the servers we are draining and keep "
                  "serving this long before stopping (a second signal stops at once)");
@@ -267,7 +294,8 @@ absl::StatusOr<std::vector<net::Cidr>> ParseCidrs(const std::vector<std::string>
 }  // namespace
 
 absl::Status Validate(AgentOptions& o) {
-  if (o.sources.empty() && !o.cleanup && o.kube_proxy.write_config_to.empty()) {
+  if (o.sources.empty() && !o.cleanup && !o.kube_proxy.init_only &&
+      o.kube_proxy.write_config_to.empty()) {
     return absl::InvalidArgumentError(
         "no --source given; e.g. --source=file:examples/services.yaml");
   }
@@ -281,6 +309,9 @@ absl::Status Validate(AgentOptions& o) {
     o.source_specs.push_back(std::move(spec));
   }
   RETURN_IF_ERROR(CheckEtcdTls(o));
+  if (o.state_dir.empty() || o.state_dir[0] != '/') {
+    return absl::InvalidArgumentError("--state-dir must be an absolute path");
+  }
   RETURN_IF_ERROR(CheckBindAddress("healthz-bind-address", o.healthz_bind_address));
   RETURN_IF_ERROR(CheckBindAddress("metrics-bind-address", o.metrics_bind_address));
   if (o.sync_period <= absl::ZeroDuration()) {
@@ -291,9 +322,14 @@ absl::Status Validate(AgentOptions& o) {
         "--min-sync-period (", absl::FormatDuration(o.min_sync_period),
         ") must not exceed --sync-period (", absl::FormatDuration(o.sync_period), ")"));
   }
-  if (o.max_connections_per_worker < 1 || o.udp_max_flows_per_worker < 1) {
+  if (o.max_connections_per_worker < 1 || o.udp_max_flows_per_worker < 1 ||
+      o.max_source_connections_per_worker < 1 || o.udp_max_source_flows_per_worker < 1 ||
+      o.max_listeners < 1 || o.max_listeners_per_service < 1 || o.fd_reserve < 0) {
     return absl::InvalidArgumentError(
-        "--max-connections-per-worker and --udp-max-flows-per-worker must be positive");
+        "--max-connections-per-worker, --udp-max-flows-per-worker, "
+        "--max-source-connections-per-worker, --udp-max-source-flows-per-worker, "
+        "--max-listeners and --max-listeners-per-service must be positive, --fd-reserve not "
+        "negative");
   }
   if (o.workers < 0 || o.workers > 1024) {
     return absl::InvalidArgumentError("--workers must be between 0 and 1024");

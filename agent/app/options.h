@@ -37,6 +37,9 @@ struct AgentOptions {
   std::string service_proxy_name;
   std::string kubeconfig;  // --source=kube
   std::string master;
+  // Endpoint addresses on loopback accepted from every source (the API server refuses them):
+  // for local demos and tests whose backends listen on 127.0.0.x.
+  bool allow_loopback_endpoints = false;
   std::string healthz_bind_address = "0.0.0.0:10256";
   std::string metrics_bind_address = "127.0.0.1:10249";
   absl::Duration sync_period = absl::Seconds(30);
@@ -53,6 +56,13 @@ struct AgentOptions {
   absl::Duration udp_idle_timeout = absl::Seconds(30);
   int64_t max_connections_per_worker = 32768;
   int64_t udp_max_flows_per_worker = 16384;
+  // Per client IP per worker.
+  int64_t max_source_connections_per_worker = 8192;
+  int64_t udp_max_source_flows_per_worker = 4096;
+  // Listening addresses (service port x address with endpoints): node-wide and per Service.
+  int64_t max_listeners = 32768;
+  int64_t max_listeners_per_service = 4096;
+  int64_t fd_reserve = 4096;  // descriptors the data path leaves to the control plane
   // "auto": the sockmap fast path if the startup probe passes, else splice; "splice"; or
   // "sockmap": fail at start unless the probe passes.
   std::string datapath = "auto";
@@ -64,6 +74,10 @@ struct AgentOptions {
   std::string socket_lb_algorithm = "round-robin";
   std::string bpf_root = "/sys/fs/bpf/sluice";
   bool cleanup = false;
+  // arp_ignore=1 and arp_announce=2 once the node has VIPs (vip/strict_arp.h), recorded under
+  // state_dir for --cleanup.
+  bool strict_arp = true;
+  std::string state_dir = "/run/sluice";
   // Tunnel agent (Konnectivity); off unless servers are given.
   std::vector<std::string> tunnel_servers;
   std::string tunnel_ca_cert;

@@ -84,6 +84,21 @@ TEST_F(OptionsTest, BadValuesFailWithTheFlagName) {
   EXPECT_NE(st.message().find("must not exceed --sync-period"), std::string::npos) << st;
 }
 
+TEST_F(OptionsTest, StrictArpByDefaultRecordedUnderAnAbsoluteStateDir) {
+  ASSERT_TRUE(Parse({"--source=file:" + dir_}).ok());
+  EXPECT_TRUE(opts_.strict_arp);
+  EXPECT_EQ(opts_.state_dir, "/run/sluice");
+  EXPECT_FALSE(opts_.allow_loopback_endpoints);
+  ASSERT_TRUE(
+      Parse({"--source=file:" + dir_, "--strict-arp=false", "--allow-loopback-endpoints"}).ok());
+  EXPECT_FALSE(opts_.strict_arp);
+  EXPECT_TRUE(opts_.allow_loopback_endpoints);
+  absl::Status st = Parse({"--source=file:" + dir_, "--state-dir=run/sluice"});
+  EXPECT_NE(st.message().find("--state-dir must be an absolute path"), std::string::npos) << st;
+  // --init-only needs no source: it only raises the sysctls.
+  EXPECT_TRUE(Parse({"--init-only"}).ok());
+}
+
 TEST_F(OptionsTest, DatapathIsAutoSpliceOrSockmap) {
   ASSERT_TRUE(Parse({"--source=file:" + dir_}).ok());
   EXPECT_EQ(opts_.datapath, "auto");

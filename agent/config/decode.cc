@@ -155,10 +155,10 @@ void Collect(absl::StatusOr<Ptr> decoded, std::string_view kind,
 }
 
 void DecodeList(const ObjectField& list, std::string_view kind, std::string_view location,
-                Manifest& out);
+                const AddressPolicy& policy, Manifest& out);
 
 void DecodeObject(const simdjson::dom::element& element, std::string_view location,
-                  const ItemDefaults& defaults, Manifest& out) {
+                  const ItemDefaults& defaults, const AddressPolicy& policy, Manifest& out) {
   Field root(element);
   absl::StatusOr<ObjectField> object = ObjectField::Of(root);
   absl::StatusOr<std::string_view> kind =
@@ -166,20 +166,20 @@ void DecodeObject(const simdjson::dom::element& element, std::string_view locati
   if (!kind.ok()) {
     out.errors.push_back(MakeError("", element, location, kind.status()));
   } else if (*kind == "Service") {
-    Collect(DecodeServiceObject(*object, defaults.api_version), *kind, element, location,
+    Collect(DecodeServiceObject(*object, defaults.api_version, policy), *kind, element, location,
             out.services, out.errors);
   } else if (*kind == "EndpointSlice") {
-    Collect(DecodeEndpointSliceObject(*object, defaults.api_version), *kind, element, location,
-            out.endpoint_slices, out.errors);
+    Collect(DecodeEndpointSliceObject(*object, defaults.api_version, policy), *kind, element,
+            location, out.endpoint_slices, out.errors);
   } else if (kind->ends_with("List")) {
-    DecodeList(*object, *kind, location, out);
+    DecodeList(*object, *kind, location, policy, out);
   } else {
     ++out.ignored;
   }
 }
 
 void DecodeList(const ObjectField& list, std::string_view kind, std::string_view location,
-                Manifest& out) {
+                const AddressPolicy& policy, Manifest& out) {
   ItemDefaults defaults{kind.substr(0, kind.size() - 4), ""};
   std::optional<Field> version = list.Get("apiVersion");
   std::string_view api_version;
@@ -197,24 +197,25 @@ void DecodeList(const ObjectField& list, std::string_view kind, std::string_view
   }
   size_t index = 0;
   for (simdjson::dom::element item : *array) {
-    DecodeObject(item, Join(location, absl::StrCat("items[", index, "]")), defaults, out);
+    DecodeObject(item, Join(location, absl::StrCat("items[", index, "]")), defaults, policy, out);
     ++index;
   }
 }
 
 // One JSON text or YAML document: an object, an array of objects, or null (an empty document).
-void DecodeDocument(const simdjson::dom::element& root, std::string_view location, Manifest& out) {
+void DecodeDocument(const simdjson::dom::element& root, std::string_view location,
+                    const AddressPolicy& policy, Manifest& out) {
   simdjson::dom::array array;
   if (root.is_null()) {
     return;
   }
   if (root.get(array) != simdjson::SUCCESS) {
-    DecodeObject(root, location, {}, out);
+    DecodeObject(root, location, {}, policy, out);
     return;
   }
   size_t index = 0;
   for (simdjson::dom::element item : array) {
-    DecodeObject(item, Join(location, absl::StrCat("[", index, "]")), {}, out);
+    DecodeObject(item, Join(location, absl::StrCat("[", index, "]")), {}, policy, out);
     ++index;
   }
 }
@@ -233,12 +234,13 @@ absl::Status CheckKind(const ObjectField& object, std::string_view want) {
 
 template <typename Ptr, typename Decode>
 absl::StatusOr<Ptr> DecodeOne(const simdjson::dom::element& element, std::string_view kind,
-                              std::string_view api_version, Decode decode) {
+                              std::string_view api_version, const AddressPolicy& policy,
+                              Decode decode) {
   absl::StatusOr<Ptr> result = [&]() -> absl::StatusOr<Ptr> {
     Field root(element);
     ASSIGN_OR_RETURN(ObjectField object, ObjectField::Of(root));
     RETURN_IF_ERROR(CheckKind(object, kind));
-    return decode(object, api_version);
+    return decode(object, api_version, policy);
   }();
   if (result.ok()) {
     return result;
@@ -246,17 +248,19 @@ absl::StatusOr<Ptr> DecodeOne(const simdjson::dom::element& element, std::string
   return absl::InvalidArgumentError(MakeError(kind, element, "", result.status()).ToString());
 }
 
-absl::StatusOr<Manifest> DecodeJson(simdjson::dom::parser& parser, std::string_view text) {
+absl::StatusOr<Manifest> DecodeJson(simdjson::dom::parser& parser, std::string_view text,
+                                    const AddressPolicy& policy) {
   simdjson::dom::element root;
   if (auto error = parser.parse(text.data(), text.size()).get(root)) {
     return JsonSyntaxError(text, error);
   }
   Manifest manifest;
-  DecodeDocument(root, "", manifest);
+  DecodeDocument(root, "", policy, manifest);
   return manifest;
 }
 
-absl::StatusOr<Manifest> DecodeYaml(simdjson::dom::parser& parser, std::string_view text) {
+absl::StatusOr<Manifest> DecodeYaml(simdjson::dom::parser& parser, std::string_view text,
+                                    const AddressPolicy& policy) {
   ASSIGN_OR_RETURN(std::vector<std::string> documents, YamlToJson(text));
   Manifest manifest;
   simdjson::dom::element root;
@@ -267,7 +271,8 @@ absl::StatusOr<Manifest> DecodeYaml(simdjson::dom::parser& parser, std::string_v
       return absl::InvalidArgumentError(
           absl::StrCat("invalid YAML in document ", i + 1, ": ", simdjson::error_message(error)));
     }
-    DecodeDocument(root, documents.size() > 1 ? absl::StrCat("document ", i + 1) : "", manifest);
+    DecodeDocument(root, documents.size() > 1 ? absl::StrCat("document ", i + 1) : "", policy,
+                   manifest);
   }
   return manifest;
 }
@@ -299,28 +304,31 @@ std::string DecodeError::ToString() const {
   return out;
 }
 
-absl::StatusOr<Manifest> DecodeManifest(std::string_view text, Format format) {
+absl::StatusOr<Manifest> DecodeManifest(std::string_view text, Format format,
+                                        const AddressPolicy& policy) {
   text = StripBom(text);
   simdjson::dom::parser parser;  // one per call: its buffers are reused across documents
   if (format == Format::kYaml || (format == Format::kAuto && !LooksLikeJson(text))) {
-    return DecodeYaml(parser, text);
+    return DecodeYaml(parser, text, policy);
   }
-  absl::StatusOr<Manifest> json = DecodeJson(parser, text);
+  absl::StatusOr<Manifest> json = DecodeJson(parser, text, policy);
   if (json.ok() || format == Format::kJson) {
     return json;
   }
   // Flow-style YAML (`{kind: Service, ...}`) starts with '{' too: give it a chance, but report
   // the JSON error if it is not YAML either.
-  absl::StatusOr<Manifest> yaml = DecodeYaml(parser, text);
+  absl::StatusOr<Manifest> yaml = DecodeYaml(parser, text, policy);
   return yaml.ok() ? yaml : json;
 }
 
-absl::StatusOr<ServicePtr> DecodeService(const simdjson::dom::element& object) {
-  return DecodeOne<ServicePtr>(object, "Service", "v1", DecodeServiceObject);
+absl::StatusOr<ServicePtr> DecodeService(const simdjson::dom::element& object,
+                                         const AddressPolicy& policy) {
+  return DecodeOne<ServicePtr>(object, "Service", "v1", policy, DecodeServiceObject);
 }
 
-absl::StatusOr<EndpointSlicePtr> DecodeEndpointSlice(const simdjson::dom::element& object) {
-  return DecodeOne<EndpointSlicePtr>(object, "EndpointSlice", "discovery.k8s.io/v1",
+absl::StatusOr<EndpointSlicePtr> DecodeEndpointSlice(const simdjson::dom::element& object,
+                                                     const AddressPolicy& policy) {
+  return DecodeOne<EndpointSlicePtr>(object, "EndpointSlice", "discovery.k8s.io/v1", policy,
                                      DecodeEndpointSliceObject);
 }
 

@@ -43,6 +43,22 @@ struct Manifest {
 
 enum class Format { kAuto, kJson, kYaml };
 
+// Which special addresses (unspecified, loopback, link-local, multicast) a source may hand the
+// proxy; each would become a local address and a listener, or a backend, on the node. Every
+// source gets the API server's own rule (ValidateNonSpecialIP in k8s.io/kubernetes
+// pkg/apis/core/validation, applied to externalIPs and EndpointSlice addresses).
+struct AddressPolicy {
+  // The kube source: the API server has validated the object, so nothing it accepts may be
+  // refused here; clusterIPs (allocated from the service CIDR) and LB ingress IPs (checked for
+  // syntax only, by ValidateLoadBalancerStatus) are left alone. False for the file and etcd
+  // sources, which no API server guards: there all four address fields refuse every special
+  // range, and all of multicast (224.0.0.0/4, ff00::/8), not only link-local multicast.
+  bool api_validated = false;
+  // Endpoint addresses on loopback (127.0.0.0/8, ::1) accepted: --allow-loopback-endpoints, for
+  // local demos and tests whose backends listen on 127.0.0.x. The API server refuses them.
+  bool allow_loopback_endpoints = false;
+};
+
 // Decodes a manifest holding one object, a `kind: List` (or any `*List`) with `items`, a JSON
 // array of objects, or a multi-document YAML stream. kAuto picks JSON when the first non-space
 // byte is '{' or '[', else YAML; text picked as JSON that is not valid JSON is tried as YAML
@@ -51,7 +67,8 @@ enum class Format { kAuto, kJson, kYaml };
 // object only adds a DecodeError, whose location counts YAML documents from 1, empty ones
 // included, when the stream has more than one. An object without metadata.namespace is placed
 // in "default".
-absl::StatusOr<Manifest> DecodeManifest(std::string_view text, Format format = Format::kAuto);
+absl::StatusOr<Manifest> DecodeManifest(std::string_view text, Format format = Format::kAuto,
+                                        const AddressPolicy& policy = {});
 
 // Decode one already-parsed object (used by the kube and etcd sources, which parse JSON
 // themselves). The element must be a JSON object of the named kind; kind and apiVersion may be
@@ -60,8 +77,10 @@ absl::StatusOr<Manifest> DecodeManifest(std::string_view text, Format format = F
 // the call only: the result owns its data. simdjson.h must be compiled with the definitions that
 // PkgConfig::SIMDJSON exports (SIMDJSON_THREADS_ENABLED changes dom::parser's layout), which
 // linking sluice_config provides.
-absl::StatusOr<ServicePtr> DecodeService(const simdjson::dom::element& object);
-absl::StatusOr<EndpointSlicePtr> DecodeEndpointSlice(const simdjson::dom::element& object);
+absl::StatusOr<ServicePtr> DecodeService(const simdjson::dom::element& object,
+                                         const AddressPolicy& policy = {});
+absl::StatusOr<EndpointSlicePtr> DecodeEndpointSlice(const simdjson::dom::element& object,
+                                                     const AddressPolicy& policy = {});
 
 // metadata.namespace/name read leniently (namespace defaulted as the decoders do), for naming an
 // object the decoder refused; nullopt when not readable.

@@ -27,7 +27,7 @@ constexpr size_t kMaxAddresses = 100;
 // IPv4/IPv6 slices hold addresses of that family only. FQDN endpoints are not proxied (kube-proxy
 // ignores them), so their names are checked to be strings and not kept.
 absl::Status DecodeAddresses(const ObjectField& endpoint, AddressType type,
-                             std::vector<net::IpAddress>* out) {
+                             std::vector<net::IpAddress>* out, unsigned refused) {
   ASSIGN_OR_RETURN(Field list, endpoint.Require("addresses"));
   ASSIGN_OR_RETURN(simdjson::dom::array array, list.Array());
   const size_t count = array.size();
@@ -50,6 +50,7 @@ absl::Status DecodeAddresses(const ObjectField& endpoint, AddressType type,
       return item.Error(absl::StrCat("must be an ", want_v4 ? "IPv4" : "IPv6",
                                      " address (addressType), got \"", base::Absl(text), "\""));
     }
+    RETURN_IF_ERROR(CheckSpecialIp(item, text, *ip, refused));
     out->push_back(*ip);
     return absl::OkStatus();
   });
@@ -91,7 +92,7 @@ absl::Status DecodeHints(const ObjectField& endpoint, Endpoint& out) {
   return absl::OkStatus();
 }
 
-absl::Status DecodeEndpoints(const ObjectField& object, EndpointSlice& slice) {
+absl::Status DecodeEndpoints(const ObjectField& object, EndpointSlice& slice, unsigned refused) {
   std::optional<Field> list = object.Get("endpoints");
   if (!list) {
     return absl::OkStatus();
@@ -101,7 +102,7 @@ absl::Status DecodeEndpoints(const ObjectField& object, EndpointSlice& slice) {
   return list->ForEach([&](const Field& item, size_t) -> absl::Status {
     ASSIGN_OR_RETURN(ObjectField endpoint, ObjectField::Of(item));
     Endpoint& ep = slice.endpoints.emplace_back();
-    RETURN_IF_ERROR(DecodeAddresses(endpoint, slice.address_type, &ep.addresses));
+    RETURN_IF_ERROR(DecodeAddresses(endpoint, slice.address_type, &ep.addresses, refused));
     RETURN_IF_ERROR(DecodeConditions(endpoint, ep.conditions));
     RETURN_IF_ERROR(endpoint.ReadString("hostname", &ep.hostname));
     RETURN_IF_ERROR(endpoint.ReadString("nodeName", &ep.node_name));
@@ -131,7 +132,8 @@ absl::Status DecodeEndpointPorts(const ObjectField& object, std::vector<Endpoint
 }  // namespace
 
 absl::StatusOr<EndpointSlicePtr> DecodeEndpointSliceObject(const ObjectField& object,
-                                                           std::string_view implied_api_version) {
+                                                           std::string_view implied_api_version,
+                                                           const AddressPolicy& policy) {
   RETURN_IF_ERROR(CheckApiVersion(object, "discovery.k8s.io/v1", implied_api_version));
   auto slice = std::make_shared<EndpointSlice>();
   RETURN_IF_ERROR(DecodeObjectMeta(object, &slice->meta));
@@ -140,7 +142,7 @@ absl::StatusOr<EndpointSlicePtr> DecodeEndpointSliceObject(const ObjectField& ob
   }
   ASSIGN_OR_RETURN(Field address_type, object.Require("addressType"));
   ASSIGN_OR_RETURN(slice->address_type, ParseEnum(address_type, kAddressTypes));
-  RETURN_IF_ERROR(DecodeEndpoints(object, *slice));
+  RETURN_IF_ERROR(DecodeEndpoints(object, *slice, RefusedRanges(policy, AddressField::kEndpoint)));
   RETURN_IF_ERROR(DecodeEndpointPorts(object, slice->ports));
   return EndpointSlicePtr(std::move(slice));
 }

@@ -68,13 +68,88 @@ std::optional<NamespacedName> ReadObjectId(const simdjson::dom::element& object)
   return NamespacedName{ns.empty() ? kDefaultNamespace : std::string(ns), std::string(name)};
 }
 
-absl::Status AppendIp(const Field& at, std::string_view text, std::vector<net::IpAddress>* out) {
+absl::Status AppendIp(const Field& at, std::string_view text, std::vector<net::IpAddress>* out,
+                      unsigned refused) {
   std::optional<net::IpAddress> ip = net::IpAddress::Parse(text);
   if (!ip) {
     return at.Error(absl::StrCat("must be a valid IP address, got \"", Absl(text), "\""));
   }
+  RETURN_IF_ERROR(CheckSpecialIp(at, text, *ip, refused));
   out->push_back(*ip);
   return absl::OkStatus();
+}
+
+namespace {
+
+// Go's net.IP predicates, which ValidateNonSpecialIP uses; an IPv4-mapped IPv6 address is
+// already folded into IPv4 by IpAddress::Parse, as Go's To4() does.
+unsigned RangesOf(const net::IpAddress& ip) {
+  const uint8_t* b = ip.bytes();
+  unsigned ranges = kNoSpecialRanges;
+  if (ip.IsUnspecified()) {
+    ranges |= kUnspecified;
+  }
+  if (ip.IsLoopback()) {
+    ranges |= kLoopback;
+  }
+  if (ip.is_v4()) {
+    if (b[0] == 169 && b[1] == 254) {
+      ranges |= kLinkLocal;
+    }
+    if (b[0] >= 224 && b[0] <= 239) {
+      ranges |= kMulticast;
+    }
+    if (b[0] == 224 && b[1] == 0 && b[2] == 0) {
+      ranges |= kLinkLocalMulticast;
+    }
+    return ranges;
+  }
+  if (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) {
+    ranges |= kLinkLocal;
+  }
+  if (b[0] == 0xff) {
+    ranges |= kMulticast;
+    if ((b[1] & 0x0f) == 0x02) {  // scope 2 whatever the flags, as Go's IsLinkLocalMulticast
+      ranges |= kLinkLocalMulticast;
+    }
+  }
+  return ranges;
+}
+
+}  // namespace
+
+unsigned RefusedRanges(const AddressPolicy& policy, AddressField field) {
+  unsigned refused = kApiServerSpecial;
+  if (policy.api_validated &&
+      (field == AddressField::kClusterIp || field == AddressField::kIngressIp)) {
+    refused = kNoSpecialRanges;
+  } else if (!policy.api_validated) {
+    refused |= kMulticast;
+  }
+  if (field == AddressField::kEndpoint && policy.allow_loopback_endpoints) {
+    refused &= ~static_cast<unsigned>(kLoopback);
+  }
+  return refused;
+}
+
+absl::Status CheckSpecialIp(const Field& at, std::string_view text, const net::IpAddress& ip,
+                            unsigned refused) {
+  const unsigned hit = RangesOf(ip) & refused;
+  if (hit == kNoSpecialRanges) {
+    return absl::OkStatus();
+  }
+  // Most specific first: 224.0.0.1 is reported as link-local multicast, not as multicast.
+  std::string_view what = "may not be multicast (224.0.0.0/4, ff00::/8)";
+  if (hit & kUnspecified) {
+    what = "may not be unspecified";
+  } else if (hit & kLoopback) {
+    what = "may not be in the loopback range (127.0.0.0/8, ::1/128)";
+  } else if (hit & kLinkLocal) {
+    what = "may not be in the link-local range (169.254.0.0/16, fe80::/10)";
+  } else if (hit & kLinkLocalMulticast) {
+    what = "may not be in the link-local multicast range (224.0.0.0/24, ff02::/16)";
+  }
+  return at.Error(absl::StrCat(Absl(what), ", got \"", Absl(text), "\""));
 }
 
 }  // namespace sluice::config

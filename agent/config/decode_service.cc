@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
@@ -36,7 +37,7 @@ constexpr EnumName<TrafficPolicy> kTrafficPolicies[] = {
 constexpr std::string_view kHeadlessClusterIp = "None";
 
 // One entry of clusterIP/clusterIPs: "None" (headless, alone) or up to one IP per family.
-absl::Status AddClusterIp(const Field& at, std::string_view text, Service& s) {
+absl::Status AddClusterIp(const Field& at, std::string_view text, Service& s, unsigned refused) {
   if (s.headless || (text == kHeadlessClusterIp && !s.cluster_ips.empty())) {
     return at.Error("\"None\" (headless) must be the only cluster IP");
   }
@@ -44,7 +45,7 @@ absl::Status AddClusterIp(const Field& at, std::string_view text, Service& s) {
     s.headless = true;
     return absl::OkStatus();
   }
-  RETURN_IF_ERROR(AppendIp(at, text, &s.cluster_ips));
+  RETURN_IF_ERROR(AppendIp(at, text, &s.cluster_ips, refused));
   if (s.cluster_ips.size() > 2) {
     return at.Error("at most 2 cluster IPs (one per IP family) are allowed");
   }
@@ -56,7 +57,7 @@ absl::Status AddClusterIp(const Field& at, std::string_view text, Service& s) {
 
 // spec.clusterIP is the first of spec.clusterIPs when both are set (the API server enforces
 // it); clusterIPs alone or clusterIP alone is fine. "" means not allocated.
-absl::Status DecodeClusterIps(const ObjectField& spec, Service& s) {
+absl::Status DecodeClusterIps(const ObjectField& spec, Service& s, unsigned refused) {
   std::string_view primary;
   std::optional<Field> single = spec.Get("clusterIP");
   if (single) {
@@ -71,11 +72,11 @@ absl::Status DecodeClusterIps(const ObjectField& spec, Service& s) {
                                        Absl(text), "\""));
       }
       ++listed;
-      return AddClusterIp(item, text, s);
+      return AddClusterIp(item, text, s, refused);
     }));
   }
   if (listed == 0 && !primary.empty()) {
-    return AddClusterIp(*single, primary, s);
+    return AddClusterIp(*single, primary, s, refused);
   }
   return absl::OkStatus();
 }
@@ -121,6 +122,11 @@ absl::Status DecodeServicePorts(const ObjectField& spec, std::vector<ServicePort
   ASSIGN_OR_RETURN(simdjson::dom::array array, list->Array());
   const size_t count = array.size();
   ports.reserve(count);
+  // Sets, not a scan of the earlier ports: a Service may carry tens of thousands of ports.
+  absl::flat_hash_set<std::string> names;
+  absl::flat_hash_set<std::pair<int, Protocol>> numbers;
+  names.reserve(count);
+  numbers.reserve(count);
   return list->ForEach([&](const Field& item, size_t) -> absl::Status {
     ASSIGN_OR_RETURN(ObjectField object, ObjectField::Of(item));
     ServicePort port;
@@ -128,14 +134,12 @@ absl::Status DecodeServicePorts(const ObjectField& spec, std::vector<ServicePort
     if (count > 1 && port.name.empty()) {
       return object.Error("name", "required when the service has more than one port");
     }
-    for (const ServicePort& earlier : ports) {
-      if (!port.name.empty() && earlier.name == port.name) {
-        return object.Error("name", absl::StrCat("duplicate name \"", port.name, "\""));
-      }
-      if (earlier.port == port.port && earlier.protocol == port.protocol) {
-        return item.Error(
-            absl::StrCat("duplicate port ", port.port, "/", ProtocolName(port.protocol)));
-      }
+    if (!port.name.empty() && !names.insert(port.name).second) {
+      return object.Error("name", absl::StrCat("duplicate name \"", port.name, "\""));
+    }
+    if (!numbers.emplace(port.port, port.protocol).second) {
+      return item.Error(
+          absl::StrCat("duplicate port ", port.port, "/", ProtocolName(port.protocol)));
     }
     ports.push_back(std::move(port));
     return absl::OkStatus();
@@ -143,14 +147,14 @@ absl::Status DecodeServicePorts(const ObjectField& spec, std::vector<ServicePort
 }
 
 absl::Status DecodeIpList(const ObjectField& object, std::string_view key,
-                          std::vector<net::IpAddress>* out) {
+                          std::vector<net::IpAddress>* out, unsigned refused) {
   std::optional<Field> list = object.Get(key);
   if (!list) {
     return absl::OkStatus();
   }
   return list->ForEach([&](const Field& item, size_t) -> absl::Status {
     ASSIGN_OR_RETURN(std::string_view text, item.String());
-    return AppendIp(item, text, out);
+    return AppendIp(item, text, out, refused);
   });
 }
 
@@ -187,11 +191,12 @@ absl::Status DecodeSessionAffinity(const ObjectField& spec, Service& s) {
                             &s.affinity_timeout_seconds);
 }
 
-absl::Status DecodeServiceSpec(const ObjectField& spec, Service& s) {
+absl::Status DecodeServiceSpec(const ObjectField& spec, Service& s, const AddressPolicy& policy) {
   RETURN_IF_ERROR(spec.ReadEnum("type", kServiceTypes, &s.type));
-  RETURN_IF_ERROR(DecodeClusterIps(spec, s));
+  RETURN_IF_ERROR(DecodeClusterIps(spec, s, RefusedRanges(policy, AddressField::kClusterIp)));
   RETURN_IF_ERROR(DecodeServicePorts(spec, s.ports));
-  RETURN_IF_ERROR(DecodeIpList(spec, "externalIPs", &s.external_ips));
+  RETURN_IF_ERROR(DecodeIpList(spec, "externalIPs", &s.external_ips,
+                               RefusedRanges(policy, AddressField::kExternalIp)));
   RETURN_IF_ERROR(DecodeSourceRanges(spec, &s.load_balancer_source_ranges));
   RETURN_IF_ERROR(spec.ReadString("externalName", &s.external_name));
   RETURN_IF_ERROR(DecodeSessionAffinity(spec, s));
@@ -204,7 +209,7 @@ absl::Status DecodeServiceSpec(const ObjectField& spec, Service& s) {
 
 // status.loadBalancer.ingress[].ip; entries with only a hostname (AWS ELB style) carry no
 // address to serve and are skipped.
-absl::Status DecodeServiceStatus(const ObjectField& status, Service& s) {
+absl::Status DecodeServiceStatus(const ObjectField& status, Service& s, unsigned refused) {
   ASSIGN_OR_RETURN(std::optional<ObjectField> lb, status.GetObject("loadBalancer"));
   if (!lb) {
     return absl::OkStatus();
@@ -220,24 +225,26 @@ absl::Status DecodeServiceStatus(const ObjectField& status, Service& s) {
       return absl::OkStatus();
     }
     ASSIGN_OR_RETURN(std::string_view text, ip->String());
-    return text.empty() ? absl::OkStatus() : AppendIp(*ip, text, &s.load_balancer_ingress);
+    return text.empty() ? absl::OkStatus() : AppendIp(*ip, text, &s.load_balancer_ingress, refused);
   });
 }
 
 }  // namespace
 
 absl::StatusOr<ServicePtr> DecodeServiceObject(const ObjectField& object,
-                                               std::string_view implied_api_version) {
+                                               std::string_view implied_api_version,
+                                               const AddressPolicy& policy) {
   RETURN_IF_ERROR(CheckApiVersion(object, "v1", implied_api_version));
   auto service = std::make_shared<Service>();
   RETURN_IF_ERROR(DecodeObjectMeta(object, &service->meta));
   ASSIGN_OR_RETURN(std::optional<ObjectField> spec, object.GetObject("spec"));
   if (spec) {
-    RETURN_IF_ERROR(DecodeServiceSpec(*spec, *service));
+    RETURN_IF_ERROR(DecodeServiceSpec(*spec, *service, policy));
   }
   ASSIGN_OR_RETURN(std::optional<ObjectField> status, object.GetObject("status"));
   if (status) {
-    RETURN_IF_ERROR(DecodeServiceStatus(*status, *service));
+    RETURN_IF_ERROR(
+        DecodeServiceStatus(*status, *service, RefusedRanges(policy, AddressField::kIngressIp)));
   }
   return ServicePtr(std::move(service));
 }

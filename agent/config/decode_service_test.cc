@@ -371,5 +371,26 @@ TEST(DecodeServiceTest, YamlErrorsNamePathToo) {
             "spec.ports[0].port: expected integer, got float");
 }
 
+// Names and port numbers are checked with sets: a Service of 60,000 ports decodes (it took
+// seconds when each port was compared with every earlier one), and a duplicate at its end is
+// still named.
+TEST(ServicePortsTest, ManyPortsDecodeAndTheLastDuplicateIsNamed) {
+  std::string ports;
+  for (int i = 1; i <= 60000; ++i) {
+    absl::StrAppend(&ports, i > 1 ? "," : "", R"({"name":"p)", i, R"(","port":)", i, "}");
+  }
+  auto json = [&](const std::string& extra) {
+    return absl::StrCat(
+        R"({"apiVersion":"v1","kind":"Service","metadata":{"name":"big","namespace":"shop"},)",
+        R"("spec":{"ports":[)", ports, extra, "]}}");
+  };
+  EXPECT_EQ(OneService(json("")).ports.size(), 60000u);
+  DecodeError e = OneError(json(R"(,{"name":"last","port":59999})"));
+  EXPECT_EQ(absl::StrCat(e.path, ": ", e.message), "spec.ports[60000]: duplicate port 59999/TCP");
+  e = OneError(json(R"(,{"name":"p7","port":65000})"));
+  EXPECT_EQ(absl::StrCat(e.path, ": ", e.message),
+            R"(spec.ports[60000].name: duplicate name "p7")");
+}
+
 }  // namespace
 }  // namespace sluice::config

@@ -22,8 +22,9 @@ inline net::IpAddress Ip(std::string_view text) {
 }
 
 // The manifest `text` decodes to, failing the test on a syntax error.
-inline Manifest Decode(std::string_view text, Format format = Format::kAuto) {
-  absl::StatusOr<Manifest> manifest = DecodeManifest(text, format);
+inline Manifest Decode(std::string_view text, Format format = Format::kAuto,
+                       const AddressPolicy& policy = {}) {
+  absl::StatusOr<Manifest> manifest = DecodeManifest(text, format, policy);
   EXPECT_TRUE(manifest.ok()) << manifest.status() << "\n" << text;
   return manifest.ok() ? *std::move(manifest) : Manifest();
 }

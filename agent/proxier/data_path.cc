@@ -55,17 +55,22 @@ std::vector<net::IpAddress> NodeAddresses(const std::vector<net::Cidr>& cidrs,
   return out;
 }
 
-DataPath::DataPath(const Options& options, vip::VipManager& vips)
-    : options_(options), vips_(vips) {}
+DataPath::DataPath(const Options& options, vip::VipManager& vips, proxy::DataPathMetrics& metrics)
+    : options_(options),
+      vips_(vips),
+      metrics_(metrics),
+      fds_(proxy::FdBudget::ForProcess(options.fd_reserve)) {}
 
 DataPath::~DataPath() = default;  // workers stop and join; their sockets close
 
 absl::StatusOr<std::unique_ptr<DataPath>> DataPath::Create(const Options& options,
                                                            vip::VipManager& vips,
                                                            proxy::DataPathMetrics& metrics) {
-  auto dp = std::unique_ptr<DataPath>(new DataPath(options, vips));
+  auto dp = std::unique_ptr<DataPath>(new DataPath(options, vips, metrics));
+  proxy::Worker::Options worker_options = options.worker;
+  worker_options.fds = &dp->fds_;
   for (int i = 0; i < std::max(1, options.workers); ++i) {
-    ASSIGN_OR_RETURN(auto worker, proxy::Worker::Create(i, options.worker, metrics));
+    ASSIGN_OR_RETURN(auto worker, proxy::Worker::Create(i, worker_options, metrics));
     dp->workers_.push_back(std::move(worker));
   }
   return dp;
@@ -97,31 +102,6 @@ std::shared_ptr<proxy::Balancer> DataPath::BalancerFor(const ServicePortInfo& in
   return balancer;
 }
 
-absl::Status DataPath::OpenListener(const proxy::ListenKey& key) {
-  std::vector<base::UniqueFd> fds;
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    auto fd = key.transport == proxy::Transport::kTcp
-                  ? net::ListenTcp(key.address, /*reuseport=*/true, options_.backlog)
-                  : net::BindUdp(key.address, /*reuseport=*/true);
-    if (!fd.ok()) {
-      return base::Annotate(fd.status(), absl::StrCat("listen ", key.ToString()));
-    }
-    fds.push_back(std::move(*fd));
-  }
-  // Worker i's socket joined the group i-th: the program's index is the worker. A failure
-  // leaves this group on the kernel's hash; connections are served either way.
-  if (key.transport == proxy::Transport::kTcp && options_.tcp_balancer != nullptr) {
-    if (absl::Status st = options_.tcp_balancer->Attach(fds[0].get()); !st.ok()) {
-      LOG(WARNING) << "listen " << key.ToString() << ": " << st
-                   << " (new connections are spread by the kernel's hash)";
-    }
-  }
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    workers_[i]->AddListener(key, std::move(fds[i]));
-  }
-  return absl::OkStatus();
-}
-
 const std::vector<net::IpAddress>& DataPath::NodeIps() {
   // getifaddrs walks every local address, our ~10k VIPs included, so it runs only when a port
   // has a NodePort, once per full sync.
@@ -129,6 +109,63 @@ const std::vector<net::IpAddress>& DataPath::NodeIps() {
     node_ips_ = NodeAddresses(options_.nodeport_cidrs, vips_.Owned());
   }
   return *node_ips_;
+}
+
+const std::vector<net::IpAddress>& DataPath::OwnIps() {
+  if (!own_ips_) {
+    own_ips_ = NodeAddresses({}, vips_.Owned());
+    std::erase_if(*own_ips_, [](const net::IpAddress& ip) { return ip.IsLoopback(); });
+  }
+  return *own_ips_;
+}
+
+std::shared_ptr<const proxy::SourceFilter> DataPath::FiltersFor(const ServicePortInfo& info,
+                                                                const net::IpAddress& ip,
+                                                                int port) {
+  std::vector<net::Cidr> allowed =
+      port == info.port ? SourceRangesFor(info, ip) : std::vector<net::Cidr>{};  // a NodePort
+  if (allowed.empty()) {
+    return nullptr;
+  }
+  // A client on the node reaches the local LoadBalancer IP from that same address (the kernel's
+  // source for a local destination), which kube-proxy admits when a range holds the node's IP.
+  bool node_allowed = false;
+  for (const net::Cidr& cidr : allowed) {
+    for (const auto& own : OwnIps()) {
+      node_allowed = node_allowed || cidr.Contains(own);
+    }
+  }
+  if (node_allowed) {
+    allowed.push_back(*net::Cidr::Make(ip, ip.is_v4() ? 32 : 128));
+  }
+  return std::make_shared<proxy::SourceFilter>(
+      std::move(allowed), metrics_.source_range_refused.WithLabels({info.name.ToString()}));
+}
+
+void DataPath::NoteUnserved(const ServicePortInfo& info) {
+  // Every sluice path carries TCP and UDP only (and this machine's kernel has no SCTP at all).
+  if (info.name.protocol != config::Protocol::kSctp) {
+    return;
+  }
+  absl::MutexLock lock(&mu_);
+  if (unserved_.emplace(info.name, UnservedPort{"sctp", "SCTP: no sluice data path serves SCTP"})
+          .second) {
+    metrics_.unserved_ports.WithLabels({"sctp"}).Add(1);
+    LOG(WARNING) << "service port " << info.name.ToString()
+                 << " is not served: no sluice data path serves SCTP";
+  }
+}
+
+void DataPath::ForgetUnserved(const ServiceTable& table) {
+  absl::MutexLock lock(&mu_);
+  for (auto it = unserved_.begin(); it != unserved_.end();) {
+    if (table.Find(it->first) == nullptr) {
+      metrics_.unserved_ports.WithLabels({it->second.label}).Add(-1);
+      it = unserved_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 template <typename Fn>
@@ -147,6 +184,14 @@ void DataPath::ForEachListener(const ServicePortInfo& info, Fn&& fn) {
       fn(ip, info.node_port, true);
     }
   }
+}
+
+size_t DataPath::ListenerCount(const ServicePortInfo& info) {
+  size_t n = 0;
+  ForEachListener(info, [&](const net::IpAddress&, int, bool external) {
+    n += (external ? info.external_endpoints : info.cluster_endpoints).empty() ? 0 : 1;
+  });
+  return n;
 }
 
 proxy::ListenKey DataPath::KeyFor(const ServicePortInfo& info, const net::IpAddress& ip, int port) {
@@ -170,7 +215,8 @@ bool DataPath::AddRoute(proxy::RouteTable& routes, const ServicePortInfo& info,
   if (!active) {
     active = std::make_shared<std::atomic<int64_t>>(0);
   }
-  it->second = proxy::Route{info.name.ToString(), BalancerFor(info, external, next), active};
+  it->second = proxy::Route{info.name.ToString(), BalancerFor(info, external, next), active,
+                            FiltersFor(info, ip, port)};
   return true;
 }
 
@@ -178,8 +224,14 @@ std::shared_ptr<const proxy::RouteTable> DataPath::BuildRoutes(const ServiceTabl
   auto routes = std::make_shared<proxy::RouteTable>();
   BalancerMap balancers;
   conflicts_ = false;
+  Admitted(AdmitServices(table, options_.caps, admitted_,
+                         [this](const ServicePortInfo& info) { return ListenerCount(info); }));
   for (const auto& entry : table.ports()) {
     const ServicePortInfo& info = *entry.second;
+    NoteUnserved(info);
+    if (!admitted_.contains(info.name.service)) {
+      continue;
+    }
     ForEachListener(info, [&](const net::IpAddress& ip, int port, bool external) {
       if (!AddRoute(*routes, info, ip, port, external, balancers)) {
         conflicts_ = true;
@@ -190,6 +242,7 @@ std::shared_ptr<const proxy::RouteTable> DataPath::BuildRoutes(const ServiceTabl
     });
   }
   balancers_ = std::move(balancers);
+  ForgetUnserved(table);
   return routes;
 }
 
@@ -221,6 +274,9 @@ std::shared_ptr<const proxy::RouteTable> DataPath::PatchRoutes(const ServiceTabl
   if (gone.empty() && added.empty()) {
     return routes_;
   }
+  if (CapsInvolved(gone, prev) || CapsInvolved(added, next)) {
+    return nullptr;  // admission weighs the whole table
+  }
   // A copy of the map costs allocations but no key comparisons; workers keep the old one.
   auto routes = std::make_shared<proxy::RouteTable>(*routes_);
   for (const ServicePortInfo* info : gone) {
@@ -242,9 +298,24 @@ std::shared_ptr<const proxy::RouteTable> DataPath::PatchRoutes(const ServiceTabl
       return nullptr;
     }
   }
+  if (routes->size() > options_.caps.max_listeners) {
+    return nullptr;
+  }
+  for (const ServicePortInfo* info : gone) {
+    admitted_.erase(info->name.service);
+  }
+  for (const ServicePortInfo* info : added) {
+    admitted_.insert(info->name.service);
+  }
   for (const ServicePortInfo* info : gone) {
     balancers_.erase({info->name, false});
     balancers_.erase({info->name, true});
+  }
+  for (const ServicePortInfo* info : added) {
+    NoteUnserved(*info);
+  }
+  if (!gone.empty()) {
+    ForgetUnserved(next);
   }
   balancers_.merge(balancers);
   return routes;
@@ -277,41 +348,6 @@ absl::flat_hash_set<net::IpAddress> DataPath::WantedVips(const ServiceTable& tab
   return vips;
 }
 
-absl::Status DataPath::SyncListeners(const proxy::RouteTable& routes,
-                                     std::vector<proxy::ListenKey>& closed) {
-  absl::Status result;
-  // Held while listeners open: Listeners() (the admin thread) reads open_, no worker does.
-  absl::MutexLock lock(&mu_);
-  // A closed listener stays in open_ (and in /debug/services) until Apply has seen every
-  // worker close its socket: Apply erases it after the Flush.
-  auto close = [&](std::map<proxy::ListenKey, std::string>::iterator it) {
-    for (auto& w : workers_) {
-      w->RemoveListener(it->first);
-    }
-    closed.push_back(it->first);
-    return std::next(it);
-  };
-  // Both maps are sorted by key: one merge walk, no lookups.
-  auto open = open_.begin();
-  for (const auto& [key, route] : routes) {
-    while (open != open_.end() && open->first < key) {
-      open = close(open);
-    }
-    if (open != open_.end() && open->first == key) {
-      open->second = route.service;
-      ++open;
-    } else if (absl::Status st = OpenListener(key); st.ok()) {
-      open_.emplace_hint(open, key, route.service);
-    } else {
-      result.Update(st);
-    }
-  }
-  while (open != open_.end()) {
-    open = close(open);
-  }
-  return result;
-}
-
 absl::Status DataPath::Apply(const std::shared_ptr<const ServiceTable>& table) {
   // A full sync rebuilds every route and re-reads the kernel's addresses: the first one, the
   // periodic resync (the Proxier re-applies the same table), and the one after an error. It
@@ -321,6 +357,7 @@ absl::Status DataPath::Apply(const std::shared_ptr<const ServiceTable>& table) {
   if (full) {
     vips_.MarkStale();
     node_ips_.reset();
+    own_ips_.reset();
   }
   std::shared_ptr<const proxy::RouteTable> routes = full ? nullptr : PatchRoutes(*applied_, *table);
   if (routes == nullptr) {
@@ -340,7 +377,7 @@ absl::Status DataPath::Apply(const std::shared_ptr<const ServiceTable>& table) {
     w->SetRoutes(routes);
   }
   std::vector<proxy::ListenKey> closed;
-  result.Update(SyncListeners(*routes, closed));
+  SyncListeners(*routes, closed);  // a listener that fails is reported and retried, not fatal
   routes_ = std::move(routes);
   // Routes and listener removals reach the workers as posted tasks. Waiting for them makes the
   // sync's promise exact: once it returns (and /debug/services shows the table) every worker
@@ -370,15 +407,6 @@ std::vector<proxy::ConnectionInfo> DataPath::Connections() const {
                std::make_move_iterator(infos.end()));
   }
   return all;
-}
-
-std::map<std::string, std::vector<std::string>> DataPath::Listeners() const {
-  std::map<std::string, std::vector<std::string>> view;
-  absl::MutexLock lock(&mu_);
-  for (const auto& [key, service] : open_) {
-    view[service].push_back(key.ToString());
-  }
-  return view;
 }
 
 }  // namespace sluice::proxier

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "agent/proxier/data_path.h"
 
+#include <sys/socket.h>
+
 #include <cerrno>
 #include <thread>
 
@@ -18,6 +20,7 @@ namespace sluice::proxier {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::Pair;
 using ::testing::SizeIs;
 
@@ -148,6 +151,164 @@ TEST_F(DataPathTest, ListenerGoneFromTheListOnlyOnceClosed) {
     remove.join();
     ASSERT_EQ(err, ECONNREFUSED) << "round " << i;
   }
+}
+
+// A client's connection from `from`: what the backend said before its EOF, or "reset".
+std::string Fetch(const net::SocketAddress& to, const char* from) {
+  base::UniqueFd fd(socket(to.ip().is_v4() ? AF_INET : AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_storage ss{};
+  socklen_t len = net::SocketAddress(Ip(from), 0).ToSockaddr(&ss);
+  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+    return absl::StrCat("bind: ", strerror(errno));
+  }
+  len = to.ToSockaddr(&ss);
+  if (connect(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+    return absl::StrCat("connect: ", strerror(errno));
+  }
+  timeval tv{10, 0};
+  setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  std::string out;
+  char buf[64];
+  for (;;) {
+    ssize_t n = read(fd.get(), buf, sizeof(buf));
+    if (n > 0) {
+      out.append(buf, n);
+    } else if (n == 0) {
+      return out;
+    } else {
+      return errno == ECONNRESET ? "reset" : absl::StrCat("read: ", strerror(errno));
+    }
+  }
+}
+
+// loadBalancerSourceRanges guard the LoadBalancer IP alone, per family, from the next sync on:
+// a client outside them is reset before any dial, one inside is served, and the ClusterIP of
+// the same port serves everyone.
+TEST_F(DataPathTest, SourceRangesGuardTheLoadBalancerIp) {
+  auto backend = testutil::TcpServer::Start(*net::SocketAddress::Parse("127.0.0.1:0"),
+                                            testutil::TcpServer::Mode::kHello, 0, "backend");
+  const int port = testutil::FreePort();
+  auto lb = [&](std::vector<const char*> ranges) {
+    auto info = std::make_shared<ServicePortInfo>();
+    info->name = ServicePortName{{"ns", "lb"}, "http", config::Protocol::kTcp};
+    info->port = port;
+    info->cluster_ips = {Ip("127.0.0.20")};
+    info->external_ips = info->load_balancer_ips = {Ip("127.0.0.21")};
+    for (const char* r : ranges) {
+      info->source_ranges.push_back(*net::Cidr::Parse(r));
+    }
+    info->cluster_endpoints = info->external_endpoints = {backend->address()};
+    return info;
+  };
+  const net::SocketAddress lb_ip(Ip("127.0.0.21"), port), cluster_ip(Ip("127.0.0.20"), port);
+  base::Counter& refused = metrics_.source_range_refused.WithLabels({"ns/lb:http"});
+
+  ASSERT_TRUE(dp_->Apply(Table({lb({"127.0.0.30/32", "2001:db8::/32"})})).ok());
+  EXPECT_EQ(Fetch(lb_ip, "127.0.0.31"), "reset");
+  EXPECT_EQ(refused.Value(), 1);
+  EXPECT_EQ(Fetch(lb_ip, "127.0.0.30"), "backend");
+  EXPECT_EQ(Fetch(cluster_ip, "127.0.0.31"), "backend");
+  EXPECT_EQ(backend->accepted(), 2);  // the refused client never reached a dial
+
+  ASSERT_TRUE(dp_->Apply(Table({lb({"127.0.0.0/8"})})).ok());
+  EXPECT_EQ(Fetch(lb_ip, "127.0.0.31"), "backend");
+  // Only IPv6 ranges: kube-proxy's IPv4 proxier sees none, so the IPv4 address is open.
+  ASSERT_TRUE(dp_->Apply(Table({lb({"2001:db8::/32"})})).ok());
+  EXPECT_EQ(Fetch(lb_ip, "127.0.0.31"), "backend");
+  EXPECT_EQ(refused.Value(), 1);
+}
+
+// A port no path can serve (SCTP) is listed with its reason and counted once, across full
+// resyncs, until it goes.
+TEST_F(DataPathTest, SctpPortsAreReportedUnserved) {
+  const int port = testutil::FreePort();
+  auto tcp = Port("a", "127.0.0.22", port, true);
+  auto sctp = std::make_shared<ServicePortInfo>(*Port("s", "127.0.0.23", port, true));
+  sctp->name.protocol = config::Protocol::kSctp;
+  base::Gauge& gauge = metrics_.unserved_ports.WithLabels({"sctp"});
+  auto both = Table({tcp, sctp});
+  for (int i = 0; i < 3; ++i) {  // the first two syncs and a periodic resync are full
+    ASSERT_TRUE(dp_->Apply(both).ok());
+    EXPECT_THAT(dp_->Unserved(), ElementsAre(Pair("ns/s:http", HasSubstr("SCTP"))));
+    EXPECT_EQ(gauge.Value(), 1);
+  }
+  EXPECT_THAT(dp_->Listeners(), ElementsAre(Pair("ns/a:http", SizeIs(1))));
+  ASSERT_TRUE(dp_->Apply(Table({tcp})).ok());  // patched
+  EXPECT_THAT(dp_->Unserved(), ElementsAre());
+  EXPECT_EQ(gauge.Value(), 0);
+  ASSERT_TRUE(dp_->Apply(both).ok());
+  EXPECT_THAT(dp_->Unserved(), SizeIs(1));
+  EXPECT_EQ(gauge.Value(), 1);
+}
+
+// A listener that cannot open (its address is taken) is reported and retried at every sync;
+// the others open and the sync succeeds.
+TEST_F(DataPathTest, FailedListenerIsReportedAndRetriedWhileTheOthersServe) {
+  const int port = testutil::FreePort();
+  auto blocker = testutil::ListenTcp(*net::SocketAddress::Parse(absl::StrCat("127.0.0.8:", port)));
+  ASSERT_TRUE(blocker);
+  auto a = Port("a", "127.0.0.8", port, true);
+  auto b = Port("b", "127.0.0.9", port, true);
+  ASSERT_TRUE(dp_->Apply(Table({a, b})).ok());
+  EXPECT_THAT(dp_->Listeners(), ElementsAre(Pair(b->name.ToString(), SizeIs(1))));
+  auto skipped = dp_->Unserved();
+  ASSERT_THAT(skipped, SizeIs(1));
+  EXPECT_THAT(skipped.begin()->second, ::testing::HasSubstr("tcp/127.0.0.8"));
+  EXPECT_EQ(metrics_.listener_failures.Value(), 1);
+  blocker.Reset();
+  ASSERT_TRUE(dp_->Apply(Table({a, b})).ok());
+  EXPECT_THAT(dp_->Listeners(), SizeIs(2));
+  EXPECT_THAT(dp_->Unserved(), SizeIs(0));
+}
+
+// A Service over --max-listeners-per-service is skipped whole; the rest of the table serves.
+TEST_F(DataPathTest, ServiceOverItsListenerCapIsSkippedAndReported) {
+  DataPath::Options options;
+  options.caps.max_listeners_per_service = 2;
+  auto dp = DataPath::Create(options, vips_, metrics_);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  const int port = testutil::FreePort();
+  std::vector<ServicePortInfoPtr> ports = {Port("small", "127.0.0.10", port, true)};
+  for (int i = 0; i < 3; ++i) {
+    auto big = std::make_shared<ServicePortInfo>(*Port("big", "127.0.0.11", port + i, true));
+    big->name.port = absl::StrCat("p", i);
+    ports.push_back(big);
+  }
+  ASSERT_TRUE((*dp)->Apply(Table(ports)).ok());
+  EXPECT_THAT((*dp)->Listeners(), ElementsAre(Pair("ns/small:http", SizeIs(1))));
+  EXPECT_THAT((*dp)->Unserved(), SizeIs(3));
+  EXPECT_THAT((*dp)->Unserved()["ns/big:p0"], ::testing::HasSubstr("--max-listeners-per-service"));
+  EXPECT_EQ(metrics_.unserved_ports.WithLabels({"service_cap"}).Value(), 3);
+  ports.pop_back();  // two ports fit: served once the Service shrinks (a patched sync)
+  ASSERT_TRUE((*dp)->Apply(Table(ports)).ok());
+  EXPECT_THAT((*dp)->Listeners(), SizeIs(3));
+  EXPECT_THAT((*dp)->Unserved(), SizeIs(0));
+}
+
+// Past the reuseport budget a TCP address is one socket that every worker watches
+// (EPOLLEXCLUSIVE), a UDP address one socket on one worker: with two workers, each listener
+// still costs one descriptor, and every client is served.
+TEST_F(DataPathTest, SharedListenersCostOneSocketEachAndServe) {
+  DataPath::Options options;
+  options.workers = 2;
+  options.reuseport_sockets = 0;
+  auto dp = DataPath::Create(options, vips_, metrics_);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  auto backend = testutil::TcpServer::Start(*net::SocketAddress::Parse("127.0.0.12:0"),
+                                            testutil::TcpServer::Mode::kHello, 0, "b");
+  ASSERT_TRUE(backend);
+  const int port = testutil::FreePort();
+  auto tcp = std::make_shared<ServicePortInfo>(*Port("web", "127.0.0.13", port, false));
+  tcp->cluster_endpoints = {backend->address()};
+  auto udp = std::make_shared<ServicePortInfo>(*tcp);
+  udp->name.protocol = config::Protocol::kUdp;
+  ASSERT_TRUE((*dp)->Apply(Table({tcp, udp})).ok());
+  EXPECT_EQ(metrics_.listeners.Value(), 2);
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(testutil::Hello(absl::StrCat("127.0.0.13:", port)), "b") << i;
+  }
+  ASSERT_TRUE((*dp)->Apply(Table({})).ok());
+  EXPECT_EQ(metrics_.listeners.Value(), 0);
 }
 
 }  // namespace

@@ -60,6 +60,10 @@ struct ServicePortInfo {
 };
 using ServicePortInfoPtr = std::shared_ptr<const ServicePortInfo>;
 
+// The source ranges that guard `ip` as a frontend of `info`: those of its family when `ip` is
+// one of its LoadBalancer IPs, else none (every source is served).
+std::vector<net::Cidr> SourceRangesFor(const ServicePortInfo& info, const net::IpAddress& ip);
+
 // What this node is, for traffic policy Local and topology hints.
 struct NodeInfo {
   std::string name;                // --hostname-override or the hostname

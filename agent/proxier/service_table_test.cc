@@ -146,5 +146,41 @@ TEST(ServiceTableTest, WhichServicesAreProgrammed) {
   EXPECT_FALSE(ShouldProgram(svc, NodeInfo{.service_proxy_name = "other"}));
 }
 
+// The LoadBalancer IPs and their source ranges (per family, normalised) reach every port; the
+// health check node port only where the API server would allocate it (LoadBalancer, eTP Local).
+TEST(ServiceTableTest, LoadBalancerFieldsPerPort) {
+  Service s = WebService();
+  s.type = config::ServiceType::kLoadBalancer;
+  s.external_ips = {Ip("192.0.2.1")};
+  s.load_balancer_ingress = {Ip("203.0.113.7"), Ip("2001:db8::7")};
+  s.load_balancer_source_ranges = {"10.0.0.1/8", "2001:db8::/32"};
+  s.health_check_node_port = 32100;
+  s.external_traffic_policy = config::TrafficPolicy::kLocal;
+  auto ports = BuildServicePorts(s, {Slice({Ep("10.0.0.1")})}, NodeInfo{});
+  ASSERT_EQ(ports.size(), 2u);
+  for (const auto& p : ports) {
+    EXPECT_EQ(p->load_balancer_ips, s.load_balancer_ingress);
+    EXPECT_EQ(p->health_check_node_port, 32100);
+    ASSERT_EQ(p->source_ranges.size(), 2u);
+    EXPECT_EQ(p->source_ranges[0].ToString(), "10.0.0.0/8");
+  }
+  const ServicePortInfo& p = *ports[0];
+  EXPECT_EQ(SourceRangesFor(p, Ip("203.0.113.7")).size(), 1u);
+  EXPECT_EQ(SourceRangesFor(p, Ip("203.0.113.7"))[0].ToString(), "10.0.0.0/8");
+  EXPECT_EQ(SourceRangesFor(p, Ip("2001:db8::7"))[0].ToString(), "2001:db8::/32");
+  EXPECT_TRUE(SourceRangesFor(p, Ip("192.0.2.1")).empty()) << "externalIPs are not guarded";
+  EXPECT_TRUE(SourceRangesFor(p, Ip("10.96.0.10")).empty());
+
+  s.load_balancer_source_ranges = {"2001:db8::/32"};
+  EXPECT_TRUE(SourceRangesFor(*BuildServicePorts(s, {}, NodeInfo{})[0], Ip("203.0.113.7")).empty())
+      << "a family without ranges is open, as in kube-proxy's per-family proxiers";
+
+  s.external_traffic_policy = config::TrafficPolicy::kCluster;
+  EXPECT_EQ(BuildServicePorts(s, {}, NodeInfo{})[0]->health_check_node_port, 0);
+  s.external_traffic_policy = config::TrafficPolicy::kLocal;
+  s.type = config::ServiceType::kNodePort;
+  EXPECT_EQ(BuildServicePorts(s, {}, NodeInfo{})[0]->health_check_node_port, 0);
+}
+
 }  // namespace
 }  // namespace sluice::proxier

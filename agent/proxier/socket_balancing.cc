@@ -35,7 +35,11 @@ void SocketBalancing::Build(const ServicePortName& port, const ServicePortInfo* 
       cluster.emplace_back(ip, info->port);
     }
     for (const auto& ip : info->external_ips) {
-      external.emplace_back(ip, info->port);
+      // A hook cannot know a connect()'s source address before the kernel picks it: a
+      // LoadBalancer IP behind source ranges is left to the proxy, which sees the source.
+      if (SourceRangesFor(*info, ip).empty()) {
+        external.emplace_back(ip, info->port);
+      }
     }
     for (const auto& ip : info->node_port > 0 ? node_ips_ : std::vector<net::IpAddress>{}) {
       external.emplace_back(ip, info->node_port);

@@ -22,6 +22,11 @@ DataPathMetrics::DataPathMetrics(base::Registry& r)
                        "TCP connections reset at accept because their worker already held "
                        "--max-connections-per-worker")
               .Get()),
+      connections_source_limited(
+          r.AddCounter("sluice_connections_source_limited_total",
+                       "TCP connections reset at accept because their client IP already held "
+                       "--max-source-connections-per-worker on that worker")
+              .Get()),
       dial_failures(r.AddCounter("sluice_dial_failures_total",
                                  "Failed backend dial attempts, by reason", {"reason"})),
       bytes(r.AddCounter("sluice_bytes_total", "Bytes proxied, counted when a connection closes",
@@ -53,11 +58,27 @@ DataPathMetrics::DataPathMetrics(base::Registry& r)
                            .Get()),
       udp_flows(r.AddGauge("sluice_udp_flows", "UDP flows open").Get()),
       udp_flows_total(r.AddCounter("sluice_udp_flows_total", "UDP flows created").Get()),
+      udp_flows_evicted(r.AddCounter("sluice_udp_flows_evicted_total",
+                                     "UDP flows closed before their idle timeout to make room "
+                                     "for a new one (the least recently used first)")
+                            .Get()),
       udp_datagrams(
           r.AddCounter("sluice_udp_datagrams_total", "UDP datagrams proxied", {"direction"})),
       udp_datagrams_to_backend(udp_datagrams.WithLabels({"to_backend"})),
       udp_datagrams_to_client(udp_datagrams.WithLabels({"to_client"})),
-      udp_dropped(r.AddCounter("sluice_udp_dropped_total", "UDP datagrams dropped, by reason",
-                               {"reason"})) {}
+      udp_dropped(
+          r.AddCounter("sluice_udp_dropped_total", "UDP datagrams dropped, by reason", {"reason"})),
+      listeners(r.AddGauge("sluice_listeners", "Listening sockets of the userspace proxy").Get()),
+      listener_failures(r.AddCounter("sluice_listener_failures_total",
+                                     "Listeners that failed to open; each is retried at the "
+                                     "next sync while the others serve")
+                            .Get()),
+      source_range_refused(
+          r.AddCounter("sluice_source_range_refused_total",
+                       "TCP connections reset and new UDP clients' datagrams dropped because "
+                       "their source is outside the service's loadBalancerSourceRanges",
+                       {"service"})),
+      unserved_ports(r.AddGauge("sluice_unserved_service_ports",
+                                "Service ports that no data path serves, by reason", {"reason"})) {}
 
 }  // namespace sluice::proxy

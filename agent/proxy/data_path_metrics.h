@@ -16,6 +16,7 @@ struct DataPathMetrics {
   base::Counter& connections_failed;           // no endpoint answered within the dial budget
   base::Counter& connections_shed;             // refused at accept: out of file descriptors
   base::Counter& connections_limited;          // refused at accept: the worker's limit
+  base::Counter& connections_source_limited;   // refused at accept: the client IP's limit
   base::Family<base::Counter>& dial_failures;  // {reason}, per failed attempt
   base::Family<base::Counter>& bytes;          // {direction}, counted when a connection closes
   base::Counter& bytes_to_backend;
@@ -28,10 +29,16 @@ struct DataPathMetrics {
   base::Counter& sockmap_repeated;  // at close
   base::Gauge& udp_flows;
   base::Counter& udp_flows_total;
+  base::Counter& udp_flows_evicted;  // closed (least recently used) to make room for a new one
   base::Family<base::Counter>& udp_datagrams;  // {direction}
   base::Counter& udp_datagrams_to_backend;
   base::Counter& udp_datagrams_to_client;
   base::Family<base::Counter>& udp_dropped;  // {reason}
+  base::Gauge& listeners;                    // open listening sockets
+  base::Counter& listener_failures;          // listeners that failed to open (retried)
+  // {service}: TCP connections reset and UDP datagrams dropped for loadBalancerSourceRanges.
+  base::Family<base::Counter>& source_range_refused;
+  base::Family<base::Gauge>& unserved_ports;  // {reason}: service ports no path serves
 };
 
 }  // namespace sluice::proxy

@@ -23,10 +23,11 @@ namespace sluice::proxy {
 
 // One client's flow: its connected backend socket and idle timer.
 // Thread: owning worker loop.
-class UdpProxy::Flow final : public event::DeferredDeletable {
+class UdpProxy::Flow final : public event::DeferredDeletable, public UdpFlowTable::Entry {
  public:
-  Flow(const net::SocketAddress& client, const net::SocketAddress& backend, base::UniqueFd fd)
-      : client(client), backend(backend), fd(std::move(fd)) {}
+  Flow(UdpProxy& owner, const net::SocketAddress& client, const net::SocketAddress& backend,
+       base::UniqueFd fd)
+      : Entry(client.ip()), client(client), backend(backend), fd(std::move(fd)), owner_(owner) {}
 
   const net::SocketAddress client;
   const net::SocketAddress backend;
@@ -42,13 +43,21 @@ class UdpProxy::Flow final : public event::DeferredDeletable {
   base::UniqueFd fd;
   std::unique_ptr<event::FileEvent> event;  // after fd
   std::unique_ptr<event::Timer> idle;
+
+ private:
+  void Evict() override {
+    owner_.metrics_.udp_flows_evicted.Inc();
+    owner_.CloseFlow(*this);
+  }
+
+  UdpProxy& owner_;
 };
 
 namespace {
 
 constexpr const char* kDropNames[] = {"no_endpoint",   "flow_limit",   "backend_refused",
                                       "backend_error", "socket_error", "send_failed",
-                                      "truncated"};
+                                      "truncated",     "source_range"};
 
 // A connected socket makes the kernel filter the backend's replies for us and report its ICMP
 // errors (ECONNREFUSED on port unreachable) on the flow: an unconnected UDP socket without
@@ -139,11 +148,13 @@ int ReceiveBatch(int fd, DatagramArena& a) {
 
 }  // namespace
 
-UdpProxy::UdpProxy(event::EventLoop& loop, DatagramArena& arena, base::UniqueFd socket,
-                   net::SocketAddress local, std::shared_ptr<Balancer> balancer,
-                   const UdpOptions& options, DataPathMetrics& metrics)
+UdpProxy::UdpProxy(event::EventLoop& loop, DatagramArena& arena, UdpFlowTable& table,
+                   base::UniqueFd socket, net::SocketAddress local,
+                   std::shared_ptr<Balancer> balancer, const UdpOptions& options,
+                   DataPathMetrics& metrics)
     : loop_(loop),
       arena_(arena),
+      table_(table),
       options_(options),
       metrics_(metrics),
       local_(local),
@@ -157,12 +168,12 @@ UdpProxy::UdpProxy(event::EventLoop& loop, DatagramArena& arena, base::UniqueFd 
 }
 
 absl::StatusOr<std::unique_ptr<UdpProxy>> UdpProxy::Create(
-    event::EventLoop& loop, DatagramArena& arena, base::UniqueFd socket,
+    event::EventLoop& loop, DatagramArena& arena, UdpFlowTable& table, base::UniqueFd socket,
     std::shared_ptr<Balancer> balancer, const UdpOptions& options, DataPathMetrics& metrics) {
   ASSIGN_OR_RETURN(net::SocketAddress local, net::LocalAddress(socket.get()));
   GrowReceiveBuffer(socket.get());
-  auto proxy = std::unique_ptr<UdpProxy>(
-      new UdpProxy(loop, arena, std::move(socket), local, std::move(balancer), options, metrics));
+  auto proxy = std::unique_ptr<UdpProxy>(new UdpProxy(loop, arena, table, std::move(socket), local,
+                                                      std::move(balancer), options, metrics));
   // Level-triggered: one batch per wake-up, the rest in the next iteration, after the others.
   ASSIGN_OR_RETURN(proxy->event_,
                    loop.Watch(proxy->socket_.get(), EPOLLIN,
@@ -170,7 +181,12 @@ absl::StatusOr<std::unique_ptr<UdpProxy>> UdpProxy::Create(
   return proxy;
 }
 
-UdpProxy::~UdpProxy() { metrics_.udp_flows.Add(-static_cast<double>(flows_.size())); }
+UdpProxy::~UdpProxy() {
+  for (auto& [client, flow] : flows_) {
+    table_.Erase(*flow);
+  }
+  metrics_.udp_flows.Add(-static_cast<double>(flows_.size()));
+}
 
 void UdpProxy::SetBalancer(std::shared_ptr<Balancer> balancer) {
   if (balancer == balancer_) {
@@ -184,6 +200,22 @@ void UdpProxy::SetBalancer(std::shared_ptr<Balancer> balancer) {
   std::vector<Flow*> gone;
   for (const auto& [client, flow] : flows_) {
     if (!live.contains(flow->backend)) {
+      gone.push_back(flow.get());
+    }
+  }
+  for (Flow* flow : gone) {
+    CloseFlow(*flow);
+  }
+}
+
+void UdpProxy::SetSources(std::shared_ptr<const SourceFilter> sources) {
+  if (sources == sources_) {
+    return;
+  }
+  sources_ = std::move(sources);
+  std::vector<Flow*> gone;
+  for (const auto& [client, flow] : flows_) {
+    if (sources_ != nullptr && !sources_->Contains(client.ip())) {
       gone.push_back(flow.get());
     }
   }
@@ -238,12 +270,17 @@ UdpProxy::Flow* UdpProxy::FlowToBackend(int i) {
   Flow* flow = client ? FlowFor(*client, m.msg_hdr) : nullptr;
   if (flow != nullptr) {
     flow->last_active = loop_.MonotonicNow();
+    table_.Touch(*flow);
   }
   return flow;
 }
 
 int UdpProxy::SendToBackend(Flow* flow, int first, int count) {
   if (flow == nullptr || count == 0) {
+    return 0;
+  }
+  if (!flow->fd) {  // evicted for a later datagram of this batch
+    Count(Drop::kFlowLimit, count);
     return 0;
   }
   const UdpSendResult r = arena_.sender.Send(flow->fd.get(), &arena_.out[first], count, UdpPeer{},
@@ -262,11 +299,18 @@ UdpProxy::Flow* UdpProxy::FlowFor(const net::SocketAddress& client, msghdr& hdr)
   if (auto it = flows_.find(client); it != flows_.end()) {
     return it->second.get();
   }
-  if (flows_.size() >= options_.max_flows) {
-    Count(Drop::kFlowLimit);
+  if (sources_ != nullptr && !sources_->Admit(client.ip())) {
+    Count(Drop::kSourceRange);
     return nullptr;
   }
-  return OpenFlow(client, hdr);
+  switch (table_.Admit(client.ip())) {
+    case UdpFlowTable::Admission::kAdmitted:
+      return OpenFlow(client, hdr);
+    case UdpFlowTable::Admission::kNoDescriptor:
+      Count(Drop::kFlowLimit);
+      return nullptr;
+  }
+  return nullptr;
 }
 
 UdpProxy::Flow* UdpProxy::OpenFlow(const net::SocketAddress& client, msghdr& hdr) {
@@ -284,7 +328,7 @@ UdpProxy::Flow* UdpProxy::OpenFlow(const net::SocketAddress& client, msghdr& hdr
     SocketFailed(*backend, strerror(err));
     return nullptr;
   }
-  auto flow = std::make_unique<Flow>(client, *backend, std::move(fd));
+  auto flow = std::make_unique<Flow>(*this, client, *backend, std::move(fd));
   Flow* raw = flow.get();
   auto event =
       loop_.Watch(raw->fd.get(), EPOLLIN, [this, raw](uint32_t) { OnBackendReadable(*raw); });
@@ -301,6 +345,7 @@ UdpProxy::Flow* UdpProxy::OpenFlow(const net::SocketAddress& client, msghdr& hdr
     raw->control_len = ReplySource(hdr, raw->control.data());
   }
   flows_.emplace(client, std::move(flow));
+  table_.Insert(*raw);
   metrics_.udp_flows.Add(1);
   metrics_.udp_flows_total.Inc();
   return raw;
@@ -325,6 +370,7 @@ void UdpProxy::OnBackendReadable(Flow& flow) {
     return;
   }
   flow.last_active = loop_.MonotonicNow();
+  table_.Touch(flow);
   ReplyToClient(flow, n);
 }
 
@@ -379,6 +425,7 @@ void UdpProxy::CloseFlow(Flow& flow) {
   SLUICE_CHECK(it != flows_.end() && it->second.get() == &flow);
   std::unique_ptr<Flow> owned = std::move(it->second);
   flows_.erase(it);
+  table_.Erase(*owned);
   owned->event->Detach();  // the close just below leaves the epoll set: no EPOLL_CTL_DEL
   owned->idle->Disarm();
   owned->fd.Reset();

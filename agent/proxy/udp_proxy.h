@@ -19,6 +19,8 @@
 #include "agent/net/address.h"
 #include "agent/proxy/data_path_metrics.h"
 #include "agent/proxy/load_balancer.h"
+#include "agent/proxy/route_table.h"
+#include "agent/proxy/udp_flow_table.h"
 #include "agent/proxy/udp_send.h"
 
 namespace sluice::proxy {
@@ -28,8 +30,12 @@ struct UdpOptions {
   // timeouts are 30 s / 120 s; the userspace kube-proxy's 250 ms broke slow request/reply
   // protocols (see the semantics note).
   absl::Duration idle_timeout = absl::Seconds(30);
-  // Per listener (and so per worker): each flow holds a socket and an ephemeral port.
+  // Per worker, over all of its listeners: each flow holds a socket and an ephemeral port. A
+  // full table closes its least recently used flow for a new one (UdpFlowTable).
   size_t max_flows = 16384;
+  // Per client IP per worker: a client at the cap gets no new flow (its datagrams from new
+  // ports are dropped) until one of its flows closes.
+  size_t max_flows_per_source = 256;
   // UDP_SEGMENT for runs of equal-size datagrams of one flow, where the kernel has it.
   bool gso = true;
 };
@@ -70,9 +76,9 @@ struct DatagramArena {
 class UdpProxy final {
  public:
   // `socket` comes from net::BindUdp. `balancer` may be null (no route yet: datagrams are
-  // dropped). `arena` and `metrics` must outlive the proxy.
+  // dropped). `arena`, `table` (the worker's flows) and `metrics` must outlive the proxy.
   static absl::StatusOr<std::unique_ptr<UdpProxy>> Create(
-      event::EventLoop& loop, DatagramArena& arena, base::UniqueFd socket,
+      event::EventLoop& loop, DatagramArena& arena, UdpFlowTable& table, base::UniqueFd socket,
       std::shared_ptr<Balancer> balancer, const UdpOptions& options, DataPathMetrics& metrics);
   UdpProxy(const UdpProxy&) = delete;
   UdpProxy& operator=(const UdpProxy&) = delete;
@@ -82,6 +88,8 @@ class UdpProxy final {
   // A new route for this address. Flows whose endpoint is not in `balancer` (all of them when
   // it is null) are closed; the next datagram of their client picks again.
   void SetBalancer(std::shared_ptr<Balancer> balancer);
+  // The sources admitted from now on (null: all). Flows of clients it excludes are closed.
+  void SetSources(std::shared_ptr<const SourceFilter> sources);
 
   size_t flows() const { return flows_.size(); }
   const net::SocketAddress& local_address() const { return local_; }
@@ -90,16 +98,17 @@ class UdpProxy final {
   class Flow;
   enum class Drop {
     kNoEndpoint,      // no route, or the balancer has nothing to pick
-    kFlowLimit,       // max_flows reached: a new client is not admitted
+    kFlowLimit,       // no flow to evict for a new client's socket (the FdBudget is spent)
     kBackendRefused,  // ICMP port unreachable from the backend: the flow is closed
     kBackendError,    // another ICMP error (host/net unreachable): the flow is closed
     kSocketError,     // no backend socket (EMFILE, ENOBUFS) or connect(2) failed
     kSendFailed,      // a send buffer was full (EAGAIN) or the kernel refused the datagram
     kTruncated,       // larger than a 64 KiB buffer (MSG_TRUNC)
+    kSourceRange,     // a new client outside the service's loadBalancerSourceRanges
     kCount,
   };
 
-  UdpProxy(event::EventLoop& loop, DatagramArena& arena, base::UniqueFd socket,
+  UdpProxy(event::EventLoop& loop, DatagramArena& arena, UdpFlowTable& table, base::UniqueFd socket,
            net::SocketAddress local, std::shared_ptr<Balancer> balancer, const UdpOptions& options,
            DataPathMetrics& metrics);
   void OnListenerReadable();
@@ -124,6 +133,7 @@ class UdpProxy final {
 
   event::EventLoop& loop_;
   DatagramArena& arena_;
+  UdpFlowTable& table_;
   const UdpOptions options_;
   DataPathMetrics& metrics_;
   const net::SocketAddress local_;
@@ -132,6 +142,7 @@ class UdpProxy final {
   base::UniqueFd socket_;
   std::unique_ptr<event::FileEvent> event_;  // after socket_: unregisters before the close
   std::shared_ptr<Balancer> balancer_;
+  std::shared_ptr<const SourceFilter> sources_;
   absl::flat_hash_map<net::SocketAddress, std::unique_ptr<Flow>> flows_;
   std::array<base::Counter*, static_cast<size_t>(Drop::kCount)> dropped_{};
   absl::Time last_error_log_ = absl::InfinitePast();

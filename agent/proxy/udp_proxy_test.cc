@@ -104,9 +104,11 @@ class UdpProxyTest : public ::testing::Test {
                   const char* bind_to = "127.0.0.1:0") {
     auto fd = net::BindUdp(Addr(bind_to), /*reuseport=*/false);
     ASSERT_TRUE(fd.ok()) << fd.status();
+    table_ = std::make_unique<UdpFlowTable>(options.max_flows, options.max_flows_per_source,
+                                            /*fds=*/nullptr);
     OnLoop([&] {
-      auto proxy =
-          UdpProxy::Create(*loop_, arena_, std::move(*fd), std::move(balancer), options, metrics_);
+      auto proxy = UdpProxy::Create(*loop_, arena_, *table_, std::move(*fd), std::move(balancer),
+                                    options, metrics_);
       ASSERT_TRUE(proxy.ok()) << proxy.status();
       proxy_ = std::move(*proxy);
     });
@@ -184,6 +186,7 @@ class UdpProxyTest : public ::testing::Test {
   DatagramArena arena_;
   base::Registry registry_;
   DataPathMetrics metrics_{registry_};
+  std::unique_ptr<UdpFlowTable> table_;  // before proxy_: it outlives the proxy
   std::unique_ptr<UdpProxy> proxy_;
   net::SocketAddress service_;
 };
@@ -308,7 +311,7 @@ TEST_F(UdpProxyTest, ActivityKeepsFlowOpen) {
   ASSERT_TRUE(stretch_done) << "no 1 s stretch without a stall past the idle timeout in 30 s";
 }
 
-TEST_F(UdpProxyTest, FlowLimitDropsNewClients) {
+TEST_F(UdpProxyTest, FullTableEvictsTheLeastRecentlyUsedFlow) {
   base::UniqueFd backend = UdpSocket();
   base::UniqueFd a = UdpSocket();
   base::UniqueFd b = UdpSocket();
@@ -316,11 +319,34 @@ TEST_F(UdpProxyTest, FlowLimitDropsNewClients) {
   StartProxy(MakeBalancer({Local(backend.get())}), UdpOptions{.max_flows = 2});
   Echo(a.get(), backend.get(), "a");
   Echo(b.get(), backend.get(), "b");
-  SendTo(c.get(), "c", service_);
-  ASSERT_TRUE(WaitUntil([&] { return Dropped("flow_limit") == 1; }));
+  Echo(a.get(), backend.get(), "a again: b is now the least recently used");
+  Echo(c.get(), backend.get(), "c is admitted");  // b's flow makes room
   EXPECT_EQ(Flows(), 2u);
-  Echo(a.get(), backend.get(), "a still works");
-  EXPECT_EQ(Dropped("flow_limit"), 1);
+  EXPECT_EQ(metrics_.udp_flows_evicted.Value(), 1);
+  EXPECT_EQ(Dropped("flow_limit"), 0);
+  Echo(a.get(), backend.get(), "a kept its flow");
+  EXPECT_EQ(metrics_.udp_flows_total.Value(), 3);
+}
+
+// A client IP at its cap gives up its own least recently used flow for a new one; another
+// client's flow is untouched.
+TEST_F(UdpProxyTest, SourceLimitRecyclesTheClientsOwnOldestFlow) {
+  base::UniqueFd backend = UdpSocket();
+  base::UniqueFd a = UdpSocket("127.0.0.1:0");
+  base::UniqueFd b = UdpSocket("127.0.0.1:0");
+  base::UniqueFd c = UdpSocket("127.0.0.1:0");
+  base::UniqueFd other = UdpSocket("127.0.0.3:0");
+  StartProxy(MakeBalancer({Local(backend.get())}),
+             UdpOptions{.max_flows = 16, .max_flows_per_source = 2});
+  const net::SocketAddress other_flow = Echo(other.get(), backend.get(), "other");
+  Echo(a.get(), backend.get(), "a");
+  Echo(b.get(), backend.get(), "b");
+  Echo(c.get(), backend.get(), "c: a third flow of 127.0.0.1");
+  EXPECT_EQ(metrics_.udp_flows_evicted.Value(), 1);
+  EXPECT_EQ(Flows(), 3u);
+  EXPECT_EQ(Echo(other.get(), backend.get(), "other kept its flow"), other_flow);
+  Echo(b.get(), backend.get(), "b kept its flow");
+  EXPECT_EQ(Dropped("flow_limit"), 0);
 }
 
 TEST_F(UdpProxyTest, RouteUpdateDropsFlowsToRemovedEndpoints) {
@@ -386,7 +412,7 @@ TEST(UdpWorkerTest, ProxiesThroughAWorker) {
   auto routes = std::make_shared<RouteTable>();
   (*routes)[key] = Route{"ns/svc:dns", MakeBalancer({Local(backend.get())})};
   (*worker)->SetRoutes(routes);
-  (*worker)->AddListener(key, std::move(*fd));
+  (*worker)->AddUdpListener(key, std::move(*fd));
 
   SendTo(client.get(), RandomBytes(2000, 7), key.address);
   net::SocketAddress flow_addr, from;
@@ -411,6 +437,32 @@ TEST(UdpWorkerTest, ProxiesThroughAWorker) {
   ASSERT_TRUE(WaitUntil([&] { return metrics.udp_flows.Value() == 0; }));
   worker->reset();
   EXPECT_EQ(metrics.udp_flows_total.Value(), 2);
+}
+
+// Source ranges: a new client outside them is dropped before any endpoint is picked (counted),
+// one inside is served, and narrowing them closes the flows of clients now outside.
+TEST_F(UdpProxyTest, SourceFilterAdmitsNewClientsAndClosesExcludedFlows) {
+  base::UniqueFd backend = UdpSocket();
+  base::UniqueFd inside = UdpSocket("127.0.0.40:0");
+  base::UniqueFd outside = UdpSocket("127.0.0.41:0");
+  StartProxy(MakeBalancer({Local(backend.get())}));
+  base::Counter& refused = metrics_.source_range_refused.WithLabels({"ns/dns:udp"});
+  auto filter = [&](const char* cidr) {
+    return std::make_shared<SourceFilter>(std::vector<net::Cidr>{*net::Cidr::Parse(cidr)}, refused);
+  };
+  OnLoop([&] { proxy_->SetSources(filter("127.0.0.40/32")); });
+  SendTo(outside.get(), "refused", service_);
+  Echo(inside.get(), backend.get(), "served");
+  EXPECT_EQ(Dropped("source_range"), 1);
+  EXPECT_EQ(refused.Value(), 1);
+  EXPECT_EQ(Flows(), 1u);
+
+  OnLoop([&] { proxy_->SetSources(filter("127.0.0.41/32")); });
+  EXPECT_EQ(Flows(), 0u);
+  Echo(outside.get(), backend.get(), "now served");
+  OnLoop([&] { proxy_->SetSources(nullptr); });
+  Echo(inside.get(), backend.get(), "open to all");
+  EXPECT_EQ(Flows(), 2u);
 }
 
 }  // namespace

@@ -56,6 +56,7 @@ class Connection final : public event::DeferredDeletable,
 
   void Start() { dialer_->Start(); }
   const ListenKey& key() const { return key_; }
+  const net::IpAddress& client_ip() const { return client_addr_.ip(); }
 
   ConnectionInfo Describe() const {
     ConnectionInfo info{.worker = worker_.id_,
@@ -174,6 +175,8 @@ Worker::Worker(int id, const Options& options, DataPathMetrics& metrics,
       metrics_(metrics),
       loop_(std::move(loop)),
       pipes_(options.pipes),
+      udp_flows_(options.udp.max_flows, options.udp.max_flows_per_source, options.fds),
+      tcp_sources_(options.max_connections_per_source),
       routes_(std::make_shared<RouteTable>()),
       reserve_fd_(::open("/dev/null", O_RDONLY | O_CLOEXEC)) {}
 
@@ -211,6 +214,9 @@ Worker::~Worker() {
   thread_.join();
   // The loop no longer runs: tear down here, connections first (their sockets reset).
   const auto open = connections_.size();
+  for (const auto& [raw, conn] : connections_) {
+    ReleaseConnection(raw->client_ip());
+  }
   connections_.clear();
   listeners_.clear();
   metrics_.connections_active.Add(-static_cast<double>(open));
@@ -224,30 +230,43 @@ void Worker::SetRoutes(RouteTablePtr routes) {
   });
 }
 
-void Worker::AddListener(const ListenKey& key, base::UniqueFd fd) {
-  loop_->Post([this, key, fd = std::move(fd)]() mutable {
-    if (key.transport == Transport::kUdp) {
-      AddUdpListener(key, std::move(fd));
+void Worker::AddTcpListener(const ListenKey& key, std::shared_ptr<const base::UniqueFd> fd,
+                            bool shared) {
+  loop_->Post([this, key, fd = std::move(fd), shared]() mutable {
+    Listener listener{.fd = std::move(fd), .shared = shared};
+    if (absl::Status st = WatchListener(key, listener); !st.ok()) {
+      LOG(ERROR) << "worker " << id_ << ": listen " << key.ToString() << ": " << st;
       return;
     }
-    const int raw = fd.get();
-    auto event = loop_->Watch(raw, EPOLLIN, [this, key, raw](uint32_t) { OnAcceptable(key, raw); });
-    if (!event.ok()) {
-      LOG(ERROR) << "worker " << id_ << ": listen " << key.ToString() << ": " << event.status();
-      return;
-    }
-    listeners_[key] = Listener{std::move(fd), std::move(*event)};
+    listeners_[key] = std::move(listener);
   });
 }
 
+absl::Status Worker::WatchListener(const ListenKey& key, Listener& listener) {
+  // A shared socket wakes one waiting worker per connection instead of all of them; a busy
+  // worker is not waiting, so an idle one takes the connection.
+  const int raw = listener.fd->get();
+  ASSIGN_OR_RETURN(listener.event, loop_->Watch(raw, listener.Events(), [this, key, raw](uint32_t) {
+    OnAcceptable(key, raw);
+  }));
+  return absl::OkStatus();
+}
+
 void Worker::AddUdpListener(const ListenKey& key, base::UniqueFd fd) {
+  loop_->Post([this, key, fd = std::move(fd)]() mutable { StartUdpListener(key, std::move(fd)); });
+}
+
+void Worker::StartUdpListener(const ListenKey& key, base::UniqueFd fd) {
   auto route = routes_->find(key);
-  auto udp = UdpProxy::Create(*loop_, udp_arena_, std::move(fd),
+  auto udp = UdpProxy::Create(*loop_, udp_arena_, udp_flows_, std::move(fd),
                               route == routes_->end() ? nullptr : route->second.balancer,
                               options_.udp, metrics_);
   if (!udp.ok()) {
     LOG(ERROR) << "worker " << id_ << ": listen " << key.ToString() << ": " << udp.status();
     return;
+  }
+  if (route != routes_->end()) {
+    (*udp)->SetSources(route->second.sources);
   }
   listeners_[key] = Listener{.udp = std::move(*udp)};
 }
@@ -258,7 +277,9 @@ void Worker::UpdateUdpRoutes() {
   for (auto& [key, listener] : listeners_) {
     if (listener.udp != nullptr) {
       auto route = routes_->find(key);
-      listener.udp->SetBalancer(route == routes_->end() ? nullptr : route->second.balancer);
+      const bool found = route != routes_->end();
+      listener.udp->SetBalancer(found ? route->second.balancer : nullptr);
+      listener.udp->SetSources(found ? route->second.sources : nullptr);
     }
   }
 }
@@ -328,12 +349,44 @@ void Worker::OnAcceptable(const ListenKey& key, int listen_fd) {
       Reset(client);  // the route went away between sync steps
       continue;
     }
+    // loadBalancerSourceRanges: a reset, so that a refused client does not hang in a retry.
+    if (route->second.sources != nullptr && !route->second.sources->Admit(client_addr->ip())) {
+      Reset(client);
+      continue;
+    }
+    if (!AdmitConnection(client_addr->ip())) {
+      Reset(client);
+      continue;
+    }
     auto conn =
         std::make_unique<Connection>(*this, key, std::move(client), *client_addr, route->second);
     Connection* raw = conn.get();
     connections_.emplace(raw, std::move(conn));
     metrics_.connections_active.Add(1);
     raw->Start();
+  }
+}
+
+bool Worker::AdmitConnection(const net::IpAddress& client) {
+  // Two descriptors: the client's and the backend's.
+  if (options_.fds != nullptr && options_.fds->Full(2)) {
+    metrics_.connections_shed.Inc();
+    return false;
+  }
+  if (!tcp_sources_.TryAdd(client)) {
+    metrics_.connections_source_limited.Inc();
+    return false;
+  }
+  if (options_.fds != nullptr) {
+    options_.fds->Take(2);
+  }
+  return true;
+}
+
+void Worker::ReleaseConnection(const net::IpAddress& client) {
+  tcp_sources_.Remove(client);
+  if (options_.fds != nullptr) {
+    options_.fds->Give(2);
   }
 }
 
@@ -362,7 +415,9 @@ void Worker::PauseAccepting() {
   }
   for (auto& [key, listener] : listeners_) {
     if (listener.event != nullptr) {
-      (void)listener.event->Modify(0);  // cannot fail for a registered fd
+      // EPOLL_CTL_MOD refuses an EPOLLEXCLUSIVE registration: leave epoll instead (safe from
+      // the listener's own callback, unlike destroying its FileEvent).
+      listener.event->Cancel();
     }
   }
   resume_timer_->Arm(kAcceptPause);
@@ -374,7 +429,7 @@ void Worker::ResumeAccepting() {
   }
   for (auto& [key, listener] : listeners_) {
     if (listener.event != nullptr) {
-      (void)listener.event->Modify(EPOLLIN);
+      (void)listener.event->Modify(listener.Events());  // ADD again: cannot fail
     }
   }
 }
@@ -385,6 +440,7 @@ void Worker::Finished(Connection* conn) {
     return;
   }
   metrics_.connections_active.Add(-1);
+  ReleaseConnection(conn->client_ip());
   loop_->DeferDelete(std::move(it->second));
   connections_.erase(it);
 }

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <sys/epoll.h>
+
 #include <memory>
 #include <string>
 #include <thread>
@@ -13,11 +15,13 @@
 #include "agent/event/event_loop.h"
 #include "agent/fastpath/flow_ring.h"
 #include "agent/fastpath/sockmap_fast_path.h"
+#include "agent/proxy/admission.h"
 #include "agent/proxy/data_path_metrics.h"
 #include "agent/proxy/pipe_pool.h"
 #include "agent/proxy/route_table.h"
 #include "agent/proxy/sockmap_session.h"
 #include "agent/proxy/tcp_session.h"
+#include "agent/proxy/udp_flow_table.h"
 #include "agent/proxy/udp_proxy.h"
 
 namespace sluice::proxy {
@@ -38,9 +42,11 @@ struct ConnectionInfo {
   uint64_t bytes_to_backend = 0, bytes_to_client = 0;
 };
 
-// One data-path thread: its EventLoop, its share of every SO_REUSEPORT listener (the control
-// plane creates the sockets, so bind errors surface in its sync, and posts them here), and the
-// connections they accepted. Receives immutable RouteTables; takes no control-plane lock.
+// One data-path thread: its EventLoop, the listeners the control plane hands it (it creates the
+// sockets, so bind errors surface in its sync, and posts them here: a TCP socket that every
+// worker watches, or this worker's socket of a per-worker SO_REUSEPORT group; a UDP socket
+// that only this worker serves), and the connections and flows they carry. Receives immutable
+// RouteTables; takes no control-plane lock.
 // Thread: its own loop thread; the public methods are thread-safe (they post).
 class Worker final {
  public:
@@ -51,6 +57,10 @@ class Worker final {
     absl::Duration drain_timeout = absl::ZeroDuration();
     // Open connections (dialling included) beyond which new ones are reset at accept.
     size_t max_connections = 32768;
+    // Open connections of one client IP beyond which its new ones are reset at accept.
+    size_t max_connections_per_source = 1024;
+    // The data path's descriptors (not owned; outlives the worker), or null for no budget.
+    FdBudget* fds = nullptr;
     TcpSession::Options session;
     PipePool::Options pipes;
     UdpOptions udp;
@@ -66,8 +76,11 @@ class Worker final {
   ~Worker();  // stops the thread; open connections are reset
 
   void SetRoutes(RouteTablePtr routes);
-  // Takes a listening socket (TCP: listening; UDP: bound) for `key`.
-  void AddListener(const ListenKey& key, base::UniqueFd fd);
+  // Watches a listening TCP socket for `key`. `shared`: every worker watches this one socket
+  // (EPOLLEXCLUSIVE wakes one of those waiting); else it is this worker's of a reuseport group.
+  void AddTcpListener(const ListenKey& key, std::shared_ptr<const base::UniqueFd> fd, bool shared);
+  // Serves a bound UDP socket for `key`; its flows live on this worker only.
+  void AddUdpListener(const ListenKey& key, base::UniqueFd fd);
   // Closes this worker's socket for `key` (posted: Flush waits for it); its established TCP
   // connections continue, its UDP flows close.
   void RemoveListener(const ListenKey& key);
@@ -81,9 +94,11 @@ class Worker final {
  private:
   friend class Connection;
   struct Listener {
-    base::UniqueFd fd;                        // TCP
-    std::unique_ptr<event::FileEvent> event;  // after fd: unregisters before the close
-    std::unique_ptr<UdpProxy> udp;            // UDP: owns its socket and flows
+    std::shared_ptr<const base::UniqueFd> fd;  // TCP; closed by the last worker to let go
+    bool shared = false;                       // watched by every worker (EPOLLEXCLUSIVE)
+    std::unique_ptr<event::FileEvent> event;   // after fd: unregisters before the close
+    std::unique_ptr<UdpProxy> udp;             // UDP: owns its socket and flows
+    uint32_t Events() const { return shared ? EPOLLIN | EPOLLEXCLUSIVE : EPOLLIN; }
   };
 
   Worker(int id, const Options& options, DataPathMetrics& metrics,
@@ -92,7 +107,13 @@ class Worker final {
   // later, so it must own what it touches.
   bool RunAndWait(absl::AnyInvocable<void() &&> fn, absl::Duration timeout);
   absl::Status StartSockmap();
+  // Registers a TCP listener's socket with the loop.
+  absl::Status WatchListener(const ListenKey& key, Listener& listener);
   void OnAcceptable(const ListenKey& key, int fd);
+  // Counts a new connection of `client` against its source's cap and the fd budget; false
+  // (counted in the metrics) if it must be reset.
+  bool AdmitConnection(const net::IpAddress& client);
+  void ReleaseConnection(const net::IpAddress& client);
   // At EMFILE/ENFILE: accepts one pending connection on the reserve fd and resets it. Returns
   // false when there is no reserve to spend (another thread took the freed fd).
   bool Shed(int listen_fd);
@@ -102,7 +123,7 @@ class Worker final {
   void ResumeAccepting();
   void Finished(Connection* conn);
   void DrainRemoved(const RouteTable& next);
-  void AddUdpListener(const ListenKey& key, base::UniqueFd fd);
+  void StartUdpListener(const ListenKey& key, base::UniqueFd fd);
   void UpdateUdpRoutes();
 
   const int id_;
@@ -111,6 +132,8 @@ class Worker final {
   std::unique_ptr<event::EventLoop> loop_;
   PipePool pipes_;
   DatagramArena udp_arena_;  // before listeners_: their UdpProxies use it
+  UdpFlowTable udp_flows_;   // likewise
+  SourceCounter tcp_sources_;
   RouteTablePtr routes_;
   // Sockmap fast path: the context sessions share, and this worker's signal ring. Declared
   // before connections_ so that sessions unregister from it before it goes.

@@ -5,7 +5,6 @@
 #include <linux/capability.h>
 #include <linux/magic.h>
 #include <netinet/in.h>
-#include <sched.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -16,7 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <set>
-#include <thread>
+#include <span>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -27,6 +26,7 @@
 #include "agent/base/status.h"
 #include "agent/base/unique_fd.h"
 #include "agent/socklb/cgroup.h"
+#include "agent/socklb/socket_walk.h"
 #include "bpf/include/sluice/bpf_abi.h"
 #include "bpf/sock_lb.skel.h"
 
@@ -40,13 +40,18 @@ static_assert(sizeof(sluice_lb_key) == 20, "bpf_abi.h: struct sluice_lb_key");
 static_assert(sizeof(sluice_lb_addr) == 20, "bpf_abi.h: struct sluice_lb_addr");
 static_assert(sizeof(sluice_lb_svc) == 24, "bpf_abi.h: struct sluice_lb_svc");
 static_assert(sizeof(sluice_lb_member) == 24, "bpf_abi.h: struct sluice_lb_member");
-static_assert(sizeof(sluice_lb_rev) == 32, "bpf_abi.h: struct sluice_lb_rev");
+static_assert(sizeof(sluice_lb_pair) == 40, "bpf_abi.h: struct sluice_lb_pair");
+static_assert(sizeof(sluice_lb_peers) == 328, "bpf_abi.h: struct sluice_lb_peers");
 static_assert(sizeof(sluice_lb_stats) == 16, "bpf_abi.h: struct sluice_lb_stats");
 static_assert(sizeof(sluice_lb_gone) == 40, "bpf_abi.h: struct sluice_lb_gone");
+static_assert(sizeof(sluice_lb_rev) == 32, "bpf_abi.h: struct sluice_lb_rev");
 
 namespace {
 
 namespace fs = std::filesystem;
+
+// (frontend, backend) pairs the UDP reaper takes in one walk of the node's sockets.
+constexpr size_t kGoneBatch = 4096;
 
 sluice_lb_addr ToAddr(const net::SocketAddress& a) {
   sluice_lb_addr out{};
@@ -121,6 +126,58 @@ absl::StatusOr<uint64_t> OwnNetnsCookie() {
   return cookie;
 }
 
+// Our pinned maps, by name. A pin of another name under the root is stale: an earlier
+// version's (sluice_lb_rev, the node-wide reverse LRU that socket storage replaced).
+constexpr const char* kMaps[] = {"sluice_lb_svc",   "sluice_lb_slot",  "sluice_lb_member",
+                                 "sluice_lb_stick", "sluice_lb_stats", "sluice_lb_gone",
+                                 "sluice_lb_conn",  "sluice_lb_dgram"};
+
+// The cgroup hooks, reverse ones first: a socket translated by a new connect hook must find
+// them.
+std::vector<bpf_program*> Hooks(sock_lb_bpf& s) {
+  return {s.progs.sluice_recvmsg4, s.progs.sluice_recvmsg6, s.progs.sluice_peer4,
+          s.progs.sluice_peer6,    s.progs.sluice_connect4, s.progs.sluice_connect6,
+          s.progs.sluice_sendmsg4, s.progs.sluice_sendmsg6};
+}
+
+std::string LinkPin(const std::string& root, const bpf_program* prog) {
+  return absl::StrCat(root, "/link_", bpf_program__name(prog));
+}
+
+// Unpins what an earlier version pinned and this one does not use: maps it alone had, and
+// links of its programs this one lacks (sluice_release, which deleted sluice_lb_rev entries),
+// which detach once unpinned. Called after Attach, so every hook of ours is in place.
+void RemoveStalePins(const std::string& root, sock_lb_bpf& s) {
+  std::set<std::string> links;
+  for (const bpf_program* prog : Hooks(s)) {
+    links.insert(absl::StrCat("link_", bpf_program__name(prog)));
+  }
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename();
+    const bool stale = name.rfind("sluice_lb_", 0) == 0
+                           ? std::find(std::begin(kMaps), std::end(kMaps), name) == std::end(kMaps)
+                           : name.rfind("link_sluice_", 0) == 0 && !links.contains(name);
+    if (stale && unlink(entry.path().c_str()) == 0) {
+      LOG(INFO) << "socket LB: removed " << entry.path().string() << " an earlier version pinned";
+    }
+  }
+}
+
+// The reverse LRU the version before socket storage pinned under `root`, if it is there and
+// has that version's layout: its connected sockets' pairs are copied into their storage.
+base::UniqueFd EarlierReverseMap(const std::string& root) {
+  base::UniqueFd fd(bpf_obj_get(absl::StrCat(root, "/sluice_lb_rev").c_str()));
+  bpf_map_info info{};
+  uint32_t len = sizeof(info);
+  if (!fd || bpf_obj_get_info_by_fd(fd.get(), &info, &len) != 0 ||
+      info.type != BPF_MAP_TYPE_LRU_HASH || info.key_size != sizeof(sluice_lb_rev) ||
+      info.value_size != sizeof(sluice_lb_addr)) {
+    return base::UniqueFd();
+  }
+  return fd;
+}
+
 std::string FrontendName(const Frontend& f) {
   return absl::StrCat(f.udp ? "udp/" : "tcp/", f.address.ToString());
 }
@@ -143,18 +200,24 @@ absl::StatusOr<std::unique_ptr<SocketLb>> SocketLb::Create(const Options& option
   }
   // The socket iterator is a tracing program (CAP_PERFMON); without it, or without the kfunc,
   // everything else still loads.
-  const bool reap = KernelHasKfunc("bpf_sock_destroy") &&
-                    base::RequireCapabilities({{CAP_PERFMON, "CAP_PERFMON"}}).ok();
+  const bool tracing = base::RequireCapabilities({{CAP_PERFMON, "CAP_PERFMON"}}).ok();
+  const bool reap = tracing && KernelHasKfunc("bpf_sock_destroy");
+  // An upgrade from the version before socket storage: its pinned reverse LRU is read once.
+  const base::UniqueFd earlier =
+      pin && tracing ? EarlierReverseMap(options.bpf_root) : base::UniqueFd();
   auto configure = [&](sock_lb_bpf& s) -> absl::Status {
-    const std::pair<bpf_map*, uint32_t> sizes[] = {{s.maps.sluice_lb_svc, options.max_frontends},
-                                                   {s.maps.sluice_lb_slot, options.max_slots},
-                                                   {s.maps.sluice_lb_member, options.max_slots},
-                                                   {s.maps.sluice_lb_stick, options.max_sticky},
-                                                   {s.maps.sluice_lb_rev, options.max_reverse},
-                                                   {s.maps.sluice_lb_stats, options.max_frontends},
-                                                   {s.maps.sluice_lb_gone, 4096}};
-    for (auto [map, size] : sizes) {
-      if (int err = bpf_map__set_max_entries(map, size); err != 0) {
+    // Size 0: socket storage, which has no max_entries (it comes and goes with the sockets).
+    const std::pair<bpf_map*, uint32_t> maps[] = {{s.maps.sluice_lb_svc, options.max_frontends},
+                                                  {s.maps.sluice_lb_slot, options.max_slots},
+                                                  {s.maps.sluice_lb_member, options.max_slots},
+                                                  {s.maps.sluice_lb_stick, options.max_sticky},
+                                                  {s.maps.sluice_lb_stats, options.max_frontends},
+                                                  {s.maps.sluice_lb_gone, kGoneBatch},
+                                                  {s.maps.sluice_lb_conn, 0},
+                                                  {s.maps.sluice_lb_dgram, 0}};
+    static_assert(std::size(maps) == std::size(kMaps));
+    for (auto [map, size] : maps) {
+      if (int err = size == 0 ? 0 : bpf_map__set_max_entries(map, size); err != 0) {
         return base::ErrnoStatus(-err,
                                  absl::StrCat("bpf_map__set_max_entries ", bpf_map__name(map)));
       }
@@ -169,6 +232,14 @@ absl::StatusOr<std::unique_ptr<SocketLb>> SocketLb::Create(const Options& option
     if (!reap) {
       bpf_program__set_autoload(s.progs.sluice_udp_reap, false);
     }
+    if (earlier) {
+      if (int err = bpf_map__reuse_fd(s.maps.sluice_lb_rev, earlier.get()); err != 0) {
+        return base::ErrnoStatus(-err, "bpf_map__reuse_fd sluice_lb_rev");
+      }
+    } else {
+      bpf_program__set_autoload(s.progs.sluice_tcp_adopt, false);
+      bpf_program__set_autoload(s.progs.sluice_udp_adopt, false);
+    }
     return absl::OkStatus();
   };
   auto skel = fastpath::Skeleton<sock_lb_bpf>::Create(configure);
@@ -178,9 +249,7 @@ absl::StatusOr<std::unique_ptr<SocketLb>> SocketLb::Create(const Options& option
     // old links keep their programs and maps until Attach replaces them.
     LOG(WARNING) << "socket LB: cannot reuse the maps pinned under " << options.bpf_root << " ("
                  << skel.status().message() << "); replacing them";
-    for (const char* name :
-         {"sluice_lb_svc", "sluice_lb_slot", "sluice_lb_member", "sluice_lb_stick", "sluice_lb_rev",
-          "sluice_lb_stats", "sluice_lb_gone"}) {
+    for (const char* name : kMaps) {
       unlink(absl::StrCat(options.bpf_root, "/", name).c_str());
     }
     skel = fastpath::Skeleton<sock_lb_bpf>::Create(configure);
@@ -191,6 +260,12 @@ absl::StatusOr<std::unique_ptr<SocketLb>> SocketLb::Create(const Options& option
   std::unique_ptr<SocketLb> lb(new SocketLb(options, std::move(*skel)));
   lb->ScanAdopted();
   RETURN_IF_ERROR(lb->Attach(cgroup_id, cgroup.get()));
+  if (earlier) {
+    lb->AdoptEarlierPairs();  // our hooks are attached: the old ones write no more pairs
+  }
+  if (pin) {
+    RemoveStalePins(options.bpf_root, **lb->skel_);
+  }
   if (reap) {
     lb->reap_link_.reset(bpf_program__attach_iter((*lb->skel_)->progs.sluice_udp_reap, nullptr));
     if (lb->reap_link_ == nullptr) {
@@ -214,15 +289,8 @@ SocketLb::SocketLb(const Options& options, std::unique_ptr<fastpath::Skeleton<so
 SocketLb::~SocketLb() = default;
 
 absl::Status SocketLb::Attach(uint64_t cgroup_id, int cgroup_fd) {
-  sock_lb_bpf& s = **skel_;
-  // Reverse hooks first: a socket translated by the new connect hook must find them.
-  for (bpf_program* prog :
-       {s.progs.sluice_recvmsg4, s.progs.sluice_recvmsg6, s.progs.sluice_peer4,
-        s.progs.sluice_peer6, s.progs.sluice_release, s.progs.sluice_connect4,
-        s.progs.sluice_connect6, s.progs.sluice_sendmsg4, s.progs.sluice_sendmsg6}) {
-    const std::string path = options_.bpf_root.empty() ? ""
-                                                       : absl::StrCat(options_.bpf_root, "/link_",
-                                                                      bpf_program__name(prog));
+  for (bpf_program* prog : Hooks(**skel_)) {
+    const std::string path = options_.bpf_root.empty() ? "" : LinkPin(options_.bpf_root, prog);
     if (!path.empty() && access(path.c_str(), F_OK) == 0) {
       if (fastpath::LinkPtr old(bpf_link__open(path.c_str())); old != nullptr) {
         bpf_link_info info{};
@@ -498,63 +566,54 @@ absl::Status SocketLb::Remove(const std::string& name, std::vector<Gone>& gone) 
   return absl::OkStatus();
 }
 
-absl::Status SocketLb::ReapHere() {
-  base::UniqueFd iter(bpf_iter_create(bpf_link__fd(reap_link_.get())));
-  if (!iter) {
-    return base::ErrnoStatus(errno, "bpf_iter_create(udp)");
-  }
-  char buf[256];
-  ssize_t n;
-  while ((n = read(iter.get(), buf, sizeof(buf))) > 0) {
-  }
-  return n == 0 ? absl::OkStatus() : base::ErrnoStatus(errno, "read(udp iterator)");
-}
-
 absl::Status SocketLb::Reap(const std::vector<Gone>& gone) {
-  if (reap_link_ == nullptr || gone.empty()) {
+  if (reap_link_ == nullptr) {
     return absl::OkStatus();
   }
+  // sluice_lb_gone holds kGoneBatch pairs: a larger change (a Service with many UDP ports losing
+  // many endpoints) is walked in batches rather than crowding out the other services' pairs.
+  absl::Status result;
+  for (size_t at = 0; at < gone.size(); at += kGoneBatch) {
+    result.Update(ReapBatch(std::span(gone).subspan(at, std::min(kGoneBatch, gone.size() - at))));
+  }
+  return result;
+}
+
+absl::Status SocketLb::ReapBatch(std::span<const Gone> gone) {
   const uint8_t one = 1;
   std::vector<sluice_lb_gone> keys;
+  absl::Status result;
   for (const auto& g : gone) {
     keys.push_back({.front = ToAddr(g.front), .backend = ToAddr(g.backend)});
     if (bpf_map_update_elem(gone_fd_, &keys.back(), &one, BPF_ANY) != 0) {
+      result = fastpath::MapError("update sluice_lb_gone");  // out of memory: these stay open
       keys.pop_back();
-      break;  // full: the rest waits for the next removal
+      break;
     }
   }
-  // The iterator walks the sockets of the network namespace it is created in: ours first, then
-  // every other one a process on the node is in (pods), from a thread that enters it.
-  absl::Status result = ReapHere();
-  std::set<ino_t> seen;
-  struct stat st;
-  if (stat("/proc/self/ns/net", &st) == 0) {
-    seen.insert(st.st_ino);
-  }
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
-    const std::string pid = entry.path().filename();
-    if (pid.empty() || pid[0] < '1' || pid[0] > '9') {
-      continue;
-    }
-    const std::string path = absl::StrCat("/proc/", pid, "/ns/net");
-    base::UniqueFd ns(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!ns || fstat(ns.get(), &st) != 0 || !seen.insert(st.st_ino).second) {
-      continue;  // the process has gone, or its namespace was walked already
-    }
-    std::thread t([&] {
-      if (setns(ns.get(), CLONE_NEWNET) != 0) {
-        result.Update(base::ErrnoStatus(errno, absl::StrCat("setns ", path)));
-        return;
-      }
-      result.Update(ReapHere());
-    });
-    t.join();
-  }
+  result.Update(WalkSocketsEverywhere(reap_link_.get()));
   for (const auto& k : keys) {
     (void)bpf_map_delete_elem(gone_fd_, &k);
   }
   return result;
+}
+
+void SocketLb::AdoptEarlierPairs() {
+  sock_lb_bpf& s = **skel_;
+  absl::Status result;
+  for (bpf_program* prog : {s.progs.sluice_tcp_adopt, s.progs.sluice_udp_adopt}) {
+    fastpath::LinkPtr link(bpf_program__attach_iter(prog, nullptr));
+    result.Update(link
+                      ? WalkSocketsEverywhere(link.get())
+                      : base::ErrnoStatus(errno, absl::StrCat("attach ", bpf_program__name(prog))));
+  }
+  LOG(INFO) << "socket LB: " << s.bss->adopted
+            << " connected sockets translated by an earlier version keep their service address";
+  if (!result.ok()) {
+    // Best effort: those not reached report their backend to getpeername() and stay open if
+    // their (UDP) backend leaves.
+    LOG(WARNING) << "socket LB: adopting an earlier version's sockets: " << result;
+  }
 }
 
 uint64_t SocketLb::reaped() const {

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -56,11 +57,11 @@ class SocketLb final {
     std::string bpf_root;          // pin directory on a bpffs ("" = no pinning: detach at exit)
     bool host_netns_only = false;  // translate only sockets of the agent's network namespace
     // Map sizes. Hash maps allocate per entry, so these only bound what programming (and so
-    // the API) can make the kernel allocate; the LRU maps are preallocated.
+    // the API) can make the kernel allocate; the LRU map is preallocated. What recvmsg and
+    // getpeername report back lives in each translated socket (docs/architecture.md).
     uint32_t max_frontends = 262144;
-    uint32_t max_slots = 524288;    // backends of all services, twice while a set is swapped
-    uint32_t max_sticky = 65536;    // (client netns, service) affinity entries
-    uint32_t max_reverse = 131072;  // translated sockets remembered for recvmsg/getpeername
+    uint32_t max_slots = 524288;  // backends of all services, twice while a set is swapped
+    uint32_t max_sticky = 65536;  // (client netns, service) affinity entries
   };
 
   // Loads and attaches the programs. PermissionDenied without CAP_BPF + CAP_NET_ADMIN (or
@@ -124,6 +125,9 @@ class SocketLb final {
   absl::Status WriteSet(uint32_t set, const std::vector<net::SocketAddress>& backends);
   void FreeSet(uint32_t set, uint32_t count);
   absl::Status SetMembers(uint32_t id, const Service* old_svc, const Service* new_svc);
+  // Copies the pairs of connected sockets from the pinned reverse LRU of the version before
+  // socket storage into their storage (sluice_tcp_adopt, sluice_udp_adopt).
+  void AdoptEarlierPairs();
   // Continues id and set numbering above what adopted maps hold.
   void ScanAdopted();
   // Removes what an earlier agent left in adopted maps and this one did not program.
@@ -131,7 +135,7 @@ class SocketLb final {
   // Closes connected UDP sockets translated to one of `gone`, in every network namespace of
   // the node's processes.
   absl::Status Reap(const std::vector<Gone>& gone);
-  absl::Status ReapHere();
+  absl::Status ReapBatch(std::span<const Gone> gone);  // at most sluice_lb_gone's size
 
   const Options options_;
   std::unique_ptr<fastpath::Skeleton<sock_lb_bpf>> skel_;

@@ -122,21 +122,22 @@ absl::StatusOr<std::optional<RegistryKey>> RegistryLayout::Parse(std::string_vie
   return std::optional<RegistryKey>(std::move(out));
 }
 
-RegistryDecoder::RegistryDecoder() : parser_(std::make_unique<simdjson::dom::parser>()) {}
+RegistryDecoder::RegistryDecoder(const config::AddressPolicy& policy)
+    : parser_(std::make_unique<simdjson::dom::parser>()), policy_(policy) {}
 RegistryDecoder::~RegistryDecoder() = default;
 
 absl::StatusOr<config::ServicePtr> RegistryDecoder::Service(const config::NamespacedName& id,
                                                             std::string_view value) {
   return DecodeValue<config::Service>(
       *parser_, id, value, "Service",
-      [](const simdjson::dom::element& e) { return config::DecodeService(e); });
+      [this](const simdjson::dom::element& e) { return config::DecodeService(e, policy_); });
 }
 
 absl::StatusOr<config::EndpointSlicePtr> RegistryDecoder::EndpointSlice(
     const config::NamespacedName& id, std::string_view value) {
   return DecodeValue<config::EndpointSlice>(
       *parser_, id, value, "EndpointSlice",
-      [](const simdjson::dom::element& e) { return config::DecodeEndpointSlice(e); });
+      [this](const simdjson::dom::element& e) { return config::DecodeEndpointSlice(e, policy_); });
 }
 
 }  // namespace sluice::sources

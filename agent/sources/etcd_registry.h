@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 
+#include "agent/config/decode.h"
 #include "agent/config/model.h"
 
 namespace simdjson::dom {
@@ -53,7 +54,7 @@ class RegistryLayout final {
 // Thread: one caller at a time.
 class RegistryDecoder final {
  public:
-  RegistryDecoder();
+  explicit RegistryDecoder(const config::AddressPolicy& policy = {});
   ~RegistryDecoder();
   RegistryDecoder(const RegistryDecoder&) = delete;
   RegistryDecoder& operator=(const RegistryDecoder&) = delete;
@@ -65,6 +66,7 @@ class RegistryDecoder final {
 
  private:
   std::unique_ptr<simdjson::dom::parser> parser_;
+  const config::AddressPolicy policy_;
 };
 
 }  // namespace sluice::sources

@@ -72,9 +72,11 @@ void KeepLastGood(const config::NamespacedName& id, Objects<T>& batch, const Obj
 }  // namespace
 
 EtcdSource::EtcdSource(std::unique_ptr<etcd::Client> client, const std::string& prefix,
-                       config::SourceChannel* channel, SourceMetricFamilies& metrics)
+                       const config::AddressPolicy& policy, config::SourceChannel* channel,
+                       SourceMetricFamilies& metrics)
     : client_(std::move(client)),
       layout_(prefix),
+      decoder_(policy),
       channel_(channel),
       metrics_(metrics, channel->name()) {}
 
@@ -88,8 +90,9 @@ absl::StatusOr<std::unique_ptr<EtcdSource>> EtcdSource::Create(const EtcdSourceO
   client_options.key_file = options.key_file;
   ASSIGN_OR_RETURN(std::unique_ptr<etcd::Client> client,
                    etcd::Client::Create(std::move(client_options)));
-  auto source = std::unique_ptr<EtcdSource>(
-      new EtcdSource(std::move(client), options.prefix, channel, metrics));
+  auto source = std::unique_ptr<EtcdSource>(new EtcdSource(
+      std::move(client), options.prefix,
+      {.allow_loopback_endpoints = options.allow_loopback_endpoints}, channel, metrics));
   LOG(INFO) << channel->name() << ": reading " << source->layout_.RangeStart()
             << "{services,endpointslices}/";
   source->thread_ = std::thread([self = source.get()] { self->Run(); });

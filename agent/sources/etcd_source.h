@@ -24,6 +24,8 @@ struct EtcdSourceOptions {
   std::string ca_file;
   std::string cert_file;
   std::string key_file;
+  // No API server validated what is stored here: config::AddressPolicy's strict rules apply.
+  bool allow_loopback_endpoints = false;
 };
 
 // --source=etcd:URL[,URL...]. Reads Services and EndpointSlices stored as Kubernetes JSON under
@@ -53,7 +55,8 @@ class EtcdSource final {
   };
 
   EtcdSource(std::unique_ptr<etcd::Client> client, const std::string& prefix,
-             config::SourceChannel* channel, SourceMetricFamilies& metrics);
+             const config::AddressPolicy& policy, config::SourceChannel* channel,
+             SourceMetricFamilies& metrics);
   void Run();
   absl::Status List();
   absl::Status Watch(base::Backoff& backoff);

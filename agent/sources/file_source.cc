@@ -14,18 +14,19 @@
 
 namespace sluice::sources {
 
-FileSource::FileSource(std::string path, config::SourceChannel* channel,
-                       SourceMetricFamilies& metrics)
+FileSource::FileSource(std::string path, const config::AddressPolicy& policy,
+                       config::SourceChannel* channel, SourceMetricFamilies& metrics)
     : path_(std::move(path)),
       channel_(channel),
       metrics_(metrics, channel->name()),
-      manifests_(path_) {}
+      manifests_(path_, policy) {}
 
 absl::StatusOr<std::unique_ptr<FileSource>> FileSource::Create(const std::string& path,
+                                                               const config::AddressPolicy& policy,
                                                                config::SourceChannel* channel,
                                                                event::EventLoop& loop,
                                                                SourceMetricFamilies& metrics) {
-  auto source = std::unique_ptr<FileSource>(new FileSource(path, channel, metrics));
+  auto source = std::unique_ptr<FileSource>(new FileSource(path, policy, channel, metrics));
   FileSource* self = source.get();
   source->inotify_.Reset(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
   if (!source->inotify_) {

@@ -27,14 +27,17 @@ class FileSource final {
   // Events are coalesced for this long: a save is often several inotify events.
   static constexpr absl::Duration kSettleDelay = absl::Milliseconds(50);
 
+  // `policy`: see config::AddressPolicy (no API server validated these files).
   static absl::StatusOr<std::unique_ptr<FileSource>> Create(const std::string& path,
+                                                            const config::AddressPolicy& policy,
                                                             config::SourceChannel* channel,
                                                             event::EventLoop& loop,
                                                             SourceMetricFamilies& metrics);
   ~FileSource() = default;
 
  private:
-  FileSource(std::string path, config::SourceChannel* channel, SourceMetricFamilies& metrics);
+  FileSource(std::string path, const config::AddressPolicy& policy, config::SourceChannel* channel,
+             SourceMetricFamilies& metrics);
   void OnInotify();
   void Reload();
 

@@ -10,20 +10,20 @@
 #include "agent/base/log.h"
 #include "agent/base/status.h"
 #include "agent/config/decode.h"
+#include "agent/sources/node_watch.h"
 
 namespace sluice::sources {
 
 namespace {
-
-constexpr char kZoneLabel[] = "topology.kubernetes.io/zone";
 
 double NowSeconds() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
 
 struct ServiceKind {
   using Object = config::Service;
   static constexpr char kName[] = "Service";
-  static absl::StatusOr<config::ServicePtr> Decode(const simdjson::dom::element& e) {
-    return config::DecodeService(e);
+  static absl::StatusOr<config::ServicePtr> Decode(const simdjson::dom::element& e,
+                                                   const config::AddressPolicy& policy) {
+    return config::DecodeService(e, policy);
   }
   static void Push(config::SourceChannel* c, config::Op op, std::vector<config::ServicePtr> v) {
     c->UpdateServices(op, std::move(v));
@@ -34,8 +34,9 @@ struct ServiceKind {
 struct EndpointSliceKind {
   using Object = config::EndpointSlice;
   static constexpr char kName[] = "EndpointSlice";
-  static absl::StatusOr<config::EndpointSlicePtr> Decode(const simdjson::dom::element& e) {
-    return config::DecodeEndpointSlice(e);
+  static absl::StatusOr<config::EndpointSlicePtr> Decode(const simdjson::dom::element& e,
+                                                         const config::AddressPolicy& policy) {
+    return config::DecodeEndpointSlice(e, policy);
   }
   static void Push(config::SourceChannel* c, config::Op op,
                    std::vector<config::EndpointSlicePtr> v) {
@@ -53,14 +54,17 @@ class ObjectMirror final : public kube::WatchHandler {
   using Ptr = std::shared_ptr<const typename Kind::Object>;
 
   ObjectMirror(config::SourceChannel* channel, SourceMetrics& metrics,
-               absl::AnyInvocable<void()> on_first_list)
-      : channel_(channel), metrics_(metrics), on_first_list_(std::move(on_first_list)) {}
+               const config::AddressPolicy& policy, absl::AnyInvocable<void()> on_first_list)
+      : channel_(channel),
+        metrics_(metrics),
+        policy_(policy),
+        on_first_list_(std::move(on_first_list)) {}
 
   // kube::WatchHandler
   void OnListBegin() override { listing_.clear(); }
 
   void OnListItem(const simdjson::dom::element& object) override {
-    absl::StatusOr<Ptr> decoded = Kind::Decode(object);
+    absl::StatusOr<Ptr> decoded = Kind::Decode(object, policy_);
     if (decoded.ok()) {
       const config::NamespacedName id = (*decoded)->meta.id;
       listing_[id] = *std::move(decoded);
@@ -109,7 +113,7 @@ class ObjectMirror final : public kube::WatchHandler {
       Applied();
       return;
     }
-    absl::StatusOr<Ptr> decoded = Kind::Decode(object);
+    absl::StatusOr<Ptr> decoded = Kind::Decode(object, policy_);
     if (!decoded.ok()) {
       Refuse(decoded.status());  // the last good version stays
       return;
@@ -139,73 +143,11 @@ class ObjectMirror final : public kube::WatchHandler {
 
   config::SourceChannel* const channel_;
   SourceMetrics& metrics_;
+  const config::AddressPolicy policy_;
   absl::AnyInvocable<void()> on_first_list_;
   bool listed_ = false;
   std::map<config::NamespacedName, Ptr> current_;
   std::map<config::NamespacedName, Ptr> listing_;
-};
-
-// Follows this node's Node object (a field selector on its name) for its zone label.
-// Thread: its ListWatcher's.
-class NodeZoneWatch final : public kube::WatchHandler {
- public:
-  NodeZoneWatch(std::string node, SourceMetrics& metrics,
-                absl::AnyInvocable<void(const std::string&)> on_zone,
-                absl::AnyInvocable<void()> on_first_list)
-      : node_(std::move(node)),
-        metrics_(metrics),
-        on_zone_(std::move(on_zone)),
-        on_first_list_(std::move(on_first_list)) {}
-
-  // kube::WatchHandler
-  void OnListBegin() override { listed_.reset(); }
-  void OnListItem(const simdjson::dom::element& object) override { listed_ = ReadZone(object); }
-  void OnListEnd() override {
-    if (listed_) {
-      Apply(*listed_);
-    } else {
-      LOG(WARNING) << "kube: Node \"" << node_ << "\" not found (check --hostname-override); "
-                   << "topology hints stay off until it appears";
-    }
-    if (!listed_once_) {
-      listed_once_ = true;
-      on_first_list_();
-    }
-  }
-  void OnWatchEvent(kube::EventType type, const simdjson::dom::element& object) override {
-    if (type != kube::EventType::kDeleted) {
-      Apply(ReadZone(object));
-    }
-  }
-  void OnBookmark() override {}
-  void OnError(std::string_view reason) override {
-    metrics_.Error("node_" + std::string(reason)).Inc();
-  }
-
- private:
-  static std::string ReadZone(const simdjson::dom::element& object) {
-    std::string_view zone;
-    if (object["metadata"]["labels"][kZoneLabel].get(zone) != simdjson::SUCCESS) {
-      return "";
-    }
-    return std::string(zone);
-  }
-  void Apply(const std::string& zone) {
-    if (zone_ && *zone_ == zone) {
-      return;
-    }
-    LOG(INFO) << "kube: Node \"" << node_ << "\" is in zone \"" << zone << "\"";
-    zone_ = zone;
-    on_zone_(zone);
-  }
-
-  const std::string node_;
-  SourceMetrics& metrics_;
-  absl::AnyInvocable<void(const std::string&)> on_zone_;
-  absl::AnyInvocable<void()> on_first_list_;
-  bool listed_once_ = false;
-  std::optional<std::string> listed_;
-  std::optional<std::string> zone_;
 };
 
 }  // namespace
@@ -230,8 +172,8 @@ KubeSource::~KubeSource() {
 }
 
 void KubeSource::OnKindListed() {
-  // handlers_ is fixed before the watchers start: one per kind listed before MarkSynced.
-  if (static_cast<size_t>(kinds_listed_.fetch_add(1)) + 1 == handlers_.size()) {
+  // gating_kinds_ is fixed before the watchers start.
+  if (kinds_listed_.fetch_add(1) + 1 == gating_kinds_) {
     LOG(INFO) << channel_->name() << ": initial state received";
     channel_->MarkSynced();
   }
@@ -257,17 +199,27 @@ absl::StatusOr<std::unique_ptr<KubeSource>> KubeSource::Create(Options options,
        .path = "/apis/discovery.k8s.io/v1/endpointslices",
        .label_selector = selector},
   };
+  const config::AddressPolicy policy{
+      .api_validated = true, .allow_loopback_endpoints = source->options_.allow_loopback_endpoints};
   source->handlers_.push_back(std::make_unique<ObjectMirror<ServiceKind>>(
-      channel, source->metrics_, [self] { self->OnKindListed(); }));
+      channel, source->metrics_, policy, [self] { self->OnKindListed(); }));
   source->handlers_.push_back(std::make_unique<ObjectMirror<EndpointSliceKind>>(
-      channel, source->metrics_, [self] { self->OnKindListed(); }));
-  if (source->options_.on_zone) {
+      channel, source->metrics_, policy, [self] { self->OnKindListed(); }));
+  source->gating_kinds_ = 2;
+  if (source->options_.on_zone || source->options_.on_eligible) {
     specs.push_back({.name = "node",
                      .path = "/api/v1/nodes",
                      .field_selector = "metadata.name=" + source->options_.node_name});
-    source->handlers_.push_back(std::make_unique<NodeZoneWatch>(
-        source->options_.node_name, source->metrics_, std::move(source->options_.on_zone),
-        [self] { self->OnKindListed(); }));
+    // Only the zone is waited for: the first sync must know it. Eligibility starts true, as
+    // kube-proxy's, so a missing Node (or RBAC) with --zone given holds nothing up.
+    NodeWatch::Callbacks callbacks{.on_zone = std::move(source->options_.on_zone),
+                                   .on_eligible = std::move(source->options_.on_eligible)};
+    if (callbacks.on_zone) {
+      ++source->gating_kinds_;
+      callbacks.on_first_list = [self] { self->OnKindListed(); };
+    }
+    source->handlers_.push_back(std::make_unique<NodeWatch>(
+        source->options_.node_name, source->metrics_, std::move(callbacks)));
   }
   for (size_t i = 0; i < specs.size(); ++i) {
     ASSIGN_OR_RETURN(auto watcher,

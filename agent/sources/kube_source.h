@@ -23,13 +23,14 @@ namespace sluice::sources {
 std::string KubeLabelSelector(const std::string& service_proxy_name);
 
 // --source=kube: Services and EndpointSlices of all namespaces from the Kubernetes API, and
-// this node's zone from its Node object. Each kind is listed, then watched (kube::ListWatcher);
-// a list replaces the kind's state (kSet, so objects deleted meanwhile go), watch events add or
-// remove single objects. A malformed object is skipped, logged and counted, keeping its last
-// good version. MarkSynced follows the first complete list of both kinds and, when the Node
-// is watched, of the Node, so that the first sync already knows this node's zone.
+// this node's zone and eligibility (KEP-3836) from its Node object. Each kind is listed, then
+// watched (kube::ListWatcher); a list replaces the kind's state (kSet, so objects deleted
+// meanwhile go), watch events add or remove single objects. A malformed object is skipped,
+// logged and counted, keeping its last good version. MarkSynced follows the first complete
+// list of both kinds and, when the zone is read from the Node, of the Node, so that the first
+// sync already knows this node's zone.
 // Thread: created and destroyed on the control plane; the watchers' threads push into the
-// channel (thread-safe) and call on_zone.
+// channel (thread-safe) and call on_zone and on_eligible.
 class KubeSource final {
  public:
   struct Options {
@@ -37,9 +38,17 @@ class KubeSource final {
     std::string master;
     std::string service_proxy_name;
     std::string node_name;
+    // Endpoint addresses on loopback accepted (--allow-loopback-endpoints); see
+    // config::AddressPolicy. The API server's other address rules apply to this source too.
+    bool allow_loopback_endpoints = false;
     // Receives the Node's topology.kubernetes.io/zone label ("" when unlabelled) when first
-    // read and on every change, on a watcher thread. Unset: the Node is not watched.
+    // read and on every change, on a watcher thread. The Node is watched when this or
+    // on_eligible is set.
     absl::AnyInvocable<void(const std::string& zone)> on_zone;
+    // Receives whether the Node is eligible for load balancer traffic (KEP-3836: not being
+    // deleted, not tainted ToBeDeletedByClusterAutoscaler) when first read and on every change,
+    // on a watcher thread. Unlike the zone, not waited for before MarkSynced.
+    absl::AnyInvocable<void(bool eligible)> on_eligible;
     kube::ListWatchOptions watch;
     absl::Duration token_reload_period = kube::BearerToken::kReloadPeriod;
   };
@@ -58,6 +67,7 @@ class KubeSource final {
   config::SourceChannel* channel_;
   SourceMetrics metrics_;
   std::atomic<int> kinds_listed_{0};
+  int gating_kinds_ = 2;  // the kinds listed before MarkSynced: services, slices, [the Node]
   std::unique_ptr<kube::BearerToken> token_;
   // Handlers before watchers: a watcher calls its handler until it is joined.
   std::vector<std::unique_ptr<kube::WatchHandler>> handlers_;

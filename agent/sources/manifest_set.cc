@@ -84,7 +84,7 @@ ManifestSet::LoadResult ManifestSet::Load(const std::string& file, off_t size, F
         absl::StrCat(text.status().message(), " (keeping this file's last good state)"));
     return LoadResult::kUnreadable;
   }
-  auto manifest = config::DecodeManifest(*text);
+  auto manifest = config::DecodeManifest(*text, config::Format::kAuto, policy_);
   if (!manifest.ok()) {
     errors->push_back(absl::StrCat(file, ": ", manifest.status().message(),
                                    " (keeping this file's last good state)"));

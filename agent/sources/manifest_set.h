@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/config/decode.h"
 #include "agent/config/model.h"
 
 namespace sluice::sources {
@@ -31,7 +32,8 @@ class ManifestSet final {
     bool retry = false;
   };
 
-  explicit ManifestSet(std::string path) : path_(std::move(path)) {}
+  explicit ManifestSet(std::string path, const config::AddressPolicy& policy = {})
+      : path_(std::move(path)), policy_(policy) {}
 
   ScanResult Rescan();
 
@@ -65,6 +67,7 @@ class ManifestSet final {
   void Merge(std::vector<std::string>* errors);
 
   const std::string path_;
+  const config::AddressPolicy policy_;
   std::map<std::string, FileState> files_;
   std::vector<config::ServicePtr> services_;
   std::vector<config::EndpointSlicePtr> slices_;

@@ -2,11 +2,17 @@
 // SocketLb on the real kernel, below the agent: the programs attach to a test cgroup this
 // process is moved into (never the machine's root), in a private network namespace, pinned to
 // a private bpffs. Without CAP_BPF/CAP_NET_ADMIN or cgroup v2 they skip.
+#include <arpa/inet.h>
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
+#include <optional>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -73,6 +79,33 @@ class SocketLbKernelTest : public ::testing::Test {
     auto fd = testutil::ConnectTcp(Addr(absl::StrCat("127.255.0.", n, ":80")), &err);
     char buf[4];
     return fd && recv(fd.get(), buf, sizeof(buf), 0) == 2;
+  }
+
+  // A blocking UDP socket (bound to `at` if given) whose receives give up after 5 s.
+  static base::UniqueFd Udp(std::optional<net::SocketAddress> at = std::nullopt) {
+    base::UniqueFd fd(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    const timeval tv{.tv_sec = 5, .tv_usec = 0};
+    sockaddr_storage ss;
+    if (!fd || setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0 ||
+        (at && bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), at->ToSockaddr(&ss)) != 0)) {
+      return base::UniqueFd();
+    }
+    return fd;
+  }
+  static bool SendTo(int fd, const net::SocketAddress& to) {
+    sockaddr_storage ss;
+    const socklen_t len = to.ToSockaddr(&ss);
+    return sendto(fd, "q", 1, 0, reinterpret_cast<sockaddr*>(&ss), len) == 1;
+  }
+  // The source of the next datagram on `fd`.
+  static std::optional<net::SocketAddress> RecvFrom(int fd) {
+    char c;
+    sockaddr_storage from;
+    socklen_t len = sizeof(from);
+    if (recvfrom(fd, &c, 1, 0, reinterpret_cast<sockaddr*>(&from), &len) != 1) {
+      return std::nullopt;
+    }
+    return net::SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&from), len);
   }
 
   std::unique_ptr<testutil::NetNs> netns_;
@@ -142,33 +175,213 @@ TEST_F(SocketLbKernelTest, IncompatiblePinnedMapsAreReplaced) {
   EXPECT_TRUE(Translated(1));
 }
 
-// A translated socket's reverse entry (for getpeername/recvmsg) goes when the socket closes:
-// the LRU map holds live sockets only, so a long-lived one's entry is not evicted by churn.
-TEST_F(SocketLbKernelTest, ReverseEntriesGoWithTheirSockets) {
+// What recvmsg and getpeername report back lives in the translated socket itself: one pair
+// in a connected socket, up to SLUICE_LB_PAIRS in an unconnected UDP one.
+TEST_F(SocketLbKernelTest, TheReverseTranslationLivesInTheSocket) {
   auto lb = Create(true);
   ASSERT_TRUE(lb.ok()) << lb.status();
-  ASSERT_TRUE((*lb)->Apply({Svc(1)}).ok());
-  base::UniqueFd rev(bpf_obj_get((bpffs_->path() + "/sluice_lb_rev").c_str()));
-  ASSERT_TRUE(rev) << strerror(errno);
-  auto entries = [&] {
-    int n = 0;
-    sluice_lb_rev key{}, next{};
-    for (const void* prev = nullptr; bpf_map_get_next_key(rev.get(), prev, &next) == 0;
-         prev = &key) {
-      key = next;
-      ++n;
-    }
-    return n;
-  };
+  const net::SocketAddress vip = Addr("127.255.0.53:53");
+  ASSERT_TRUE((*lb)
+                  ->Apply({Svc(1),
+                           {"dns", Service{.frontends = {{vip, true}},
+                                           .backends = {Addr("127.0.0.2:5353")}}}})
+                  .ok());
+  base::UniqueFd conn(bpf_obj_get((bpffs_->path() + "/sluice_lb_conn").c_str()));
+  base::UniqueFd dgram(bpf_obj_get((bpffs_->path() + "/sluice_lb_dgram").c_str()));
+  ASSERT_TRUE(conn && dgram) << strerror(errno);
   int err = 0;
-  auto held = testutil::ConnectTcp(Addr("127.255.0.1:80"), &err);
-  ASSERT_TRUE(held) << strerror(err);
-  for (int i = 0; i < 50; ++i) {
-    ASSERT_TRUE(Translated(1));
+  auto translated = testutil::ConnectTcp(Addr("127.255.0.1:80"), &err);
+  ASSERT_TRUE(translated) << strerror(err);
+  sluice_lb_pair pair{};
+  int fd = translated.get();
+  ASSERT_EQ(bpf_map_lookup_elem(conn.get(), &fd, &pair), 0) << strerror(errno);
+  EXPECT_EQ(ntohs(pair.backend.port), 8080);
+  EXPECT_EQ(ntohs(pair.front.port), 80);
+  sluice_lb_peers peers{};
+  EXPECT_NE(bpf_map_lookup_elem(dgram.get(), &fd, &peers), 0);
+
+  base::UniqueFd udp = Udp();
+  ASSERT_TRUE(udp && SendTo(udp.get(), vip));
+  fd = udp.get();
+  ASSERT_EQ(bpf_map_lookup_elem(dgram.get(), &fd, &peers), 0) << strerror(errno);
+  EXPECT_EQ(peers.next, 1u);
+  EXPECT_EQ(ntohs(peers.pair[0].backend.port), 5353);
+  EXPECT_EQ(ntohs(peers.pair[0].front.port), 53);
+  EXPECT_NE(bpf_map_lookup_elem(conn.get(), &fd, &pair), 0);
+
+  auto direct = testutil::ConnectTcp(Addr("127.0.0.2:8080"), &err);
+  ASSERT_TRUE(direct) << strerror(err);
+  fd = direct.get();
+  EXPECT_NE(bpf_map_lookup_elem(conn.get(), &fd, &pair), 0);  // not translated: nothing kept
+}
+
+// The attack: a loop of socket(); sendto(service); close() used to fill the node-wide
+// reverse LRU (131,072 entries) with dead sockets' entries and evict a waiting socket's, whose
+// reply then came from the backend (and was dropped by glibc's and musl's resolvers).
+TEST_F(SocketLbKernelTest, AFloodOfShortLivedSocketsLeavesAPendingReplyFromTheService) {
+  auto lb = Create(false);
+  ASSERT_TRUE(lb.ok()) << lb.status();
+  const net::SocketAddress vip = Addr("127.255.0.53:53");
+  ASSERT_TRUE((*lb)
+                  ->Apply({{"dns", Service{.frontends = {{vip, true}},
+                                           .backends = {Addr("127.0.0.2:5353")}}}})
+                  .ok());
+  base::UniqueFd backend = Udp(Addr("127.0.0.2:5353"));
+  base::UniqueFd victim = Udp();
+  ASSERT_TRUE(backend && victim);
+  ASSERT_TRUE(SendTo(victim.get(), vip));
+  auto asker = RecvFrom(backend.get());  // the query waits on a slow upstream
+  ASSERT_TRUE(asker);
+  constexpr int kFlood = 300000;  // over twice the old map's size
+  for (int i = 0; i < kFlood; ++i) {
+    base::UniqueFd s(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    ASSERT_TRUE(s && SendTo(s.get(), vip)) << "datagram " << i << ": " << strerror(errno);
   }
-  EXPECT_EQ(entries(), 1);  // the held socket's
-  held.Reset();
-  EXPECT_EQ(entries(), 0);
+  ASSERT_TRUE(SendTo(backend.get(), *asker));
+  auto from = RecvFrom(victim.get());
+  ASSERT_TRUE(from);
+  EXPECT_EQ(from->ToString(), vip.ToString());
+}
+
+// An unconnected socket's datagrams to one service go to several backends (round-robin): each
+// reply shows the service. A socket remembers SLUICE_LB_PAIRS backends: with one more out at
+// once, the reply of the one it sent to first shows that backend.
+TEST_F(SocketLbKernelTest, RepliesFromSeveralBackendsShowTheServiceUpToTheBound) {
+  auto lb = Create(false);
+  ASSERT_TRUE(lb.ok()) << lb.status();
+  const net::SocketAddress vip = Addr("127.255.0.53:53");
+  Service svc{.frontends = {{vip, true}}};
+  std::vector<base::UniqueFd> backends;
+  for (int i = 1; i <= SLUICE_LB_PAIRS + 1; ++i) {
+    svc.backends.push_back(Addr(absl::StrCat("127.0.1.", i, ":5353")));
+    backends.push_back(Udp(svc.backends.back()));
+    ASSERT_TRUE(backends.back());
+  }
+  ASSERT_TRUE((*lb)->Apply({{"dns", svc}}).ok());
+  base::UniqueFd client = Udp();
+  std::vector<net::SocketAddress> askers;
+  for (const auto& b : backends) {  // round-robin in list order: one datagram each
+    ASSERT_TRUE(SendTo(client.get(), vip));
+    auto asker = RecvFrom(b.get());
+    ASSERT_TRUE(asker);
+    askers.push_back(*asker);
+  }
+  for (size_t i = 0; i < backends.size(); ++i) {
+    ASSERT_TRUE(SendTo(backends[i].get(), askers[i]));
+    auto from = RecvFrom(client.get());
+    ASSERT_TRUE(from);
+    EXPECT_EQ(from->ToString(), (i == 0 ? svc.backends[0] : vip).ToString()) << "reply " << i;
+  }
+}
+
+// An agent of the version before socket storage pinned a node-wide reverse LRU and a
+// sock_release hook deleting from it: the next agent starts, adopts the rest, copies what
+// connected sockets have in the LRU into their storage, and unpins both.
+TEST_F(SocketLbKernelTest, AnUpgradeFromTheReverseLruKeepsConnectedSocketsAndUnpinsIt) {
+  auto first = Create(true);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE((*first)->Apply({Svc(1)}).ok());
+  first->reset();
+  // Sockets that version translated: connected to a backend, their pairs in its LRU.
+  int err = 0;
+  auto tcp = testutil::ConnectTcp(Addr("127.0.0.2:8080"), &err);
+  base::UniqueFd udp = Udp();
+  const net::SocketAddress vip = Addr("127.255.0.53:53"), udp_backend = Addr("127.0.0.2:5353");
+  sockaddr_storage ss;
+  ASSERT_TRUE(tcp && udp &&
+              connect(udp.get(), reinterpret_cast<sockaddr*>(&ss), udp_backend.ToSockaddr(&ss)) ==
+                  0);
+  auto pair = [](int fd, const char* backend, const char* front) {
+    auto v4 = [](const net::SocketAddress& a) {
+      sluice_lb_addr out{.port = htons(a.port())};
+      out.addr[10] = out.addr[11] = 0xff;
+      std::memcpy(out.addr + 12, a.ip().bytes(), 4);
+      return out;
+    };
+    sluice_lb_rev key{.backend = v4(Addr(backend))};
+    socklen_t len = sizeof(key.cookie);
+    getsockopt(fd, SOL_SOCKET, SO_COOKIE, &key.cookie, &len);
+    return std::pair(key, v4(Addr(front)));
+  };
+  const std::string map_pin = bpffs_->path() + "/sluice_lb_rev";
+  const std::string link_pin = bpffs_->path() + "/link_sluice_release";
+  base::UniqueFd cgroup(open(cgroup_->path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  ASSERT_TRUE(cgroup);
+  {
+    base::UniqueFd map(
+        bpf_map_create(BPF_MAP_TYPE_LRU_HASH, "sluice_lb_rev", 32, 20, 1024, nullptr));
+    ASSERT_TRUE(map) << strerror(errno);
+    for (auto [key, front] : {pair(tcp.get(), "127.0.0.2:8080", "127.255.0.1:80"),
+                              pair(udp.get(), "127.0.0.2:5353", "127.255.0.53:53")}) {
+      ASSERT_EQ(bpf_map_update_elem(map.get(), &key, &front, BPF_ANY), 0) << strerror(errno);
+    }
+    const bpf_insn accept[] = {{.code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = 0, .imm = 1},
+                               {.code = BPF_JMP | BPF_EXIT}};
+    LIBBPF_OPTS(bpf_prog_load_opts, opts, .expected_attach_type = BPF_CGROUP_INET_SOCK_RELEASE);
+    base::UniqueFd prog(
+        bpf_prog_load(BPF_PROG_TYPE_CGROUP_SOCK, "sluice_release", "GPL", accept, 2, &opts));
+    base::UniqueFd link(
+        bpf_link_create(prog.get(), cgroup.get(), BPF_CGROUP_INET_SOCK_RELEASE, nullptr));
+    ASSERT_TRUE(prog && link) << strerror(errno);
+    ASSERT_EQ(bpf_obj_pin(map.get(), map_pin.c_str()), 0);
+    ASSERT_EQ(bpf_obj_pin(link.get(), link_pin.c_str()), 0);
+  }
+  auto second = Create(true);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_TRUE((*second)->adopted());
+  EXPECT_TRUE(Translated(1));
+  EXPECT_NE(access(map_pin.c_str(), F_OK), 0);
+  EXPECT_NE(access(link_pin.c_str(), F_OK), 0);
+  auto peer = net::PeerAddress(tcp.get());
+  ASSERT_TRUE(peer.ok()) << peer.status();
+  EXPECT_EQ(peer->ToString(), "127.255.0.1:80");
+  if ((*second)->can_reap()) {  // the UDP one is closed when its backend leaves the service
+    Service dns{.frontends = {{vip, true}}, .backends = {udp_backend}};
+    ASSERT_TRUE((*second)->Apply({{"dns", dns}}).ok());
+    ASSERT_TRUE((*second)->Apply({{"dns", std::nullopt}}).ok());
+    char c;
+    EXPECT_EQ(recv(udp.get(), &c, 1, MSG_DONTWAIT), -1);
+    EXPECT_EQ(errno, ECONNABORTED);
+  }
+  auto release_hooks = [&] {
+    uint32_t count = 0;
+    return bpf_prog_query(cgroup.get(), BPF_CGROUP_INET_SOCK_RELEASE, 0, nullptr, nullptr,
+                          &count) == 0
+               ? count
+               : 1u;
+  };
+  // The unpinned link detaches once the kernel frees the inode (after an RCU grace period).
+  EXPECT_TRUE(testutil::WaitFor([&] { return release_hooks() == 0; }, absl::Seconds(10)));
+}
+
+// The reaper's map holds 4,096 (frontend, backend) pairs; a change that ends more (here one
+// service with 4,100 UDP backends removed) is walked in batches, so a connected socket whose
+// pair comes after the first 4,096 is closed too (it used to be dropped).
+TEST_F(SocketLbKernelTest, ARemovalPastTheReapersMapSizeClosesEverySocket) {
+  auto lb = Create(false);
+  ASSERT_TRUE(lb.ok()) << lb.status();
+  if (!(*lb)->can_reap()) {
+    GTEST_SKIP() << "no bpf_sock_destroy on this kernel";
+  }
+  const net::SocketAddress vip = Addr("127.255.0.53:53");
+  Service svc{.frontends = {{vip, true}}};
+  constexpr int kBackends = 4100;
+  for (int i = 0; i < kBackends; ++i) {
+    svc.backends.push_back(Addr(absl::StrCat("127.0.0.2:", 20000 + i)));
+  }
+  ASSERT_TRUE((*lb)->Apply({{"dns", svc}}).ok());
+  sockaddr_storage ss;
+  const socklen_t len = vip.ToSockaddr(&ss);
+  base::UniqueFd victim;
+  for (int i = 0; i < kBackends; ++i) {  // round-robin: the last connect gets the last backend
+    victim = Udp();                      // closes the previous one
+    ASSERT_EQ(connect(victim.get(), reinterpret_cast<sockaddr*>(&ss), len), 0) << strerror(errno);
+  }
+  ASSERT_TRUE((*lb)->Apply({{"dns", std::nullopt}}).ok());
+  EXPECT_EQ((*lb)->reaped(), 1u);  // the others were closed by the loop
+  char c;
+  EXPECT_EQ(recv(victim.get(), &c, 1, MSG_DONTWAIT), -1);
+  EXPECT_EQ(errno, ECONNABORTED);
 }
 
 TEST_F(SocketLbKernelTest, ABackendSetSwapLeavesNoGap) {

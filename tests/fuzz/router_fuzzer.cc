@@ -34,11 +34,13 @@ class FuzzAgent final : public sluice::tunnel::server::AgentLink {
   }
   const std::string& agent_id() const override { return id_; }
   const AgentIdentifiers& identifiers() const override { return ids_; }
+  const std::string& node() const override { return node_; }
   std::shared_ptr<sluice::tunnel::wire::ReadGate> gate() override { return nullptr; }
 
  private:
   std::string id_;
   AgentIdentifiers ids_;
+  std::string node_;
 };
 
 class FuzzFrontend final : public sluice::tunnel::server::Frontend {
@@ -92,7 +94,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::array<FuzzFrontend, 3> frontends;
   const std::array<std::string, 3> clients{"10.0.0.1", "10.0.0.1", "10.0.0.2"};
   for (size_t i = 0; i < agents.size(); ++i) {
-    joined[i] = router.AddAgent(&agents[i]);
+    joined[i] = router.AddAgent(&agents[i]).ok();
   }
   sluice::fuzz::PacketRecord record;
   while (sluice::fuzz::NextPacketRecord(data, size, record)) {
@@ -105,7 +107,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         router.RemoveAgent(&agents[i]);
         joined[i] = false;
       } else {
-        joined[i] = router.AddAgent(&agents[i]);
+        joined[i] = router.AddAgent(&agents[i]).ok();
       }
     } else if (op == 6) {
       router.RemoveFrontend(&frontends[length % 3]);

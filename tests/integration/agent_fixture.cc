@@ -146,7 +146,11 @@ void AgentTest::StartAgent(std::vector<std::string> extra, std::vector<std::stri
         std::string("--healthz-bind-address="),
         absl::StrCat("--metrics-bind-address=127.0.0.1:", metrics_port_),
         std::string("--sync-period=2s"), std::string("--min-sync-period=0s"),
-        std::string("--workers=2"), std::string("--hostname-override=node1")}) {
+        std::string("--workers=2"), std::string("--hostname-override=node1"),
+        // The tests' backends listen on 127.0.0.x, which the API server would refuse.
+        std::string("--allow-loopback-endpoints"),
+        // Strict ARP's record (of this namespace's sysctls) stays out of the host's /run.
+        "--state-dir=" + dir_ + "/.state"}) {
     argv.push_back(a);
   }
   if (!datapath_.empty()) {

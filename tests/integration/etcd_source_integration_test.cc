@@ -128,6 +128,36 @@ TEST_F(EtcdSourceTest, InitialStateSkipsMalformedValues) {
   EXPECT_EQ(Healthz(), 200);
 }
 
+// No API server checks what is stored in etcd, so the agent refuses special addresses itself,
+// naming the key and field (an externalIP 0.0.0.0 would listen on every node address, an
+// endpoint at 169.254.169.254 proxy to the metadata service); the rest applies. Plain http is
+// warned about.
+TEST_F(EtcdSourceTest, SpecialAddressesAreRefusedWithTheFieldNamed) {
+  PutWeb(80, {"127.0.0.2"});
+  Put(ServiceKey("wild"),
+      absl::StrCat(R"({"metadata":{"name":"wild"},"spec":{"clusterIP":"10.96.0.11",)",
+                   R"("externalIPs":["0.0.0.0"],"ports":[{"name":"http","port":80}]}})"));
+  Put(ServiceKey("meta"), ServiceJson("meta", "10.96.0.12", 80));
+  Put(SliceKey("meta-1"), SliceJson("meta-1", "meta", {"169.254.169.254"}));
+  StartEtcdAgent(etcd_->url());
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.10:80")) << agent_->Output();
+  ASSERT_TRUE(
+      WaitFor([&] { return SourceMetric("sluice_source_decode_errors_total") == 2; }, kApply))
+      << agent_->Output();
+  const std::string log = agent_->Output();
+  EXPECT_NE(log.find(absl::StrCat(ServiceKey("wild"), " (revision")), std::string::npos) << log;
+  EXPECT_NE(log.find(R"(spec.externalIPs[0]: may not be unspecified, got "0.0.0.0")"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("endpoints[0].addresses[0]: may not be in the link-local range "
+                     R"((169.254.0.0/16, fe80::/10), got "169.254.169.254")"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("is plaintext http"), std::string::npos) << log;
+  EXPECT_FALSE(Contains("test/wild"));
+  EXPECT_FALSE(Contains("169.254.169.254"));
+}
+
 TEST_F(EtcdSourceTest, FollowsAddModifyDelete) {
   StartEtcdAgent(etcd_->url());
   ASSERT_TRUE(WaitFor([&] { return Healthz() == 200; }, kApply)) << agent_->Output();

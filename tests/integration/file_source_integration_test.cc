@@ -46,14 +46,12 @@ class FileSourceIntegrationTest : public ::testing::Test {
 
   std::unique_ptr<testutil::Subprocess> StartAgent(std::vector<std::string> extra = {}) {
     std::vector<std::string> argv = {
-        SLUICE_AGENT_BINARY,
-        "--source=file:" + dir_,
+        SLUICE_AGENT_BINARY, "--source=file:" + dir_,
         absl::StrCat("--healthz-bind-address=127.0.0.1:", healthz_port_),
-        absl::StrCat("--metrics-bind-address=127.0.0.1:", metrics_port_),
-        "--sync-period=2s",
-        "--min-sync-period=100ms",
-        "--socket-lb=off",
-        "--bpf-root="};
+        absl::StrCat("--metrics-bind-address=127.0.0.1:", metrics_port_), "--sync-period=2s",
+        "--min-sync-period=100ms", "--socket-lb=off", "--bpf-root=",
+        // This test runs in the host's network namespace, whose ARP sysctls are not its own.
+        "--strict-arp=false"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return std::make_unique<testutil::Subprocess>(argv);
   }
@@ -216,6 +214,31 @@ TEST_F(FileSourceIntegrationTest, EmptyDirectoryIsHealthy) {
   int status = 0;
   Get(healthz_port_, "/livez", &status);
   EXPECT_EQ(status, 200);
+}
+
+// No API server checks these files, so the agent refuses what it would (and more), naming the
+// object and field: a wildcard or loopback listener, a loopback backend without
+// --allow-loopback-endpoints. The rest of the files applies.
+TEST_F(FileSourceIntegrationTest, SpecialAddressesAreRefusedWithTheFieldNamed) {
+  Write("web.yaml", Service("web", "10.96.0.10", 80) + "---\n" + Slice("web", "10.0.0.1"));
+  Write("bad.yaml", Service("loop", "10.96.0.11", 80) + "  externalIPs: [\"127.0.0.1\"]\n---\n" +
+                        Service("wild", "0.0.0.0", 80) + "---\n" + Slice("web2", "127.0.0.5"));
+  auto agent = StartAgent();
+  ASSERT_TRUE(WaitFor([&] { return ServicesContain("\"10.0.0.1:8080\""); }, kApply))
+      << agent->Output();
+  for (const char* error :
+       {"Service demo/loop (document 1): spec.externalIPs[0]: may not be in the loopback range "
+        "(127.0.0.0/8, ::1/128), got \"127.0.0.1\"",
+        "Service demo/wild (document 2): spec.clusterIP: may not be unspecified, got \"0.0.0.0\"",
+        "EndpointSlice demo/web2-1 (document 3): endpoints[0].addresses[0]: may not be in the "
+        "loopback range (127.0.0.0/8, ::1/128), got \"127.0.0.5\""}) {
+    EXPECT_TRUE(WaitFor([&] { return agent->Output().find(error) != std::string::npos; }, kApply))
+        << error << "\n"
+        << agent->Output();
+  }
+  EXPECT_FALSE(ServicesContain("demo/loop"));
+  EXPECT_FALSE(ServicesContain("demo/wild"));
+  EXPECT_FALSE(ServicesContain("127.0.0.5"));
 }
 
 }  // namespace

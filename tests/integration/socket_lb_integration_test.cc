@@ -326,7 +326,7 @@ TEST_F(SocketLbTest, OffAndCleanupRemoveThePins) {
     }
     return n;
   };
-  EXPECT_EQ(pins(), 9);                    // one link per hook
+  EXPECT_EQ(pins(), 8);                    // one link per hook
   EXPECT_EQ(Hello("10.96.0.10:80"), "a");  // still translated with no agent running
 
   StartAgent({"--socket-lb=off", "--bpf-root=" + bpffs_->path()});
@@ -348,7 +348,7 @@ TEST_F(SocketLbTest, OffAndCleanupRemoveThePins) {
   ASSERT_TRUE(WaitListener("tcp/10.96.0.10:80"));
   agent_->Signal(SIGKILL);
   agent_->Wait(absl::Seconds(10));
-  EXPECT_EQ(pins(), 9);  // one link per hook
+  EXPECT_EQ(pins(), 8);  // one link per hook
   auto local_routes = [] {
     std::string routes;
     testutil::RunCommand({"ip", "-o", "route", "show", "table", "local"}, &routes);

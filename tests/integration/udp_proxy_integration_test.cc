@@ -251,5 +251,39 @@ TEST_P(UdpProxyTest, FlowMovesWhenItsEndpointIsRemoved) {
   EXPECT_TRUE(testutil::WaitFor([&] { return client.Ask("2") == "b:2"; }, absl::Seconds(10)));
 }
 
+// 40,000 datagrams from one client IP, each from a new source port, filled the flow tables of
+// every worker (and, over 20,000 descriptors, left none for TCP) for the 30 s idle timeout: no
+// other client was answered. Now the flooder holds --udp-max-source-flows-per-worker flows (its
+// new ones replace its own oldest) and the others are served, TCP included.
+class UdpLimitsTest : public AgentTest {};
+
+TEST_F(UdpLimitsTest, FloodFromOneSourceLeavesOtherClientsServed) {
+  UdpEcho echo("127.0.0.2:5300", "a");
+  auto tcp = testutil::TcpServer::Start(Addr("127.0.0.2:5300"), testutil::TcpServer::Mode::kHello,
+                                        0, "tcp");
+  ASSERT_TRUE(tcp);
+  Write("dns.yaml", ServiceYaml("dns", {"10.96.0.30"}, kDns) + "---\n" +
+                        SliceYaml("dns", {"127.0.0.2"}, kBackendDns));
+  StartAgent({}, {"prlimit", "--nofile=20000", "--"});
+  ASSERT_TRUE(WaitListener("udp/10.96.0.30:53"));
+  sockaddr_storage vip;
+  const socklen_t vip_len = Addr("10.96.0.30:53").ToSockaddr(&vip);
+  sockaddr_storage flooder;
+  const socklen_t flooder_len = Addr("127.0.0.5:0").ToSockaddr(&flooder);
+  for (int i = 0; i < 40000; ++i) {  // a new source port each time
+    base::UniqueFd fd(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    ASSERT_EQ(bind(fd.get(), reinterpret_cast<sockaddr*>(&flooder), flooder_len), 0);
+    sendto(fd.get(), "q", 1, 0, reinterpret_cast<sockaddr*>(&vip), vip_len);
+  }
+  // Another client: its datagram may queue behind the flood's, so it asks until answered.
+  UdpClient client("10.96.0.30:53");
+  EXPECT_TRUE(testutil::WaitFor([&] { return client.Ask("ok?") == "a:ok?"; }, absl::Seconds(10)))
+      << agent_->Output();
+  int err = 0;
+  EXPECT_EQ(testutil::Hello("10.96.0.30:53", &err), "tcp") << strerror(err);
+  EXPECT_GT(MetricValue("sluice_udp_flows_evicted_total"), 0);
+  EXPECT_LE(MetricValue("sluice_udp_flows"), 2 * 4096 + 1);  // the default, on two workers
+}
+
 }  // namespace
 }  // namespace sluice::testing

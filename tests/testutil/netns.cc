@@ -8,11 +8,14 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 #include "agent/base/log.h"
 #include "agent/base/status.h"
+#include "tests/testutil/process.h"
 
 namespace sluice::testutil {
 
@@ -63,6 +66,52 @@ NetNs::~NetNs() {
     // The test thread would go on in the wrong namespace; nothing sensible can follow.
     SLUICE_CHECK(false) << "setns back to the original network namespace: " << strerror(errno);
   }
+}
+
+absl::StatusOr<std::unique_ptr<PeerHost>> PeerHost::Create(
+    const std::string& tag, const std::vector<std::string>& local_addresses,
+    const std::vector<std::string>& peer_addresses, const std::vector<std::string>& gateways) {
+  auto run = [](std::vector<std::string> argv) -> absl::Status {
+    std::string out;
+    if (RunCommand(argv, &out) != 0) {
+      return absl::InternalError(absl::StrCat(absl::StrJoin(argv, " "), ": ", out));
+    }
+    return absl::OkStatus();
+  };
+  const std::string name = absl::StrCat("sluice-", tag, "-", getpid());
+  RETURN_IF_ERROR(run({"ip", "netns", "add", name}));
+  std::unique_ptr<PeerHost> host(new PeerHost(name));  // deletes the namespace on every path
+  const std::string here = tag + "0", there = tag + "1";
+  RETURN_IF_ERROR(
+      run({"ip", "link", "add", here, "type", "veth", "peer", "name", there, "netns", name}));
+  RETURN_IF_ERROR(run({"ip", "link", "set", here, "up"}));
+  RETURN_IF_ERROR(run(host->Exec({"ip", "link", "set", "lo", "up"})));
+  RETURN_IF_ERROR(run(host->Exec({"ip", "link", "set", there, "up"})));
+  auto add = [](const std::string& address, const std::string& dev) {
+    std::vector<std::string> argv = {"ip", "addr", "add", address, "dev", dev};
+    if (address.find(':') != std::string::npos) {
+      argv.push_back("nodad");  // usable at once, not "tentative" for a second
+    }
+    return argv;
+  };
+  for (const auto& a : local_addresses) {
+    RETURN_IF_ERROR(run(add(a, here)));
+  }
+  for (const auto& a : peer_addresses) {
+    RETURN_IF_ERROR(run(host->Exec(add(a, there))));
+  }
+  for (const auto& gw : gateways) {
+    RETURN_IF_ERROR(run(host->Exec({"ip", gw.find(':') != std::string::npos ? "-6" : "-4", "route",
+                                    "add", "default", "via", gw})));
+  }
+  return host;
+}
+
+PeerHost::~PeerHost() { RunCommand({"ip", "netns", "del", name_}); }
+
+std::vector<std::string> PeerHost::Exec(std::vector<std::string> argv) const {
+  argv.insert(argv.begin(), {"ip", "netns", "exec", name_});
+  return argv;
 }
 
 }  // namespace sluice::testutil

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -31,6 +33,29 @@ class NetNs final {
 
   base::UniqueFd original_;
   base::UniqueFd created_;
+};
+
+// A host beside the calling thread's namespace: a named namespace ("ip netns") joined to it by a
+// veth pair, "<tag>0" here and "<tag>1" there, both up with the given addresses ("10.88.1.2/24";
+// IPv6 ones without duplicate address detection), and default routes there via `gateways`. For
+// clients and backends that must not be on the node. The destructor deletes the namespace: end
+// its processes first. Thread: the creating thread (it must stay in the same namespace).
+class PeerHost final {
+ public:
+  static absl::StatusOr<std::unique_ptr<PeerHost>> Create(
+      const std::string& tag, const std::vector<std::string>& local_addresses,
+      const std::vector<std::string>& peer_addresses, const std::vector<std::string>& gateways);
+  ~PeerHost();
+  PeerHost(const PeerHost&) = delete;
+  PeerHost& operator=(const PeerHost&) = delete;
+
+  // `argv` run inside the namespace ("ip netns exec <name> ...").
+  std::vector<std::string> Exec(std::vector<std::string> argv) const;
+  const std::string& name() const { return name_; }
+
+ private:
+  explicit PeerHost(std::string name) : name_(std::move(name)) {}
+  const std::string name_;
 };
 
 }  // namespace sluice::testutil

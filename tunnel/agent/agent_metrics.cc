@@ -37,6 +37,10 @@ AgentMetrics::AgentMetrics(base::Registry& r)
       overflow_closes(r.AddCounter(S("overflow_closes_total"),
                                    "Tunnelled connections closed because their backend did not "
                                    "read its bounded queue.")
-                          .Get()) {}
+                          .Get()),
+      dials_denied(r.AddCounter(S("dials_denied_total"),
+                                "Dials refused by --allowed-destinations, by reason: not_listed, "
+                                "loopback, link_local, own_port.",
+                                {"reason"})) {}
 
 }  // namespace sluice::tunnel::agent

@@ -15,8 +15,9 @@ struct AgentMetrics {
   base::Gauge& open_endpoint_connections;
   base::Family<base::Counter>& dial_failures;  // {reason}: timeout | unknown
   base::Histogram& dial_duration;
-  base::Family<base::Counter>& bad_packets;  // {reason}, sluice extension
-  base::Counter& overflow_closes;            // sluice extension
+  base::Family<base::Counter>& bad_packets;   // {reason}, sluice extension
+  base::Counter& overflow_closes;             // sluice extension
+  base::Family<base::Counter>& dials_denied;  // {reason}, sluice extension (AllowList)
 };
 
 }  // namespace sluice::tunnel::agent

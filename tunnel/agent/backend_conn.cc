@@ -12,12 +12,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
+#include "agent/base/log.h"
 #include "tunnel/wire/packet.h"
 
 namespace sluice::tunnel::agent {
 namespace {
-
-constexpr char kNotAllowed[] = "destination not allowed by --allowed-destinations";
 
 // Go's net package prints syscall errors in lower case ("connect: connection refused").
 std::string GoErrno(int err) {
@@ -87,7 +86,7 @@ void BackendConn::Dial(const std::string& address, const std::weak_ptr<BackendCo
   // DNS query (its name may carry data out; the resolver may be slow). The address itself is
   // checked in Connect, once resolved.
   if (policy_.allow != nullptr && !policy_.allow->MayAllowPort(port)) {
-    FailDial(absl::StrCat("dial tcp ", address, ": ", kNotAllowed));
+    Deny(address, AllowList::Verdict::kNotListed);
     return;
   }
   event::EventLoop* loop = &loop_;
@@ -107,9 +106,12 @@ void BackendConn::Dial(const std::string& address, const std::weak_ptr<BackendCo
 }
 
 void BackendConn::Connect(const net::SocketAddress& dest) {
-  if (policy_.allow != nullptr && !policy_.allow->Allows(dest)) {
-    FailDial(absl::StrCat("dial tcp ", dest.ToString(), ": ", kNotAllowed));
-    return;
+  if (policy_.allow != nullptr) {
+    const AllowList::Verdict v = policy_.allow->Check(dest, &IsLocalAddress);
+    if (v != AllowList::Verdict::kAllowed) {
+      Deny(dest.ToString(), v);
+      return;
+    }
   }
   sockaddr_storage ss;
   const socklen_t len = dest.ToSockaddr(&ss);
@@ -130,6 +132,16 @@ void BackendConn::Connect(const net::SocketAddress& dest) {
   address_ = dest.ToString();
   connecting_ = std::move(fd);
   connect_watch_ = std::move(*watch);
+}
+
+void BackendConn::Deny(const std::string& address, AllowList::Verdict why) {
+  if (policy_.denied != nullptr) {
+    policy_.denied->WithLabels({VerdictLabel(why)}).Inc();
+  }
+  VLOG(1) << "dial " << address << " refused by --allowed-destinations (" << VerdictLabel(why)
+          << ")";
+  // Go's net.Dial text for ECONNREFUSED, what upstream proxy-agent answers for a closed port.
+  FailDial(absl::StrCat("dial tcp ", address, ": connect: ", GoErrno(ECONNREFUSED)));
 }
 
 void BackendConn::OnConnected() {

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 
+#include "agent/base/metrics.h"
 #include "agent/base/unique_fd.h"
 #include "agent/event/event_loop.h"
 #include "agent/net/address.h"
@@ -22,7 +23,8 @@ namespace sluice::tunnel::agent {
 
 struct DialPolicy {
   absl::Duration timeout = absl::Seconds(5);
-  const AllowList* allow = nullptr;
+  const AllowList* allow = nullptr;               // null: every destination (tests)
+  base::Family<base::Counter>* denied = nullptr;  // {reason}: dials the allow list refused
   size_t max_queued = 16 << 20;  // bytes toward the backend before the connection is closed
 };
 
@@ -79,6 +81,8 @@ class BackendConn final : public wire::SocketPump::Callbacks {
   void Connect(const net::SocketAddress& dest);
   void OnConnected();
   void FailDial(const std::string& error);
+  // Answers as a refused connect(2) would, so a denial looks like upstream's closed port.
+  void Deny(const std::string& address, AllowList::Verdict why);
   void CheckStall();
 
   event::EventLoop& loop_;

@@ -25,7 +25,7 @@ class Owner final : public BackendConn::Owner {
 
 // Dials `address` on a fresh loop and returns the dial error ("" = connected).
 std::string DialError(const std::string& address, const AllowList* allow = nullptr,
-                      Resolver* fake = nullptr) {
+                      Resolver* fake = nullptr, base::Family<base::Counter>* denied = nullptr) {
   auto thread = event::LoopThread::Create("test").value();
   event::EventLoop* loop = &thread->loop();
   GetaddrinfoResolver real;
@@ -34,6 +34,7 @@ std::string DialError(const std::string& address, const AllowList* allow = nullp
   DialPolicy policy;
   policy.timeout = absl::Seconds(2);
   policy.allow = allow;
+  policy.denied = denied;
   std::shared_ptr<BackendConn> conn;
   loop->Post([&] {
     conn = std::make_shared<BackendConn>(*loop, resolver, owner, policy, 1, 1);
@@ -67,9 +68,45 @@ TEST(BackendConnTest, GoStyleErrors) {
   EXPECT_EQ(DialError("nosuchhost.invalid:80"),
             "dial tcp: lookup nosuchhost.invalid: no such host");
   EXPECT_EQ(DialError("bad"), "dial tcp bad: address bad: missing port in address");
-  auto allow = AllowList::Parse({"10.0.0.0/8"}).value();
-  EXPECT_EQ(DialError(refused, &allow),
-            "dial tcp " + refused + ": destination not allowed by --allowed-destinations");
+}
+
+// A listening loopback port, so that only the allow list can make a dial to it fail.
+class Listener {
+ public:
+  Listener() : fd_(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(bind(fd_.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    EXPECT_EQ(listen(fd_.get(), 8), 0);
+    socklen_t len = sizeof(a);
+    getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+  }
+  std::string Address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  base::UniqueFd fd_;
+  uint16_t port_ = 0;
+};
+
+// A denied dial answers what a closed port answers upstream, and is counted by reason.
+TEST(BackendConnTest, DeniedDialLooksRefusedAndIsCounted) {
+  Listener open;
+  base::Registry registry;
+  auto& denied = registry.AddCounter("denied", "", {"reason"});
+  auto by_default = AllowList::Parse({}).value();
+  EXPECT_EQ(DialError(open.Address(), &by_default, nullptr, &denied),
+            "dial tcp " + open.Address() + ": connect: connection refused");
+  EXPECT_EQ(DialError("169.254.169.254:80", &by_default, nullptr, &denied),
+            "dial tcp 169.254.169.254:80: connect: connection refused");
+  auto listed = AllowList::Parse({"10.0.0.0/8"}).value();
+  EXPECT_EQ(DialError(open.Address(), &listed, nullptr, &denied),
+            "dial tcp " + open.Address() + ": connect: connection refused");
+  EXPECT_EQ(denied.WithLabels({"loopback"}).Value(), 2);
+  EXPECT_EQ(denied.WithLabels({"link_local"}).Value(), 1);
+  auto opened = AllowList::Parse({"127.0.0.1/32"}).value();
+  EXPECT_EQ(DialError(open.Address(), &opened), "");
 }
 
 // The allow list is consulted before a name is resolved, as far as it can be: a name on a port
@@ -80,13 +117,12 @@ TEST(BackendConnTest, DeniedNameIsNeverResolved) {
   resolver.Add("kubelet.internal", *net::IpAddress::Parse("10.1.2.3"));
   resolver.Add("elsewhere.internal", *net::IpAddress::Parse("192.0.2.1"));
   EXPECT_EQ(DialError("kubelet.internal:22", &allow, &resolver),
-            "dial tcp kubelet.internal:22: destination not allowed by --allowed-destinations");
+            "dial tcp kubelet.internal:22: connect: connection refused");
   EXPECT_EQ(DialError("secret.exfil.example:80", &allow, &resolver),
-            "dial tcp secret.exfil.example:80: destination not allowed by "
-            "--allowed-destinations");
+            "dial tcp secret.exfil.example:80: connect: connection refused");
   EXPECT_TRUE(resolver.asked().empty());
   EXPECT_EQ(DialError("elsewhere.internal:443", &allow, &resolver),
-            "dial tcp 192.0.2.1:443: destination not allowed by --allowed-destinations");
+            "dial tcp 192.0.2.1:443: connect: connection refused");
   EXPECT_EQ(resolver.asked(), std::vector<std::string>{"elsewhere.internal"});
 }
 

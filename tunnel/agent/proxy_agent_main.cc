@@ -12,6 +12,7 @@
 #include "agent/base/file.h"
 #include "agent/base/flags.h"
 #include "agent/base/log.h"
+#include "agent/base/process_metrics.h"
 #include "agent/base/status.h"
 #include "agent/http/status_server.h"
 #include "tunnel/agent/tunnel_agent.h"
@@ -90,7 +91,9 @@ void Register(base::FlagSet& f, ProxyAgentFlags& o) {
          "Accepted; sluice has no channels to warn about.");
   base::RegisterKlogFlags(f, o.klog);
   f.List("allowed-destinations", &o.allowed_destinations,
-         "(sluice) CIDR[:PORT[-PORT]] the agent may dial; empty (default) allows all.");
+         "(sluice) CIDR[:PORT[-PORT]] the agent may dial; empty (default) allows all but "
+         "loopback, link-local (cloud metadata) and this agent's own ports, which only "
+         "entries naming them open (docs/tunnel.md).");
   f.Int("max-connection-buffer", &o.max_connection_buffer,
         "(sluice) Bytes queued toward one backend before that connection is closed.");
 }
@@ -130,6 +133,8 @@ TunnelAgentConfig ToConfig(const ProxyAgentFlags& o) {
   c.probe_interval = o.probe_interval;
   c.keepalive_time = o.keepalive_time;
   c.allowed_destinations = o.allowed_destinations;
+  c.own_ports = {static_cast<uint16_t>(o.health_server_port),
+                 static_cast<uint16_t>(o.admin_server_port)};
   c.max_connection_buffer = static_cast<size_t>(o.max_connection_buffer);
   return c;
 }
@@ -199,6 +204,7 @@ int Run(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
   base::Registry registry;
+  base::AddProcessMetrics(registry);
   auto agent = TunnelAgent::Create(ToConfig(o), registry);
   if (!agent.ok()) {
     LOG(ERROR) << agent.status();

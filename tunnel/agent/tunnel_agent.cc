@@ -31,7 +31,8 @@ absl::StatusOr<std::unique_ptr<TunnelAgent>> TunnelAgent::Create(TunnelAgentConf
   if (config.agent_id.empty()) {
     return absl::InvalidArgumentError("tunnel agent: empty agent ID");
   }
-  ASSIGN_OR_RETURN(AllowList allow, AllowList::Parse(config.allowed_destinations));
+  ASSIGN_OR_RETURN(AllowList allow,
+                   AllowList::Parse(config.allowed_destinations, config.own_ports));
   ASSIGN_OR_RETURN(auto creds,
                    wire::ClientTls(config.ca_cert, config.agent_cert, config.agent_key));
   ASSIGN_OR_RETURN(auto io_thread, event::LoopThread::Create("tunnel-agent"));
@@ -52,6 +53,7 @@ TunnelAgent::TunnelAgent(TunnelAgentConfig config, base::Registry& registry, All
       loop_(io_thread_->loop()) {
   policy_.timeout = config_.dial_timeout;
   policy_.allow = &allow_;
+  policy_.denied = &metrics_.dials_denied;
   policy_.max_queued = config_.max_connection_buffer;
 }
 

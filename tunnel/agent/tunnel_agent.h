@@ -37,7 +37,9 @@ struct TunnelAgentConfig {
   absl::Duration sync_interval_cap = absl::Seconds(10);
   absl::Duration probe_interval = absl::Seconds(1);
   absl::Duration keepalive_time = absl::Hours(1);
-  std::vector<std::string> allowed_destinations;  // empty: allow all (upstream behaviour)
+  // Empty: all but the node's private destinations (AllowList).
+  std::vector<std::string> allowed_destinations;
+  std::vector<uint16_t> own_ports;  // the hosting process's status ports, denied by default
   size_t max_connection_buffer = 16 << 20;
   absl::Duration dial_timeout = absl::Seconds(5);
 };

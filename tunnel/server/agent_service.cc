@@ -30,7 +30,7 @@ class AgentStream final : public Reactor, public AgentLink {
         options_(options),
         router_(router),
         metrics_(metrics),
-        outbox_([this](const wire::Packet* p) { StartWrite(p); }) {
+        outbox_([this](const wire::Packet* p) { StartWrite(p); }, options.budget) {
     metrics_.grpc_connections.WithLabels({"Connect"}).Add(1);
     absl::Status st = Authenticate();
     if (st.ok() && options_.reviewer != nullptr) {
@@ -38,8 +38,8 @@ class AgentStream final : public Reactor, public AgentLink {
       std::string auth = OneHeader(*ctx_, "authorization", &n);
       reviewing_ = true;
       // Finish waits for the verdict (see OnCancel), so this stream outlives the callback.
-      options_.reviewer->Review(n == 1 ? std::move(auth) : "",
-                                [this](absl::Status verdict) { OnReviewed(std::move(verdict)); });
+      options_.reviewer->Review(n == 1 ? std::move(auth) : "", ClientOf(ctx_->peer()),
+                                [this](ReviewResult verdict) { OnReviewed(std::move(verdict)); });
       return;
     }
     Admit(st);
@@ -52,6 +52,7 @@ class AgentStream final : public Reactor, public AgentLink {
   }
   const std::string& agent_id() const override { return agent_id_; }
   const AgentIdentifiers& identifiers() const override { return identifiers_; }
+  const std::string& node() const override { return node_; }
   std::shared_ptr<wire::ReadGate> gate() override { return gate_; }
 
   // grpc::ServerBidiReactor
@@ -82,7 +83,7 @@ class AgentStream final : public Reactor, public AgentLink {
  private:
   // Reads the agent's headers; checks a static token.
   absl::Status Authenticate();
-  void OnReviewed(absl::Status verdict) {
+  void OnReviewed(ReviewResult verdict) {
     {
       absl::MutexLock lock(&mu_);
       reviewing_ = false;
@@ -90,7 +91,10 @@ class AgentStream final : public Reactor, public AgentLink {
         verdict = absl::CancelledError("cancelled during the token review");
       }
     }
-    Admit(verdict);
+    if (verdict.ok()) {
+      node_ = std::move(verdict->node);  // before Admit registers us with the Router
+    }
+    Admit(verdict.status());
   }
   // Serves the stream, or ends it with the authentication error.
   void Admit(const absl::Status& st) {
@@ -99,17 +103,27 @@ class AgentStream final : public Reactor, public AgentLink {
       FinishOnce(grpc::Status(static_cast<grpc::StatusCode>(st.code()), std::string(st.message())));
       return;
     }
-    // The upstream agent blocks until it sees these, so they go out before any message.
-    ctx_->AddInitialMetadata("serverid", options_.server_id);
-    ctx_->AddInitialMetadata("servercount", std::to_string(options_.server_count));
-    StartSendInitialMetadata();
-    if (!router_.AddAgent(this)) {
-      LOG(WARNING) << "agent " << agent_id_ << " from " << ctx_->peer()
-                   << " refused: the server holds --max-agents streams";
-      FinishOnce(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "too many agents"));
+    // Refused before the headers, which the agent would take for a connection (and retry at
+    // once); AddAgent checks again, atomically.
+    absl::Status added = router_.CheckAgent(this);
+    if (added.ok()) {
+      // The upstream agent blocks until it sees these, so they go out before any message.
+      ctx_->AddInitialMetadata("serverid", options_.server_id);
+      ctx_->AddInitialMetadata("servercount", std::to_string(options_.server_count));
+      StartSendInitialMetadata();
+      added = router_.AddAgent(this);
+    }
+    if (!added.ok()) {
+      LOG(WARNING) << "agent " << agent_id_ << " from " << ctx_->peer() << " refused: "
+                   << (absl::IsResourceExhausted(added)
+                           ? std::string("the server holds --max-agents streams")
+                           : std::string(added.message()));
+      FinishOnce(
+          grpc::Status(static_cast<grpc::StatusCode>(added.code()), std::string(added.message())));
       return;
     }
-    LOG(INFO) << "agent " << agent_id_ << " connected from " << ctx_->peer();
+    LOG(INFO) << "agent " << agent_id_ << " connected from " << ctx_->peer()
+              << (node_.empty() ? "" : " for node " + node_);
     registered_ = true;
     StartRead(&in_);
   }
@@ -134,6 +148,7 @@ class AgentStream final : public Reactor, public AgentLink {
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::string agent_id_;
   AgentIdentifiers identifiers_;
+  std::string node_;  // set once, before the Router sees us
   wire::Packet in_;
   bool registered_ = false;
   std::shared_ptr<wire::ReadGate> gate_ =

@@ -10,6 +10,7 @@
 #include "tunnel/server/router.h"
 #include "tunnel/server/server_metrics.h"
 #include "tunnel/server/token_review.h"
+#include "tunnel/wire/byte_budget.h"
 
 namespace sluice::tunnel::server {
 
@@ -31,6 +32,7 @@ struct AgentServiceOptions {
   // At most one of these; neither: no token check (mTLS or unauthenticated).
   const TokenFile* tokens = nullptr;
   TokenReviewer* reviewer = nullptr;
+  wire::ByteBudget* budget = nullptr;  // server-wide; charged by the streams' outboxes
 };
 
 // AgentService/Connect: one reactor per agent stream (agent_service.cc). Thread-safe.

@@ -55,7 +55,25 @@ ConnectSession::ConnectSession(event::EventLoop& loop, HttpConnectFrontend& owne
   metrics_.http_connections.Add(1);
 }
 
-ConnectSession::~ConnectSession() { metrics_.http_connections.Add(-1); }
+ConnectSession::~ConnectSession() {
+  if (options_.budget != nullptr) {
+    options_.budget->Release(pump_charged_);
+  }
+  metrics_.http_connections.Add(-1);
+}
+
+void ConnectSession::SyncBudget() {
+  if (options_.budget == nullptr) {
+    return;
+  }
+  const size_t now = pump_ != nullptr ? pump_->queued() : 0;
+  if (now > pump_charged_) {
+    options_.budget->Charge(now - pump_charged_);
+  } else {
+    options_.budget->Release(pump_charged_ - now);
+  }
+  pump_charged_ = now;
+}
 
 void ConnectSession::OnDeadline() {
   if (state_ == State::kHead) {
@@ -85,15 +103,27 @@ bool ConnectSession::Deliver(wire::Packet p, const std::shared_ptr<wire::ReadGat
     }
     // The loop's backlog counts too: holding the agent stream is the only brake we have.
     posted_bytes_ += n;
-    if (gate != nullptr && posted_bytes_.load() > options_.max_queued / 4) {
+    wire::ByteBudget* budget = options_.budget;
+    if (budget != nullptr) {
+      budget->Charge(n);
+    }
+    const bool spent = budget != nullptr && budget->spent();
+    if (gate != nullptr && (spent || posted_bytes_.load() > options_.max_queued / 4)) {
+      if (spent) {
+        metrics_.limited.WithLabels({"byte_budget"}).Inc();
+      }
       HoldAgent(gate);
     }
-    loop_.Post([weak, gate, bytes = std::move(*p.mutable_data()->mutable_data())]() mutable {
-      if (auto self = weak.lock()) {
-        self->posted_bytes_ -= bytes.size();
-        self->OnAgentData(std::move(bytes), gate);
-      }
-    });
+    loop_.Post(
+        [weak, gate, budget, bytes = std::move(*p.mutable_data()->mutable_data())]() mutable {
+          if (budget != nullptr) {
+            budget->Release(bytes.size());  // the pump's queue is charged in OnAgentData
+          }
+          if (auto self = weak.lock()) {
+            self->posted_bytes_ -= bytes.size();
+            self->OnAgentData(std::move(bytes), gate);
+          }
+        });
     return true;
   }
   loop_.Post([weak, p = std::move(p)] {
@@ -192,6 +222,7 @@ void ConnectSession::OnAgentData(std::string bytes, const std::shared_ptr<wire::
     End();  // the client does not read fast enough: close this connection only
     return;
   }
+  SyncBudget();
   if (gate != nullptr && pump_->queued() > options_.max_queued / 4) {
     HoldAgent(gate);
   }
@@ -243,6 +274,7 @@ void ConnectSession::CheckStall() {
 }
 
 void ConnectSession::OnSocketDrained() {
+  SyncBudget();
   if (posted_bytes_.load() <= options_.max_queued / 8) {
     ReleaseAgent();
   }

@@ -62,6 +62,8 @@ class ConnectSession final : public wire::SocketPump::Callbacks,
   void OnCredit(size_t n);
   void Reply(const std::string& bytes);
   void End();
+  // Charges the budget with what the pump queue grew by (released as it drains).
+  void SyncBudget();
 
   event::EventLoop& loop_;
   HttpConnectFrontend& owner_;
@@ -78,6 +80,7 @@ class ConnectSession final : public wire::SocketPump::Callbacks,
   int64_t connect_id_ = 0;
   wire::SendWindow window_;              // toward the agent stream
   std::atomic<size_t> posted_bytes_{0};  // DATA posted to the loop, not yet queued
+  size_t pump_charged_ = 0;              // loop thread: pump bytes charged to the budget
   // On the agent stream while this connection lags (client or loop). Taken on gRPC threads.
   absl::Mutex hold_mu_;
   wire::GateHold hold_ ABSL_GUARDED_BY(hold_mu_);

@@ -34,6 +34,7 @@ class ConnectSessionTest : public ::testing::Test {
     ASSERT_EQ(getsockname(listener.get(), reinterpret_cast<sockaddr*>(&address_), &len), 0);
     HttpConnectOptions options;
     options.header_timeout = kHeaderTimeout;
+    options.budget = &budget_;
     frontend_ = HttpConnectFrontend::Create(*loop_, std::move(listener), router_, metrics_, options)
                     .value();
   }
@@ -82,6 +83,7 @@ class ConnectSessionTest : public ::testing::Test {
     Settle();
   }
 
+  wire::ByteBudget budget_{4};  // bytes: spent by any DATA
   base::FakeClock clock_;
   std::unique_ptr<event::EventLoop> loop_ = event::EventLoop::Create(clock_).value();
   base::Registry registry_;
@@ -128,7 +130,7 @@ TEST_F(ConnectSessionTest, NoAgentIs500) {
 // The head is parsed, the dial goes to the agent, and its answer opens the tunnel; bytes sent
 // after the head travel with the first DATA. The head's deadline no longer applies.
 TEST_F(ConnectSessionTest, DialThroughTheAgentThenRelay) {
-  ASSERT_TRUE(router_.AddAgent(&agent_));
+  ASSERT_TRUE(router_.AddAgent(&agent_).ok());
   base::UniqueFd client = Connect();
   Send(client.get(), "CONNECT 10.0.0.1:443 HTTP/1.1\r\nHost: 10.0.0.1:443\r\n\r\nearly");
   Settle();
@@ -153,6 +155,32 @@ TEST_F(ConnectSessionTest, DialThroughTheAgentThenRelay) {
   bool eof = false;
   EXPECT_EQ(ReadNow(client.get(), &eof), "");
   EXPECT_FALSE(eof);  // established: no deadline ends it
+}
+
+// Past the server-wide byte budget a connection pauses the agent stream until it has written,
+// however little it holds itself; nothing is closed, and what it charged is released.
+TEST_F(ConnectSessionTest, SpentByteBudgetPausesTheAgentStreamUntilWritten) {
+  int reads = 0;
+  agent_.read_gate = std::make_shared<wire::ReadGate>([&reads] { ++reads; });
+  ASSERT_TRUE(router_.AddAgent(&agent_).ok());
+  base::UniqueFd client = Connect();
+  Send(client.get(), "CONNECT 10.0.0.1:443 HTTP/1.1\r\n\r\n");
+  Settle();
+  ASSERT_EQ(agent_.sent.size(), 1u);
+  ASSERT_TRUE(router_.OnAgentPacket(
+      &agent_, wire::MakeDialResponse(agent_.sent[0].dialrequest().random(), 7, "")));
+  Settle();
+  EXPECT_EQ(ReadNow(client.get()), "HTTP/1.1 200 Connection Established\r\n\r\n");
+
+  ASSERT_TRUE(router_.OnAgentPacket(&agent_, wire::MakeData(7, "0123456789")));
+  EXPECT_EQ(budget_.used(), 10u);
+  agent_.read_gate->ReadNext();  // the agent stream's next read waits
+  EXPECT_EQ(reads, 0);
+  EXPECT_EQ(metrics_.limited.WithLabels({"byte_budget"}).Value(), 1);
+  Settle();  // the loop writes the bytes to the client: the stream reads again
+  EXPECT_EQ(reads, 1);
+  EXPECT_EQ(ReadNow(client.get()), "0123456789");
+  EXPECT_EQ(budget_.used(), 0u);
 }
 
 // Out of descriptors, the frontend stops watching its listener for a while instead of being

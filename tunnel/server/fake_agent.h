@@ -14,7 +14,8 @@ namespace sluice::tunnel::server {
 // at once. Thread: the test's.
 class FakeAgent final : public AgentLink {
  public:
-  explicit FakeAgent(std::string id, const std::string& ids = "") : id_(std::move(id)) {
+  explicit FakeAgent(std::string id, const std::string& ids = "", std::string node = "")
+      : id_(std::move(id)), node_(std::move(node)) {
     ids_ = ParseAgentIdentifiers(ids);
   }
   bool SendToAgent(wire::Packet p, absl::AnyInvocable<void()> done) override {
@@ -26,12 +27,15 @@ class FakeAgent final : public AgentLink {
   }
   const std::string& agent_id() const override { return id_; }
   const AgentIdentifiers& identifiers() const override { return ids_; }
-  std::shared_ptr<wire::ReadGate> gate() override { return nullptr; }
+  const std::string& node() const override { return node_; }
+  std::shared_ptr<wire::ReadGate> gate() override { return read_gate; }
   std::vector<wire::Packet> sent;
+  std::shared_ptr<wire::ReadGate> read_gate;  // the stream's reads, if a test watches them
 
  private:
   std::string id_;
   AgentIdentifiers ids_;
+  std::string node_;
 };
 
 }  // namespace sluice::tunnel::server

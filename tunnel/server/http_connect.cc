@@ -49,10 +49,11 @@ std::string ConnectErrorReply(const std::string& err) {
   } else if (absl::StrContains(err, "timeout") || absl::StrContains(err, "deadline exceeded")) {
     code = 504;
     reason = "Gateway Timeout";
-  } else if (absl::StrContains(err, "too many open files") || err == Router::kShuttingDown) {
+  } else if (absl::StrContains(err, "too many open files") || err == Router::kShuttingDown ||
+             err == Router::kAgentsFull) {
     code = 503;
     reason = "Service Unavailable";
-  } else if (err == Router::kTooManyDials) {
+  } else if (err == Router::kTooManyDials || err == Router::kTooManyTunnels) {
     code = 429;
     reason = "Too Many Requests";
   }

@@ -18,6 +18,7 @@
 #include "agent/event/event_loop.h"
 #include "tunnel/server/router.h"
 #include "tunnel/server/server_metrics.h"
+#include "tunnel/wire/byte_budget.h"
 #include "tunnel/wire/tls.h"
 
 namespace sluice::tunnel::server {
@@ -38,6 +39,7 @@ struct HttpConnectOptions {
   absl::Duration header_timeout = absl::Seconds(10);
   size_t max_header_bytes = 16 * 1024;
   size_t max_queued = 16 << 20;
+  wire::ByteBudget* budget = nullptr;     // server-wide, outlives the frontend
   const wire::TlsContext* tls = nullptr;  // TCP frontends: TLS (mTLS with a client CA)
 };
 

@@ -48,6 +48,9 @@ AgentIdentifiers ParseAgentIdentifiers(const std::string& query) {
     const std::string value = PercentDecode(kv.second);
     if (key == "host" || key == "ipv4" || key == "ipv6") {
       ids.hosts.push_back(StripBrackets(value));
+      if (key == "host") {
+        ids.names.push_back(ids.hosts.back());
+      }
     } else if (key == "cidr") {
       ids.cidrs.push_back(value);
     } else if (key == "default-route") {

@@ -15,6 +15,7 @@ namespace sluice::tunnel::server {
 // What an agent advertised in its `agentidentifiers` header.
 struct AgentIdentifiers {
   std::vector<std::string> hosts;  // host=, ipv4= and ipv6= values, brackets removed
+  std::vector<std::string> names;  // the host= values alone
   std::vector<std::string> cidrs;
   bool default_route = false;
 };
@@ -31,6 +32,8 @@ class AgentLink {
   virtual bool SendToAgent(wire::Packet packet, absl::AnyInvocable<void()> on_written) = 0;
   virtual const std::string& agent_id() const = 0;
   virtual const AgentIdentifiers& identifiers() const = 0;
+  // The node its token was issued for (TokenReview's node claim); empty without one.
+  virtual const std::string& node() const = 0;
   // The stream's read gate, which congested frontends hold (may be null in tests).
   virtual std::shared_ptr<wire::ReadGate> gate() = 0;
 };

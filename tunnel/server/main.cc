@@ -15,6 +15,7 @@
 #include "agent/base/file.h"
 #include "agent/base/log.h"
 #include "agent/base/metrics.h"
+#include "agent/base/process_metrics.h"
 #include "agent/base/status.h"
 #include "agent/event/loop_thread.h"
 #include "agent/http/status_server.h"
@@ -116,7 +117,7 @@ absl::StatusOr<GrpcServing> StartGrpcFrontend(const ServerOptions& o, ProxyServi
 
 absl::StatusOr<std::unique_ptr<HttpConnectFrontend>> StartHttpFrontend(
     const ServerOptions& o, event::EventLoop& loop, Router& router, ServerMetrics& metrics,
-    std::unique_ptr<wire::TlsContext>& tls) {
+    wire::ByteBudget& budget, std::unique_ptr<wire::TlsContext>& tls) {
   HttpConnectOptions ho;
   base::UniqueFd fd;
   if (o.uds_name.empty()) {
@@ -130,6 +131,7 @@ absl::StatusOr<std::unique_ptr<HttpConnectFrontend>> StartHttpFrontend(
   ho.header_timeout = o.http_header_timeout;
   ho.max_header_bytes = static_cast<size_t>(o.max_http_header_bytes);
   ho.max_queued = static_cast<size_t>(o.max_connection_buffer);
+  ho.budget = &budget;
   return HttpConnectFrontend::Create(loop, std::move(fd), router, metrics, ho);
 }
 
@@ -213,7 +215,8 @@ absl::StatusOr<StatusServers> StartStatusServers(const ServerOptions& o, Router&
 }
 
 // The TokenReview client when agents authenticate by service-account token, else null.
-absl::StatusOr<std::unique_ptr<TokenReviewer>> StartTokenReviewer(const ServerOptions& o) {
+absl::StatusOr<std::unique_ptr<TokenReviewer>> StartTokenReviewer(const ServerOptions& o,
+                                                                  ServerMetrics& metrics) {
   if (o.agent_namespace.empty()) {
     return nullptr;
   }
@@ -226,20 +229,31 @@ absl::StatusOr<std::unique_ptr<TokenReviewer>> StartTokenReviewer(const ServerOp
       config, {.agent_namespace = o.agent_namespace,
                .service_account = o.agent_service_account,
                .audience = o.authentication_audience,
+               .max_pending_per_peer = static_cast<size_t>(o.max_pending_token_reviews_per_client),
                .qps = o.kubeconfig_qps > 0 ? o.kubeconfig_qps : 5.0,
-               .burst = o.kubeconfig_burst > 0 ? static_cast<int>(o.kubeconfig_burst) : 10});
+               .burst = o.kubeconfig_burst > 0 ? static_cast<int>(o.kubeconfig_burst) : 10,
+               .outcomes = &metrics.token_reviews});
 }
 
 // Everything after configuration; returns the exit code.
 int Serve(const ServerOptions& o, std::vector<Strategy> strategies, const TokenFile* tokens,
           const sigset_t& sigs) {
   base::Registry registry;
+  base::AddProcessMetrics(registry);
   ServerMetrics metrics(registry);
+  // Declared before everything that charges it, so it outlives them.
+  wire::ByteBudget budget(static_cast<size_t>(o.max_queued_bytes));
+  registry.AddGaugeFunc("sluice_tunnel_server_queued_bytes",
+                        "Bytes queued across all tunnelled connections, both directions "
+                        "(bounded by --max-queued-bytes).",
+                        [&budget] { return static_cast<double>(budget.used()); });
   Router router(
       std::move(strategies), metrics,
       RouterLimits{
           .max_pending_dials_per_client = static_cast<size_t>(o.max_pending_dials_per_client),
           .max_agent_streams = static_cast<size_t>(o.max_agents),
+          .max_tunnels_per_client = static_cast<size_t>(o.max_tunnels_per_client),
+          .max_tunnels_per_agent = static_cast<size_t>(o.max_tunnels_per_agent),
       });
   auto io_thread = event::LoopThread::Create("tunnel-io");
   if (!io_thread.ok()) {
@@ -247,14 +261,16 @@ int Serve(const ServerOptions& o, std::vector<Strategy> strategies, const TokenF
     return 1;
   }
   event::EventLoop& loop = (*io_thread)->loop();
-  auto reviewer = StartTokenReviewer(o);
+  auto reviewer = StartTokenReviewer(o, metrics);
   if (!reviewer.ok()) {
     LOG(ERROR) << "service-account authentication: " << reviewer.status();
     return 1;
   }
   AgentService agent_service(
-      {o.server_id, static_cast<int>(o.server_count), tokens, reviewer->get()}, router, metrics);
-  ProxyService proxy_service(router, metrics, loop, static_cast<size_t>(o.max_connection_buffer));
+      {o.server_id, static_cast<int>(o.server_count), tokens, reviewer->get(), &budget}, router,
+      metrics);
+  ProxyService proxy_service(router, metrics, loop, static_cast<size_t>(o.max_connection_buffer),
+                             &budget);
   auto agent_server = StartAgentServer(o, agent_service, loop);
   GrpcServing grpc_frontend;
   std::unique_ptr<wire::TlsContext> http_tls;  // outlives http_frontend
@@ -267,7 +283,7 @@ int Serve(const ServerOptions& o, std::vector<Strategy> strategies, const TokenF
       grpc_frontend = std::move(*s);
     }
   } else if (st.ok()) {
-    auto s = StartHttpFrontend(o, loop, router, metrics, http_tls);
+    auto s = StartHttpFrontend(o, loop, router, metrics, budget, http_tls);
     st = s.ok() ? absl::OkStatus() : s.status();
     http_frontend = s.ok() ? std::move(*s) : nullptr;
   }

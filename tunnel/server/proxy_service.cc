@@ -22,13 +22,14 @@ using Reactor = grpc::ServerBidiReactor<wire::Packet, wire::Packet>;
 class ProxyStream final : public Reactor, public Frontend {
  public:
   ProxyStream(Router& router, ServerMetrics& metrics, event::EventLoop& loop, size_t max_queued,
-              std::string client)
+              wire::ByteBudget* budget, std::string client)
       : router_(router),
         metrics_(metrics),
         loop_(loop),
         max_queued_(max_queued),
+        budget_(budget),
         client_(std::move(client)),
-        outbox_([this](const wire::Packet* p) { StartWrite(p); }) {
+        outbox_([this](const wire::Packet* p) { StartWrite(p); }, budget) {
     metrics_.grpc_connections.WithLabels({"Proxy"}).Add(1);
     StartRead(&in_);
   }
@@ -41,7 +42,7 @@ class ProxyStream final : public Reactor, public Frontend {
     }
     metrics_.packets.WithLabels({"to_client", wire::TypeLabel(p.type())}).Inc();
     (void)outbox_.Send(std::move(p));  // a closed stream drops it: the client left
-    if (gate != nullptr && queued > max_queued_ / 4) {
+    if (gate != nullptr && (queued > max_queued_ / 4 || BudgetSpent())) {
       HoldAgent(gate);
     }
     return true;
@@ -100,6 +101,14 @@ class ProxyStream final : public Reactor, public Frontend {
     absl::Duration last_write ABSL_GUARDED_BY(mu);
   };
   void HoldAgent(const std::shared_ptr<wire::ReadGate>& gate);
+  // The server-wide byte budget is spent (counted): pause what feeds us until we wrote.
+  bool BudgetSpent() {
+    if (budget_ == nullptr || !budget_->spent()) {
+      return false;
+    }
+    metrics_.limited.WithLabels({"byte_budget"}).Inc();
+    return true;
+  }
   static void CheckStall(const std::shared_ptr<Credit>& credit);
   static void Release(const std::shared_ptr<Credit>& credit, size_t n);
 
@@ -132,7 +141,8 @@ class ProxyStream final : public Reactor, public Frontend {
   ServerMetrics& metrics_;
   event::EventLoop& loop_;
   const size_t max_queued_;
-  const std::string client_;  // ClientOf(peer), for the pending-dial limit
+  wire::ByteBudget* const budget_;  // may be null
+  const std::string client_;        // ClientOf(peer), for the pending-dial limit
   wire::Outbox outbox_;
   wire::Packet in_;
   std::shared_ptr<Credit> credit_ = std::make_shared<Credit>(loop_, this);
@@ -257,7 +267,9 @@ void ProxyStream::HandleData() {
 void ProxyStream::ReadNext() {
   {
     absl::MutexLock lock(&credit_->mu);
-    if (!credit_->sent.open()) {
+    // Over the byte budget, bytes of ours in flight to the agent stream pause us too: their
+    // completion (Release) resumes us, so the pause cannot outlive them.
+    if (!credit_->sent.open() || (credit_->sent.in_flight() > 0 && BudgetSpent())) {
       credit_->window.Take(credit_->reads);
     }
   }
@@ -275,7 +287,7 @@ void ProxyStream::Release(const std::shared_ptr<Credit>& credit, size_t n) {
 
 grpc::ServerBidiReactor<wire::Packet, wire::Packet>* ProxyService::Proxy(
     grpc::CallbackServerContext* context) {
-  return new ProxyStream(router_, metrics_, loop_, max_queued_, ClientOf(context->peer()));
+  return new ProxyStream(router_, metrics_, loop_, max_queued_, budget_, ClientOf(context->peer()));
 }
 
 }  // namespace sluice::tunnel::server

@@ -6,6 +6,7 @@
 #include "agent/event/event_loop.h"
 #include "tunnel/server/router.h"
 #include "tunnel/server/server_metrics.h"
+#include "tunnel/wire/byte_budget.h"
 
 namespace sluice::tunnel::server {
 
@@ -13,8 +14,10 @@ namespace sluice::tunnel::server {
 // per stream (proxy_service.cc). `loop` runs deferred finishes. Thread-safe.
 class ProxyService final : public ::ProxyService::CallbackService {
  public:
-  ProxyService(Router& router, ServerMetrics& metrics, event::EventLoop& loop, size_t max_queued)
-      : router_(router), metrics_(metrics), loop_(loop), max_queued_(max_queued) {}
+  // `budget` (optional) is the server-wide byte budget (wire::ByteBudget); it outlives us.
+  ProxyService(Router& router, ServerMetrics& metrics, event::EventLoop& loop, size_t max_queued,
+               wire::ByteBudget* budget = nullptr)
+      : router_(router), metrics_(metrics), loop_(loop), max_queued_(max_queued), budget_(budget) {}
 
   grpc::ServerBidiReactor<wire::Packet, wire::Packet>* Proxy(
       grpc::CallbackServerContext* context) override;
@@ -24,6 +27,7 @@ class ProxyService final : public ::ProxyService::CallbackService {
   ServerMetrics& metrics_;
   event::EventLoop& loop_;
   const size_t max_queued_;
+  wire::ByteBudget* const budget_;
 };
 
 }  // namespace sluice::tunnel::server

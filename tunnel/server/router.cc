@@ -63,23 +63,27 @@ Router::Router(std::vector<Strategy> strategies, ServerMetrics& metrics, RouterL
       limits_(limits),
       rng_(std::random_device{}()) {}
 
-bool Router::AddAgent(AgentLink* agent) {
+absl::Status Router::AddAgent(AgentLink* agent) {
   absl::MutexLock lock(&mu_);
-  if (limits_.max_agent_streams > 0 && agent_streams_ >= limits_.max_agent_streams) {
-    metrics_.limited.WithLabels({"agents"}).Inc();
-    return false;
+  if (absl::Status st = CheckAgentLocked(agent); !st.ok()) {
+    return st;
   }
   ++agent_streams_;
   agents_[agent->agent_id()].push_back(agent);
+  Claim(agent, 1);
   UpdateGauges();
-  return true;
+  return absl::OkStatus();
 }
 
 void Router::RemoveAgent(AgentLink* agent) {
   absl::MutexLock lock(&mu_);
   auto it = agents_.find(agent->agent_id());
   if (it != agents_.end()) {
-    agent_streams_ -= std::erase(it->second, agent);
+    const size_t erased = std::erase(it->second, agent);
+    agent_streams_ -= erased;
+    if (erased > 0) {
+      Claim(agent, -1);
+    }
     if (it->second.empty()) {
       agents_.erase(it);
     }
@@ -91,9 +95,8 @@ void Router::RemoveAgent(AgentLink* agent) {
     Frontend* f = p->second;
     const int64_t random = p->first.second;
     p = pending_.erase(p);
-    auto t = tunnels_.find(f);  // a pending dial always has its tunnel
-    Unpend(t->second);
-    tunnels_.erase(t);
+    Unpend(tunnels_[f]);  // a pending dial always has its tunnel
+    DropTunnel(f);
     metrics_.dial_failures.WithLabels({"backend_close"}).Inc();  // upstream's nearest reason
     (void)f->Deliver(wire::MakeDialResponse(random, 0, "agent disconnected before dial response"),
                      nullptr);
@@ -103,7 +106,7 @@ void Router::RemoveAgent(AgentLink* agent) {
     Frontend* f = e->second;
     const int64_t id = e->first.second;
     e = established_.erase(e);
-    tunnels_.erase(f);
+    DropTunnel(f);
     (void)f->Deliver(wire::MakeCloseResponse(id, "agent disconnected"), nullptr);
   }
   UpdateGauges();
@@ -114,21 +117,28 @@ void Router::SetDraining(AgentLink* agent) {
   draining_.insert(agent);
 }
 
-AgentLink* Router::PickFrom(const std::vector<AgentLink*>& candidates) {
+AgentLink* Router::PickFrom(const std::vector<AgentLink*>& candidates, bool* full) {
   std::vector<AgentLink*> fresh;
+  std::vector<AgentLink*> open;
   for (AgentLink* a : candidates) {
+    if (limits_.max_tunnels_per_agent > 0 && tunnels_by_agent_.contains(a) &&
+        tunnels_by_agent_.at(a) >= limits_.max_tunnels_per_agent) {
+      *full = true;
+      continue;
+    }
+    open.push_back(a);
     if (!draining_.contains(a)) {
       fresh.push_back(a);
     }
   }
-  const auto& pool = fresh.empty() ? candidates : fresh;  // draining agents only as last resort
+  const auto& pool = fresh.empty() ? open : fresh;  // draining agents only as last resort
   if (pool.empty()) {
     return nullptr;
   }
   return pool[std::uniform_int_distribution<size_t>(0, pool.size() - 1)(rng_)];
 }
 
-AgentLink* Router::Pick(const std::string& address) {
+AgentLink* Router::Pick(const std::string& address, bool* full) {
   const std::string host = DialHost(address);
   for (Strategy s : strategies_) {
     std::vector<AgentLink*> candidates;
@@ -142,7 +152,7 @@ AgentLink* Router::Pick(const std::string& address) {
         candidates.push_back(primary);
       }
     }
-    if (AgentLink* a = PickFrom(candidates)) {
+    if (AgentLink* a = PickFrom(candidates, full)) {
       return a;
     }
   }
@@ -174,7 +184,17 @@ std::string Router::Dial(Frontend* frontend, const wire::Packet& dial, const std
     metrics_.dial_failures.WithLabels({"no_agent"}).Inc();  // none is offered while draining
     return kShuttingDown;
   }
-  AgentLink* agent = Pick(dial.dialrequest().address());
+  if (limits_.max_tunnels_per_client > 0 && tunnels_by_client_.contains(client) &&
+      tunnels_by_client_.at(client) >= limits_.max_tunnels_per_client) {
+    metrics_.limited.WithLabels({"tunnels_per_client"}).Inc();
+    return kTooManyTunnels;
+  }
+  bool full = false;
+  AgentLink* agent = Pick(dial.dialrequest().address(), &full);
+  if (agent == nullptr && full) {
+    metrics_.limited.WithLabels({"tunnels_per_agent"}).Inc();
+    return kAgentsFull;
+  }
   if (agent == nullptr) {
     metrics_.dial_failures.WithLabels({"no_agent"}).Inc();
     return "No agent available";
@@ -191,11 +211,11 @@ std::string Router::Dial(Frontend* frontend, const wire::Packet& dial, const std
   }
   ++client_pending;
   pending_[key] = frontend;
-  tunnels_[frontend] = Tunnel{agent, key.second, 0, base::MonotonicNow(), client};
+  AddTunnel(frontend, Tunnel{agent, key.second, 0, base::MonotonicNow(), client});
   if (!agent->SendToAgent(dial, nullptr)) {
     pending_.erase(key);
     Unpend(tunnels_[frontend]);
-    tunnels_.erase(frontend);
+    DropTunnel(frontend);
     return "agent disconnected";
   }
   UpdateGauges();
@@ -221,7 +241,7 @@ void Router::OnDialResponse(AgentLink* agent, const wire::Packet& packet) {
   metrics_.dial_duration.Observe(absl::ToDoubleSeconds(base::MonotonicNow() - t.started));
   if (!rsp.error().empty() || rsp.connectid() <= 0) {
     metrics_.dial_failures.WithLabels({"error_response"}).Inc();
-    tunnels_.erase(f);
+    DropTunnel(f);
   } else {
     t.connect_id = rsp.connectid();
     established_[{agent, rsp.connectid()}] = f;
@@ -270,7 +290,7 @@ void Router::OnAgentClose(AgentLink* agent, const wire::Packet& packet) {
   }
   Frontend* f = it->second;
   established_.erase(it);
-  tunnels_.erase(f);
+  DropTunnel(f);
   UpdateGauges();
   (void)f->Deliver(packet, nullptr);
 }
@@ -326,7 +346,7 @@ void Router::Forget(Frontend* f) {
     return;
   }
   const Tunnel t = it->second;
-  tunnels_.erase(it);
+  DropTunnel(f);
   if (t.connect_id == 0) {
     pending_.erase({t.agent, t.random});
     Unpend(t);
@@ -336,6 +356,26 @@ void Router::Forget(Frontend* f) {
     (void)t.agent->SendToAgent(wire::MakeCloseRequest(t.connect_id), nullptr);
   }
   UpdateGauges();
+}
+
+void Router::AddTunnel(Frontend* f, Tunnel t) {
+  ++tunnels_by_client_[t.client];
+  ++tunnels_by_agent_[t.agent];
+  tunnels_[f] = std::move(t);
+}
+
+void Router::DropTunnel(Frontend* f) {
+  auto it = tunnels_.find(f);
+  if (it == tunnels_.end()) {
+    return;
+  }
+  if (auto c = tunnels_by_client_.find(it->second.client); --c->second == 0) {
+    tunnels_by_client_.erase(c);
+  }
+  if (auto a = tunnels_by_agent_.find(it->second.agent); --a->second == 0) {
+    tunnels_by_agent_.erase(a);
+  }
+  tunnels_.erase(it);
 }
 
 void Router::Unpend(const Tunnel& t) {

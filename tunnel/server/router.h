@@ -24,6 +24,8 @@ enum class Strategy { kDefault, kDestHost, kDefaultRoute };
 struct RouterLimits {
   size_t max_pending_dials_per_client = 0;  // dials a client's frontends await at once
   size_t max_agent_streams = 0;             // agent streams connected at once
+  size_t max_tunnels_per_client = 0;        // a client's tunnels, pending or established
+  size_t max_tunnels_per_agent = 0;         // one agent stream's tunnels, pending or established
 };
 
 // The frontend client a peer address counts against: its IP for TCP ("ipv4:10.0.0.1:5678",
@@ -40,8 +42,12 @@ class Router final {
  public:
   Router(std::vector<Strategy> strategies, ServerMetrics& metrics, RouterLimits limits = {});
 
-  // Agent side (AgentService reactors). False (and not added) at max_agent_streams.
-  bool AddAgent(AgentLink* agent) ABSL_LOCKS_EXCLUDED(mu_);
+  // Agent side (AgentService reactors). Not added: ResourceExhausted at max_agent_streams;
+  // PermissionDenied when the agent's node claim conflicts with its identity (CheckNode).
+  absl::Status AddAgent(AgentLink* agent) ABSL_LOCKS_EXCLUDED(mu_);
+  // What AddAgent would answer now, without adding (and without counting): lets a stream be
+  // refused before its response headers, which an agent would take for a connection.
+  absl::Status CheckAgent(const AgentLink* agent) const ABSL_LOCKS_EXCLUDED(mu_);
   // Fails the agent's pending dials and closes its established connections at once.
   void RemoveAgent(AgentLink* agent) ABSL_LOCKS_EXCLUDED(mu_);
   void SetDraining(AgentLink* agent) ABSL_LOCKS_EXCLUDED(mu_);
@@ -57,6 +63,8 @@ class Router final {
   std::string Dial(Frontend* frontend, const wire::Packet& dial, const std::string& client = "")
       ABSL_LOCKS_EXCLUDED(mu_);
   static constexpr char kTooManyDials[] = "too many pending dials from this client";
+  static constexpr char kTooManyTunnels[] = "too many open connections from this client";
+  static constexpr char kAgentsFull[] = "every agent holds its maximum of open connections";
   // False if the frontend has no established connection with this connectID.
   bool SendData(Frontend* frontend, wire::Packet data, absl::AnyInvocable<void()> on_written)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -84,8 +92,19 @@ class Router final {
   };
   using Key = std::pair<AgentLink*, int64_t>;
 
-  AgentLink* Pick(const std::string& address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  AgentLink* PickFrom(const std::vector<AgentLink*>& candidates) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Null if no agent fits; `full` tells whether some did but held max_tunnels_per_agent.
+  AgentLink* Pick(const std::string& address, bool* full) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  AgentLink* PickFrom(const std::vector<AgentLink*>& candidates, bool* full)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Binds an agent stream with a node claim to that node: every host= identifier must be the
+  // node's name, and neither its agent ID nor any identifier may be held by a connected agent
+  // of another node (or of none). Agents without a claim are bound to nothing among themselves.
+  absl::Status CheckNode(const AgentLink* agent) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckAgentLocked(const AgentLink* agent) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Claim(const AgentLink* agent, int delta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds or erases a tunnel, keeping the per-client and per-agent counts.
+  void AddTunnel(Frontend* f, Tunnel t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropTunnel(Frontend* f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DeliverOrAbort(Frontend* frontend, wire::Packet packet,
                       const std::shared_ptr<wire::ReadGate>& gate)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -106,6 +125,10 @@ class Router final {
   std::map<Key, Frontend*> pending_ ABSL_GUARDED_BY(mu_);      // (agent, random)
   std::map<Key, Frontend*> established_ ABSL_GUARDED_BY(mu_);  // (agent, connectID)
   std::map<std::string, size_t> pending_by_client_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, size_t> tunnels_by_client_ ABSL_GUARDED_BY(mu_);
+  std::map<const AgentLink*, size_t> tunnels_by_agent_ ABSL_GUARDED_BY(mu_);
+  // Identifier (host, IP or CIDR) -> the node of the agents claiming it, and how many do.
+  std::map<std::string, std::pair<std::string, size_t>> claims_ ABSL_GUARDED_BY(mu_);
   size_t agent_streams_ ABSL_GUARDED_BY(mu_) = 0;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
 };

@@ -37,7 +37,7 @@ TEST_F(RouterTest, NoAgent) {
 TEST_F(RouterTest, DialDataCloseRoundTrip) {
   Router r({Strategy::kDefault}, metrics_);
   FakeAgent a("a");
-  r.AddAgent(&a);
+  ASSERT_TRUE(r.AddAgent(&a).ok());
   FakeFrontend f;
   ASSERT_EQ(r.Dial(&f, wire::MakeDialRequest("1.2.3.4:80", 9)), "");
   ASSERT_EQ(a.sent.size(), 1u);
@@ -59,7 +59,7 @@ TEST_F(RouterTest, DialDataCloseRoundTrip) {
 TEST_F(RouterTest, AgentLossFailsPendingAndClosesEstablished) {
   Router r({Strategy::kDefault}, metrics_);
   FakeAgent a("a");
-  r.AddAgent(&a);
+  ASSERT_TRUE(r.AddAgent(&a).ok());
   FakeFrontend pending, established;
   ASSERT_EQ(r.Dial(&pending, wire::MakeDialRequest("h:1", 1)), "");
   ASSERT_EQ(r.Dial(&established, wire::MakeDialRequest("h:1", 2)), "");
@@ -74,7 +74,7 @@ TEST_F(RouterTest, AgentLossFailsPendingAndClosesEstablished) {
 TEST_F(RouterTest, OverflowAbortsAndClosesAtAgent) {
   Router r({Strategy::kDefault}, metrics_);
   FakeAgent a("a");
-  r.AddAgent(&a);
+  ASSERT_TRUE(r.AddAgent(&a).ok());
   FakeFrontend f;
   ASSERT_EQ(r.Dial(&f, wire::MakeDialRequest("h:1", 1)), "");
   r.OnDialResponse(&a, wire::MakeDialResponse(1, 3, ""));
@@ -87,8 +87,8 @@ TEST_F(RouterTest, OverflowAbortsAndClosesAtAgent) {
 TEST_F(RouterTest, StrategiesAndDrain) {
   Router r({Strategy::kDestHost, Strategy::kDefaultRoute}, metrics_);
   FakeAgent host("h", "host=node1&ipv4=10.0.0.1"), route("r", "default-route=true");
-  r.AddAgent(&host);
-  r.AddAgent(&route);
+  ASSERT_TRUE(r.AddAgent(&host).ok());
+  ASSERT_TRUE(r.AddAgent(&route).ok());
   FakeFrontend f1, f2, f3;
   ASSERT_EQ(r.Dial(&f1, wire::MakeDialRequest("10.0.0.1:10250", 1)), "");
   EXPECT_EQ(host.sent.size(), 1u);
@@ -96,8 +96,8 @@ TEST_F(RouterTest, StrategiesAndDrain) {
   EXPECT_EQ(route.sent.size(), 1u);
   Router d({Strategy::kDefault}, metrics_);
   FakeAgent x("x"), y("y");
-  d.AddAgent(&x);
-  d.AddAgent(&y);
+  ASSERT_TRUE(d.AddAgent(&x).ok());
+  ASSERT_TRUE(d.AddAgent(&y).ok());
   ASSERT_TRUE(d.OnAgentPacket(&x, wire::MakeDrain()));
   EXPECT_FALSE(d.OnAgentPacket(&x, wire::MakeDialRequest("h:1", 1)));  // not an agent's packet
   for (int i = 0; i < 20; ++i) {
@@ -112,7 +112,7 @@ TEST_F(RouterTest, StrategiesAndDrain) {
 TEST_F(RouterTest, PendingDialsAreLimitedPerClient) {
   Router r({Strategy::kDefault}, metrics_, RouterLimits{.max_pending_dials_per_client = 2});
   FakeAgent a("a");
-  ASSERT_TRUE(r.AddAgent(&a));
+  ASSERT_TRUE(r.AddAgent(&a).ok());
   FakeFrontend f1, f2, f3, other, later;
   ASSERT_EQ(r.Dial(&f1, wire::MakeDialRequest("h:1", 1), "10.0.0.1"), "");
   ASSERT_EQ(r.Dial(&f2, wire::MakeDialRequest("h:1", 2), "10.0.0.1"), "");
@@ -132,20 +132,75 @@ TEST_F(RouterTest, PendingDialsAreLimitedPerClient) {
   // The agent going away fails its pending dials and frees them too.
   r.RemoveAgent(&a);
   FakeAgent b("b");
-  ASSERT_TRUE(r.AddAgent(&b));
+  ASSERT_TRUE(r.AddAgent(&b).ok());
   EXPECT_EQ(r.Dial(&over, wire::MakeDialRequest("h:1", 10), "10.0.0.1"), "");
 }
 
 TEST_F(RouterTest, AgentStreamsAreLimited) {
   Router r({Strategy::kDefault}, metrics_, RouterLimits{.max_agent_streams = 2});
   FakeAgent a("a"), a2("a"), b("b");
-  ASSERT_TRUE(r.AddAgent(&a));
-  ASSERT_TRUE(r.AddAgent(&a2));  // streams count, not agent ids
-  EXPECT_FALSE(r.AddAgent(&b));
+  ASSERT_TRUE(r.AddAgent(&a).ok());
+  ASSERT_TRUE(r.AddAgent(&a2).ok());  // streams count, not agent ids
+  EXPECT_FALSE(r.AddAgent(&b).ok());
   EXPECT_EQ(r.ReadyAgents(), 1);
   EXPECT_EQ(metrics_.limited.WithLabels({"agents"}).Value(), 1);
   r.RemoveAgent(&a);
-  EXPECT_TRUE(r.AddAgent(&b));
+  EXPECT_TRUE(r.AddAgent(&b).ok());
+}
+
+TEST_F(RouterTest, TunnelsAreLimitedPerClientAndPerAgent) {
+  Router r({Strategy::kDefault}, metrics_,
+           RouterLimits{.max_tunnels_per_client = 2, .max_tunnels_per_agent = 3});
+  FakeAgent a("a");
+  ASSERT_TRUE(r.AddAgent(&a).ok());
+  FakeFrontend f1, f2, f3, g1, g2;
+  ASSERT_EQ(r.Dial(&f1, wire::MakeDialRequest("h:1", 1), "10.0.0.1"), "");
+  r.OnDialResponse(&a, wire::MakeDialResponse(1, 7, ""));  // established counts too
+  ASSERT_EQ(r.Dial(&f2, wire::MakeDialRequest("h:1", 2), "10.0.0.1"), "");
+  EXPECT_EQ(r.Dial(&f3, wire::MakeDialRequest("h:1", 3), "10.0.0.1"), Router::kTooManyTunnels);
+  EXPECT_EQ(metrics_.limited.WithLabels({"tunnels_per_client"}).Value(), 1);
+  // Another client has its own count, but the agent is full at 3.
+  ASSERT_EQ(r.Dial(&g1, wire::MakeDialRequest("h:1", 4), "10.0.0.2"), "");
+  EXPECT_EQ(r.Dial(&g2, wire::MakeDialRequest("h:1", 5), "10.0.0.2"), Router::kAgentsFull);
+  EXPECT_EQ(metrics_.limited.WithLabels({"tunnels_per_agent"}).Value(), 1);
+  // A full agent is passed over for one with room.
+  FakeAgent b("b");
+  ASSERT_TRUE(r.AddAgent(&b).ok());
+  ASSERT_EQ(r.Dial(&g2, wire::MakeDialRequest("h:1", 6), "10.0.0.2"), "");
+  EXPECT_EQ(b.sent.size(), 1u);
+  // Closing frees both counts.
+  r.OnAgentClose(&a, wire::MakeCloseResponse(7, ""));
+  ASSERT_EQ(r.Dial(&f3, wire::MakeDialRequest("h:1", 8), "10.0.0.1"), "");
+}
+
+TEST_F(RouterTest, NodeClaimBindsAgentIdAndIdentifiers) {
+  Router r({Strategy::kDestHost}, metrics_);
+  FakeAgent a("agent-a", "host=node-a&ipv4=10.0.0.1", "node-a");
+  ASSERT_TRUE(r.AddAgent(&a).ok());
+  // host= must be the token's node.
+  FakeAgent liar("agent-b", "host=node-a", "node-b");
+  EXPECT_TRUE(absl::IsPermissionDenied(r.AddAgent(&liar)));
+  // Another node may claim neither node-a's agent ID nor its IP.
+  FakeAgent id_thief("agent-a", "host=node-b", "node-b");
+  EXPECT_TRUE(absl::IsPermissionDenied(r.AddAgent(&id_thief)));
+  FakeAgent ip_thief("agent-b", "ipv4=10.0.0.1", "node-b");
+  EXPECT_TRUE(absl::IsPermissionDenied(r.AddAgent(&ip_thief)));
+  // Nor may an agent whose token names no node.
+  FakeAgent unbound("agent-c", "ipv4=10.0.0.1");
+  EXPECT_TRUE(absl::IsPermissionDenied(r.AddAgent(&unbound)));
+  EXPECT_EQ(metrics_.agent_refusals.WithLabels({"node_binding"}).Value(), 4);
+  // node-a's second stream, and node-b with its own identity, are fine.
+  FakeAgent a2("agent-a", "host=node-a&ipv4=10.0.0.1", "node-a");
+  ASSERT_TRUE(r.AddAgent(&a2).ok());
+  FakeAgent b("agent-b", "host=node-b&ipv4=10.0.0.2", "node-b");
+  ASSERT_TRUE(r.AddAgent(&b).ok());
+  FakeFrontend f;
+  ASSERT_EQ(r.Dial(&f, wire::MakeDialRequest("10.0.0.1:10250", 1)), "");
+  EXPECT_EQ(a.sent.size(), 1u);
+  // Once node-a's streams are gone, its claims are free.
+  r.RemoveAgent(&a);
+  r.RemoveAgent(&a2);
+  EXPECT_TRUE(r.AddAgent(&ip_thief).ok());
 }
 
 TEST(ClientOfTest, PeersCountByAddressNotPort) {

@@ -47,8 +47,19 @@ ServerMetrics::ServerMetrics(base::Registry& r)
                                    "read its bounded queue.")
                           .Get()),
       limited(r.AddCounter(S("limited_total"),
-                           "Requests refused at a configured limit, by limit: "
-                           "pending_dials_per_client, agents, header_bytes, header_timeout.",
-                           {"limit"})) {}
+                           "Requests refused (or, for byte_budget, paused) at a configured "
+                           "limit, by limit: pending_dials_per_client, tunnels_per_client, "
+                           "tunnels_per_agent, agents, header_bytes, header_timeout, "
+                           "byte_budget.",
+                           {"limit"})),
+      agent_refusals(r.AddCounter(S("agent_refusals_total"),
+                                  "Agent streams refused after authentication, by reason: "
+                                  "node_binding (identity not that of the token's node).",
+                                  {"reason"})),
+      token_reviews(r.AddCounter(S("token_reviews_total"),
+                                 "Agent tokens checked, by outcome: no_token, precheck_refused, "
+                                 "cache_accepted, cache_refused, peer_limit, queue_full, "
+                                 "accepted, refused, unavailable.",
+                                 {"outcome"})) {}
 
 }  // namespace sluice::tunnel::server

@@ -19,10 +19,12 @@ struct ServerMetrics {
   base::Family<base::Gauge>& grpc_connections;  // {service_method}: Proxy | Connect
   base::Gauge& http_connections;
   base::Histogram& dial_duration;
-  base::Family<base::Counter>& packets;      // {segment, packet_type}
-  base::Family<base::Counter>& bad_packets;  // {reason}, sluice extension
-  base::Counter& overflow_closes;            // sluice extension
-  base::Family<base::Counter>& limited;      // {limit}, sluice extension
+  base::Family<base::Counter>& packets;         // {segment, packet_type}
+  base::Family<base::Counter>& bad_packets;     // {reason}, sluice extension
+  base::Counter& overflow_closes;               // sluice extension
+  base::Family<base::Counter>& limited;         // {limit}, sluice extension
+  base::Family<base::Counter>& agent_refusals;  // {reason}, sluice extension
+  base::Family<base::Counter>& token_reviews;   // {outcome}, sluice extension
 };
 
 }  // namespace sluice::tunnel::server

@@ -87,6 +87,18 @@ void RegisterServerFlags(base::FlagSet& f, ServerOptions& o) {
   f.Int("max-agents", &o.max_agents,
         "(sluice) Agent streams connected at once; beyond it a new one is refused "
         "(RESOURCE_EXHAUSTED) and the agent retries.");
+  f.Int("max-tunnels-per-client", &o.max_tunnels_per_client,
+        "(sluice) Tunnels (pending or established) one frontend client (an IP, or the Unix "
+        "socket) may hold open; beyond it a dial fails at once.");
+  f.Int("max-tunnels-per-agent", &o.max_tunnels_per_agent,
+        "(sluice) Tunnels one agent stream may carry; a full agent is passed over, and a dial "
+        "that only full agents could take fails at once.");
+  f.Int("max-queued-bytes", &o.max_queued_bytes,
+        "(sluice) Bytes queued across all tunnelled connections; past it, a connection that "
+        "queues more pauses the stream it reads from until it drains.");
+  f.Int("max-pending-token-reviews-per-client", &o.max_pending_token_reviews_per_client,
+        "(sluice) TokenReviews one agent address may have queued; more are refused "
+        "(UNAVAILABLE) and the agent retries.");
   f.Duration("shutdown-grace-period", &o.shutdown_grace_period,
              "(sluice) After SIGTERM, how long open tunnels may finish before the server stops "
              "(new dials are refused meanwhile; a second signal stops at once).");
@@ -122,10 +134,17 @@ absl::Status ValidateServerOptions(ServerOptions& o) {
   if (o.server_count < 1) {
     return absl::InvalidArgumentError("--server-count must be at least 1");
   }
-  if (o.max_http_header_bytes < 1024 || o.max_pending_dials_per_client < 1 || o.max_agents < 1) {
+  if (o.max_http_header_bytes < 1024 || o.max_pending_dials_per_client < 1 || o.max_agents < 1 ||
+      o.max_tunnels_per_client < 1 || o.max_tunnels_per_agent < 1 ||
+      o.max_pending_token_reviews_per_client < 1) {
     return absl::InvalidArgumentError(
-        "--max-http-header-bytes must be at least 1024, --max-pending-dials-per-client and "
-        "--max-agents at least 1");
+        "--max-http-header-bytes must be at least 1024; --max-pending-dials-per-client, "
+        "--max-agents, --max-tunnels-per-client, --max-tunnels-per-agent and "
+        "--max-pending-token-reviews-per-client at least 1");
+  }
+  if (o.max_queued_bytes < o.max_connection_buffer) {
+    return absl::InvalidArgumentError(
+        "--max-queued-bytes must be at least --max-connection-buffer");
   }
   if (o.kubeconfig_qps < 0 || o.kubeconfig_burst < 0) {
     return absl::InvalidArgumentError("--kubeconfig-qps and --kubeconfig-burst must be >= 0");

@@ -55,6 +55,10 @@ struct ServerOptions {
   int64_t max_http_header_bytes = 16 * 1024;
   int64_t max_pending_dials_per_client = 1024;
   int64_t max_agents = 16384;
+  int64_t max_tunnels_per_client = 16384;
+  int64_t max_tunnels_per_agent = 16384;
+  int64_t max_queued_bytes = 256 << 20;
+  int64_t max_pending_token_reviews_per_client = 8;
   absl::Duration shutdown_grace_period = absl::Seconds(10);
 };
 

@@ -2,6 +2,7 @@
 #include "tunnel/server/token_review.h"
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -22,9 +23,7 @@ namespace {
 constexpr char kTokenReviews[] = "/apis/authentication.k8s.io/v1/tokenreviews";
 constexpr char kServiceAccountPrefix[] = "system:serviceaccount:";
 constexpr size_t kMaxResponse = 1 << 20;
-
-// The rate limiter's time line: a wall-clock step must not stall reviews or release a burst.
-absl::Time MonotonicTime() { return absl::UnixEpoch() + base::MonotonicNow(); }
+constexpr char kNodeClaim[] = "authentication.kubernetes.io/node-name";
 
 }  // namespace
 
@@ -43,7 +42,20 @@ TokenReviewer::TokenReviewer(TokenReviewOptions options,
                              std::unique_ptr<kube::BearerToken> credentials)
     : options_(std::move(options)),
       credentials_(std::move(credentials)),
-      rate_(options_.qps, options_.burst, MonotonicTime()) {}
+      rate_(options_.qps, options_.burst, MonotonicTime()),
+      queue_(options_.max_pending, options_.max_pending_per_peer),
+      cache_(options_.cache_entries, options_.max_cache_ttl, options_.negative_cache_ttl) {}
+
+// The rate limiter's time line: a wall-clock step must not stall reviews or release a burst.
+absl::Time TokenReviewer::MonotonicTime() const {
+  return absl::UnixEpoch() + options_.clock->MonotonicNow();
+}
+
+void TokenReviewer::Count(const char* outcome) {
+  if (options_.outcomes != nullptr) {
+    options_.outcomes->WithLabels({outcome}).Inc();
+  }
+}
 
 RequestRate::RequestRate(double qps, int burst, absl::Time now)
     : qps_(qps), burst_(std::max(burst, 1)), tokens_(burst_), last_(now) {}
@@ -62,45 +74,64 @@ TokenReviewer::~TokenReviewer() {
   }
 }
 
-void TokenReviewer::Review(const std::string& authorization, Done done) {
+void TokenReviewer::Review(const std::string& authorization, const std::string& peer, Done done) {
   absl::string_view token = authorization;
   if (!absl::ConsumePrefix(&token, "Bearer ") || token.empty()) {
+    Count("no_token");
     std::move(done)(absl::UnauthenticatedError("no bearer token"));
     return;
   }
-  absl::Status refused;
+  const absl::Time now = options_.clock->Now();
+  absl::StatusOr<absl::Time> expiry = PreCheckToken(base::Std(token), now);
+  if (!expiry.ok()) {
+    Count("precheck_refused");
+    std::move(done)(expiry.status());
+    return;
+  }
+  QueuedReview review{std::string(token), DigestOf(base::Std(token)), *expiry, std::move(done)};
+  ReviewResult answer = absl::UnavailableError("shutting down");
   {
     absl::MutexLock lock(&mu_);
-    if (stopped_) {
-      refused = absl::UnavailableError("shutting down");
-    } else if (queue_.size() >= options_.max_pending) {
-      refused = absl::UnavailableError("too many token reviews pending; retry later");
-    } else {
-      queue_.push_back({std::string(token), std::move(done)});
-      return;
+    if (const ReviewResult* cached = cache_.Lookup(review.digest, now)) {
+      Count(cached->ok() ? "cache_accepted" : "cache_refused");
+      answer = *cached;
+    } else if (!stopped_) {
+      switch (queue_.Add(peer, std::move(review))) {
+        case ReviewQueue::Added::kQueued:
+          return;
+        case ReviewQueue::Added::kPeerFull:
+          Count("peer_limit");
+          answer = absl::UnavailableError(
+              "too many token reviews pending from this address; retry later");
+          break;
+        case ReviewQueue::Added::kFull:
+          Count("queue_full");
+          answer = absl::UnavailableError("too many token reviews pending; retry later");
+          break;
+      }
     }
   }
-  std::move(done)(std::move(refused));
+  std::move(review.done)(std::move(answer));
 }
 
 void TokenReviewer::Stop() {
-  std::deque<Pending> dropped;
+  std::vector<QueuedReview> dropped;
   {
     absl::MutexLock lock(&mu_);
     stopped_ = true;
-    dropped.swap(queue_);
+    dropped = queue_.TakeAll();
   }
   if (client_) {
     client_->Stop();
   }
-  for (Pending& p : dropped) {
-    std::move(p.done)(absl::UnavailableError("shutting down"));
+  for (QueuedReview& r : dropped) {
+    std::move(r.done)(absl::UnavailableError("shutting down"));
   }
 }
 
 void TokenReviewer::Run() {
   for (;;) {
-    Pending next;
+    std::optional<QueuedReview> next;
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
@@ -110,23 +141,46 @@ void TokenReviewer::Run() {
       if (stopped_) {
         return;  // Stop() failed what was queued
       }
-      next = std::move(queue_.front());
-      queue_.pop_front();
+      next = queue_.Next();
     }
     // Wait out the rate limit; Stop() ends the wait (and fails this review below).
     if (const absl::Duration wait = rate_.Take(MonotonicTime()); wait > absl::ZeroDuration()) {
       absl::MutexLock lock(&mu_);
       mu_.AwaitWithTimeout(absl::Condition(&stopped_), wait);
       if (stopped_) {
-        std::move(next.done)(absl::UnavailableError("shutting down"));
+        std::move(next->done)(absl::UnavailableError("shutting down"));
         return;
       }
     }
-    std::move(next.done)(Ask(next.token));
+    Serve(std::move(*next));
   }
 }
 
-absl::Status TokenReviewer::Ask(const std::string& token) {
+void TokenReviewer::Serve(QueuedReview next) {
+  std::optional<ReviewResult> cached;
+  {
+    absl::MutexLock lock(&mu_);
+    if (const ReviewResult* c = cache_.Lookup(next.digest, options_.clock->Now())) {
+      cached = *c;
+    }
+  }
+  if (cached) {
+    Count(cached->ok() ? "cache_accepted" : "cache_refused");
+    std::move(next.done)(std::move(*cached));
+    return;
+  }
+  ReviewResult result = Ask(next.token);
+  Count(result.ok()                            ? "accepted"
+        : absl::IsUnavailable(result.status()) ? "unavailable"
+                                               : "refused");
+  {
+    absl::MutexLock lock(&mu_);
+    cache_.Store(next.digest, result, next.expiry, options_.clock->Now());
+  }
+  std::move(next.done)(std::move(result));
+}
+
+ReviewResult TokenReviewer::Ask(const std::string& token) {
   std::string body;
   auto sink = [&body](std::string_view bytes) {
     if (body.size() + bytes.size() > kMaxResponse) {
@@ -163,7 +217,7 @@ std::string TokenReviewer::RequestBody(std::string_view token, std::string_view 
   return body;
 }
 
-absl::Status TokenReviewer::Verdict(std::string_view response, const TokenReviewOptions& options) {
+ReviewResult TokenReviewer::Verdict(std::string_view response, const TokenReviewOptions& options) {
   simdjson::dom::parser parser;
   simdjson::dom::element status;
   if (parser.parse(response.data(), response.size())["status"].get(status) != simdjson::SUCCESS) {
@@ -211,7 +265,12 @@ absl::Status TokenReviewer::Verdict(std::string_view response, const TokenReview
         absl::StrCat("service account ", parts[0], "/", parts[1], " is not allowed (want ",
                      options.agent_namespace, "/", options.service_account, ")"));
   }
-  return absl::OkStatus();
+  ReviewedAgent agent;
+  std::string_view node;
+  if (status["user"]["extra"][kNodeClaim].at(0).get(node) == simdjson::SUCCESS) {
+    agent.node = std::string(node);
+  }
+  return agent;
 }
 
 }  // namespace sluice::tunnel::server

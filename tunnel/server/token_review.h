@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-#include <deque>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -14,9 +13,13 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
+#include "agent/base/clock.h"
+#include "agent/base/metrics.h"
 #include "agent/kube/bearer_token.h"
 #include "agent/kube/client_config.h"
 #include "agent/kube/http_client.h"
+#include "tunnel/server/review_queue.h"
+#include "tunnel/server/token_check.h"
 
 namespace sluice::tunnel::server {
 
@@ -26,8 +29,17 @@ struct TokenReviewOptions {
   std::string audience;
   absl::Duration timeout = absl::Seconds(10);  // per review, API round trip included
   size_t max_pending = 1024;                   // queued reviews; more are refused at once
+  size_t max_pending_per_peer = 8;             // of them from one agent IP
   double qps = 5;                              // requests to the API server per second, and
   int burst = 10;                              // how many may go at once (--kubeconfig-qps/burst)
+  // Verdicts remembered by token digest: accepted ones until the token expires, at most
+  // max_cache_ttl (kube-apiserver's webhook token cache default, 2 min: how long a revoked
+  // token may still be admitted); refusals for negative_cache_ttl.
+  size_t cache_entries = 4096;
+  absl::Duration max_cache_ttl = absl::Minutes(2);
+  absl::Duration negative_cache_ttl = absl::Seconds(10);
+  const base::Clock* clock = &base::RealClock::Get();
+  base::Family<base::Counter>* outcomes = nullptr;  // {outcome}, see TokenReviewer::Review
 };
 
 // A token bucket as client-go's rate limiter: `burst` requests at once, then `qps` a second.
@@ -50,11 +62,14 @@ class RequestRate final {
 // API server in a TokenReview and must come back authenticated, for the audience, as
 // system:serviceaccount:NAMESPACE:SERVICE_ACCOUNT.
 // Reviews run one at a time on the reviewer's thread (gRPC reactors must not block) over one
-// kept-alive API connection. Thread-safe.
+// kept-alive API connection. A token is reviewed only after PreCheckToken, and only if no
+// verdict on it is cached; peers are served round robin with a cap each (ReviewQueue), so one
+// peer's junk tokens cannot hold the queue. Thread-safe.
 class TokenReviewer final {
  public:
-  // OK; Unauthenticated with the reason; Unavailable when the API server could not answer.
-  using Done = absl::AnyInvocable<void(absl::Status) &&>;
+  // The agent, or Unauthenticated / PermissionDenied with the reason, or Unavailable when the
+  // API server could not answer or the queue is full.
+  using Done = ReviewDone;
 
   static absl::StatusOr<std::unique_ptr<TokenReviewer>> Create(const kube::ClientConfig& config,
                                                                TokenReviewOptions options);
@@ -62,32 +77,37 @@ class TokenReviewer final {
   TokenReviewer(const TokenReviewer&) = delete;
   TokenReviewer& operator=(const TokenReviewer&) = delete;
 
-  // Queues a review of an "authorization" header value; `done` runs once, on the reviewer's
-  // thread, or inline when the request is refused at once (no bearer token, queue full,
-  // stopped).
-  void Review(const std::string& authorization, Done done) ABSL_LOCKS_EXCLUDED(mu_);
+  // Queues a review of an "authorization" header value from `peer` (ClientOf); `done` runs
+  // once, on the reviewer's thread, or inline when answered at once (no bearer token, failed
+  // pre-check, cached verdict, queue full, stopped). Each way is counted in `outcomes`:
+  // no_token, precheck_refused, cache_accepted, cache_refused, peer_limit, queue_full,
+  // accepted, refused, unavailable.
+  void Review(const std::string& authorization, const std::string& peer, Done done)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Fails queued and later reviews with Unavailable and interrupts the running one.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
   // The request for `token`, and the verdict on the API server's answer: pure, for tests.
   static std::string RequestBody(std::string_view token, std::string_view audience);
-  static absl::Status Verdict(std::string_view response, const TokenReviewOptions& options);
+  static ReviewResult Verdict(std::string_view response, const TokenReviewOptions& options);
 
  private:
-  struct Pending {
-    std::string token;
-    Done done;
-  };
   TokenReviewer(TokenReviewOptions options, std::unique_ptr<kube::BearerToken> credentials);
   void Run();
-  absl::Status Ask(const std::string& token);
+  // Reviews `next` (or answers it from the cache, filled meanwhile by a review of the same
+  // token) and caches the verdict.
+  void Serve(QueuedReview next) ABSL_LOCKS_EXCLUDED(mu_);
+  ReviewResult Ask(const std::string& token);
+  void Count(const char* outcome);
+  absl::Time MonotonicTime() const;
 
   const TokenReviewOptions options_;
   std::unique_ptr<kube::BearerToken> credentials_;  // the server's own, to the API server
   std::unique_ptr<kube::HttpClient> client_;        // the reviewer thread's only
   RequestRate rate_;                                // the reviewer thread's only
   absl::Mutex mu_;
-  std::deque<Pending> queue_ ABSL_GUARDED_BY(mu_);
+  ReviewQueue queue_ ABSL_GUARDED_BY(mu_);
+  VerdictCache cache_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };

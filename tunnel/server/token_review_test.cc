@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tunnel/server/token_review.h"
 
+#include "absl/strings/escaping.h"
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "simdjson.h"
@@ -18,7 +19,7 @@ std::string Response(const std::string& status) {
 }
 
 absl::StatusCode Code(const std::string& status) {
-  return TokenReviewer::Verdict(Response(status), kOptions).code();
+  return TokenReviewer::Verdict(Response(status), kOptions).status().code();
 }
 
 TEST(TokenReviewTest, RequestCarriesTokenAndAudienceAsJson) {
@@ -38,8 +39,10 @@ TEST(TokenReviewTest, AcceptsTheAgentServiceAccountForTheAudience) {
 }
 
 TEST(TokenReviewTest, RefusesWithTheReason) {
-  const absl::Status st = TokenReviewer::Verdict(
-      Response(R"({"authenticated":false,"error":"invalid bearer token"})"), kOptions);
+  const absl::Status st =
+      TokenReviewer::Verdict(Response(R"({"authenticated":false,"error":"invalid bearer token"})"),
+                             kOptions)
+          .status();
   EXPECT_EQ(st.code(), absl::StatusCode::kUnauthenticated);
   EXPECT_NE(st.message().find("invalid bearer token"), absl::string_view::npos) << st;
   EXPECT_EQ(Code(R"({})"), absl::StatusCode::kUnauthenticated);
@@ -66,32 +69,67 @@ TEST(TokenReviewTest, RefusesWithTheReason) {
 }
 
 TEST(TokenReviewTest, MalformedResponseIsUnavailableNotAPass) {
-  EXPECT_EQ(TokenReviewer::Verdict("{", kOptions).code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(TokenReviewer::Verdict(R"({"kind":"Status"})", kOptions).code(),
+  EXPECT_EQ(TokenReviewer::Verdict("{", kOptions).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(TokenReviewer::Verdict(R"({"kind":"Status"})", kOptions).status().code(),
             absl::StatusCode::kUnavailable);
 }
 
-absl::Status ReviewNow(TokenReviewer& reviewer, std::string authorization) {
+TEST(TokenReviewTest, ReadsTheNodeClaim) {
+  const std::string ok = R"({"authenticated":true,"audiences":["system:konnectivity-server"],
+      "user":{"username":"system:serviceaccount:kube-system:konnectivity-agent")";
+  EXPECT_EQ(TokenReviewer::Verdict(Response(ok + "}}"), kOptions).value().node, "");
+  EXPECT_EQ(TokenReviewer::Verdict(
+                Response(ok + R"(,"extra":{"authentication.kubernetes.io/node-name":["node-a"],
+                    "authentication.kubernetes.io/pod-name":["p"]}}})"),
+                kOptions)
+                .value()
+                .node,
+            "node-a");
+}
+
+// "Bearer " and a JWT whose payload is `payload`.
+std::string BearerJwt(const std::string& payload) {
+  return "Bearer " + absl::WebSafeBase64Escape(R"({"alg":"RS256"})") + "." +
+         absl::WebSafeBase64Escape(payload) + ".c2ln";
+}
+
+ReviewResult ReviewNow(TokenReviewer& reviewer, std::string authorization) {
   absl::Notification done;
-  absl::Status result;
-  reviewer.Review(std::move(authorization), [&](absl::Status st) {
-    result = std::move(st);
+  ReviewResult result;
+  reviewer.Review(std::move(authorization), "peer", [&](ReviewResult r) {
+    result = std::move(r);
     done.Notify();
   });
   done.WaitForNotification();
   return result;
 }
 
-TEST(TokenReviewTest, NoTokenUnreachableServerAndStop) {
+absl::StatusCode ReviewCode(TokenReviewer& reviewer, std::string authorization) {
+  return ReviewNow(reviewer, std::move(authorization)).status().code();
+}
+
+TEST(TokenReviewTest, NoTokenJunkExpiredUnreachableServerAndStop) {
   kube::ClientConfig config;
   config.server = "http://127.0.0.1:1";  // nothing listens on port 1
-  auto reviewer = TokenReviewer::Create(config, kOptions);
+  base::FakeClock clock(absl::FromUnixSeconds(2'000'000'000));
+  base::Registry registry;
+  TokenReviewOptions options = kOptions;
+  options.clock = &clock;
+  options.outcomes = &registry.AddCounter("outcomes", "", {"outcome"});
+  auto reviewer = TokenReviewer::Create(config, options);
   ASSERT_TRUE(reviewer.ok()) << reviewer.status();
-  EXPECT_EQ(ReviewNow(**reviewer, "").code(), absl::StatusCode::kUnauthenticated);
-  EXPECT_EQ(ReviewNow(**reviewer, "Basic Zm9v").code(), absl::StatusCode::kUnauthenticated);
-  EXPECT_EQ(ReviewNow(**reviewer, "Bearer t").code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(ReviewCode(**reviewer, ""), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(ReviewCode(**reviewer, "Basic Zm9v"), absl::StatusCode::kUnauthenticated);
+  // Neither junk nor an expired token (by the injected clock) reaches the API server.
+  EXPECT_EQ(ReviewCode(**reviewer, "Bearer t"), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(ReviewCode(**reviewer, BearerJwt(R"({"exp":1999999999})")),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(options.outcomes->WithLabels({"precheck_refused"}).Value(), 2);
+  EXPECT_EQ(ReviewCode(**reviewer, BearerJwt(R"({"exp":2000000001})")),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(options.outcomes->WithLabels({"unavailable"}).Value(), 1);
   (*reviewer)->Stop();
-  EXPECT_EQ(ReviewNow(**reviewer, "Bearer t").code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(ReviewCode(**reviewer, BearerJwt("{}")), absl::StatusCode::kUnavailable);
 }
 
 TEST(RequestRateTest, BurstThenQps) {

@@ -8,6 +8,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
 
+#include "tunnel/wire/byte_budget.h"
 #include "tunnel/wire/packet.h"
 
 namespace sluice::tunnel::wire {
@@ -22,7 +23,15 @@ class Outbox final {
   // reactor's StartWrite; a function rather than a reactor type because gRPC's StartWrite is
   // not virtual, so a fuzzer or test can capture writes only through this.
   using Writer = absl::AnyInvocable<void(const Packet*)>;
-  explicit Outbox(Writer start_write) : start_write_(std::move(start_write)) {}
+  // `budget` (optional, outlives us) is charged with what is queued here.
+  explicit Outbox(Writer start_write, ByteBudget* budget = nullptr)
+      : start_write_(std::move(start_write)), budget_(budget) {}
+  ~Outbox() {
+    absl::MutexLock lock(&mu_);
+    if (budget_ != nullptr) {
+      budget_->Release(queued_bytes_);  // discarded with the queue
+    }
+  }
   Outbox(const Outbox&) = delete;
   Outbox& operator=(const Outbox&) = delete;
 
@@ -34,6 +43,9 @@ class Outbox final {
       return false;
     }
     queued_bytes_ += PacketBytes(packet);
+    if (budget_ != nullptr) {
+      budget_->Charge(PacketBytes(packet));
+    }
     queue_.push_back(Entry{std::move(packet), std::move(on_written)});
     if (!writing_) {
       writing_ = true;
@@ -48,6 +60,9 @@ class Outbox final {
     {
       absl::MutexLock lock(&mu_);
       queued_bytes_ -= PacketBytes(queue_.front().packet);
+      if (budget_ != nullptr) {
+        budget_->Release(PacketBytes(queue_.front().packet));
+      }
       done = std::move(queue_.front().on_written);
       queue_.pop_front();
       if (!ok) {
@@ -84,6 +99,7 @@ class Outbox final {
   };
 
   Writer start_write_ ABSL_GUARDED_BY(mu_);
+  ByteBudget* const budget_;
   mutable absl::Mutex mu_;
   std::deque<Entry> queue_ ABSL_GUARDED_BY(mu_);
   size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;

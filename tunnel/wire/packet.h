@@ -46,6 +46,7 @@ class SendWindow final {
     return in_flight_ <= kSendWindow / 2;
   }
   bool open() const { return in_flight_ <= kSendWindow; }
+  size_t in_flight() const { return in_flight_; }
 
  private:
   size_t in_flight_ = 0;

@@ -61,7 +61,7 @@ struct sluice_lb_key {
 	__u8 pad;
 };
 
-/* A backend, and the value of sluice_lb_slot and sluice_lb_rev (the service address there). */
+/* A backend (the value of sluice_lb_slot), or a service address. */
 struct sluice_lb_addr {
 	__u8 addr[16];
 	__u16 port;
@@ -106,8 +106,34 @@ struct sluice_lb_sticky {
 	__u64 last_ns; /* bpf_ktime_get_ns() of the last connect that used it */
 };
 
-/* sluice_lb_rev key: a translated socket and its backend; the value is the service address
- * that recvmsg() and getpeername() report instead. */
+/* One reverse translation: a reply from backend is reported as coming from front. The value of
+ * sluice_lb_conn, socket-local storage (BPF_MAP_TYPE_SK_STORAGE) of a connected socket (TCP, or
+ * UDP after connect()), read by getpeername(), recvmsg() and the UDP reaper; a re-connect
+ * replaces it. */
+struct sluice_lb_pair {
+	struct sluice_lb_addr backend;
+	struct sluice_lb_addr front;
+};
+
+/* Pairs an unconnected UDP socket remembers: one per backend it has datagrams out to
+ * (round-robin sends successive datagrams for one service to different backends). 8 keep the
+ * value at 328 bytes (a 512-byte kernel allocation with the storage header) and cover a
+ * resolver's parallel A/AAAA queries to a few nameservers. */
+#define SLUICE_LB_PAIRS 8
+
+/* sluice_lb_dgram value: socket-local storage of an unconnected UDP socket, read by recvmsg().
+ * A backend already listed keeps its slot (its front is rewritten); a new one takes slot
+ * next % SLUICE_LB_PAIRS, so past 8 backends the one written longest ago is forgotten and its
+ * replies show the backend. */
+struct sluice_lb_peers {
+	struct sluice_lb_pair pair[SLUICE_LB_PAIRS];
+	__u32 next; /* how many new backends were written (the next slot, modulo) */
+	__u32 pad;
+};
+
+/* sluice_lb_rev key, of the version before socket storage: its node-wide LRU (value: the
+ * service address) is read once by an upgraded agent, which copies connected sockets' entries
+ * into sluice_lb_conn and then unpins it. */
 struct sluice_lb_rev {
 	__u64 cookie;
 	struct sluice_lb_addr backend;

@@ -17,7 +17,8 @@ documentation describes them, not as sluice happens to use them:
   - TokenReview creation (POST /apis/authentication.k8s.io/v1/tokenreviews): a token is
     authenticated when it is registered (op "sa_tokens") and one of its audiences is among the
     review's spec.audiences (default: the API server's own, https://kubernetes.default.svc);
-    status.audiences is that intersection, as the TokenReview API documents.
+    status.audiences is that intersection, as the TokenReview API documents; a token registered
+    with "extra" returns it as status.user.extra (the node claim of bound tokens).
 
 A test drives it through a plain HTTP control port: POST /control with a JSON body {"op": ...}
 (see Control.handle), GET /control/requests for the request log (one line per API request:
@@ -211,6 +212,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             status = {"authenticated": True, "audiences": common,
                       "user": {"username": known["username"], "uid": "uid-" + token[:8],
                                "groups": ["system:serviceaccounts", "system:authenticated"]}}
+            if known.get("extra"):  # e.g. the node claim of a bound token (Kubernetes >= 1.30)
+                status["user"]["extra"] = known["extra"]
         review["status"] = status
         review.setdefault("metadata", {})["creationTimestamp"] = None
         self.record(201)
@@ -492,7 +495,7 @@ def control(c):
     if op == "auth":  # {"tokens": [...]}: accepted bearer tokens; [] disables authentication
         s.tokens = list(c["tokens"])
         return {}
-    if op == "sa_tokens":  # {"tokens": {token: {"username", "audiences"}}}: for TokenReview
+    if op == "sa_tokens":  # {"tokens": {token: {"username", "audiences", "extra"?}}}: TokenReview
         s.sa_tokens = dict(c["tokens"])
         return {}
     if op == "gone_mode":  # {"value": "http"|"stream"}

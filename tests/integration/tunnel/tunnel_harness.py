@@ -4,7 +4,6 @@
 client built on grpcio's generic stream API with messages generated from proto/client.proto."""
 
 import atexit
-import ctypes
 import hashlib
 import http.server
 import os
@@ -67,7 +66,13 @@ def wait_until(cond, timeout=15.0, what="condition"):
     raise AssertionError("timed out waiting for " + what)
 
 
-def http_get(url, timeout=5):
+def http_get(url, timeout=5, netns=None):
+    """(status, body) of a GET; inside network namespace `netns` if given (through curl)."""
+    if netns:
+        r = subprocess.run(["ip", "netns", "exec", netns, "curl", "-s", "-m", str(timeout),
+                            "-w", "\n%{http_code}", url], capture_output=True, timeout=timeout + 5)
+        body, _, code = r.stdout.decode().rpartition("\n")
+        return int(code or 0), body
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
             return r.status, r.read().decode()
@@ -114,9 +119,10 @@ class Certs:
                   "-extfile", extfile, "-out", self.p(name + ".crt"))
 
 
-def _die_with_parent():
-    # PR_SET_PDEATHSIG(SIGKILL): a killed test run (ctest timeout) leaves no orphans behind.
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+# PR_SET_PDEATHSIG(SIGKILL): a killed test run (ctest timeout) leaves no orphans behind. Set by
+# setpriv, which then execs the binary, rather than by a preexec_fn: that forces a real fork(),
+# whose grpcio prefork handler can wait for ever on a gRPC thread (seen: a hang in test_drain).
+_DIE_WITH_PARENT = ["setpriv", "--pdeathsig", "KILL", "--"]
 
 
 class Proc:
@@ -126,8 +132,8 @@ class Proc:
         self.argv = argv
         self.log_path = log_path
         self.log = open(log_path, "ab")
-        self.p = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+        self.p = subprocess.Popen(_DIE_WITH_PARENT + argv, stdout=self.log,
+                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def alive(self):
         return self.p.poll() is None
@@ -147,10 +153,15 @@ class Proc:
             return f.read().decode(errors="replace")
 
 
+def in_netns(netns, argv):
+    return ["ip", "netns", "exec", netns] + argv if netns else argv
+
+
 class Server:
     def __init__(self, env, name="server", mode="grpc", uds=True, extra=(), server_id=None,
-                 agent_port=None, cluster_ca=True):
+                 agent_port=None, cluster_ca=True, netns=None):
         self.env = env
+        self.netns = netns
         self.name = name
         self.mode = mode
         self.uds = os.path.join(env.dir, name + ".sock") if uds else None
@@ -172,15 +183,18 @@ class Server:
             argv += ["--server-port=%d" % self.server_port, "--server-bind-address=127.0.0.1",
                      "--server-cert=" + c.p("server.crt"), "--server-key=" + c.p("server.key"),
                      "--server-ca-cert=" + c.p("ca.crt")]
-        self.proc = Proc(argv + list(extra), os.path.join(env.dir, name + ".log"))
-        wait_until(lambda: http_get("http://127.0.0.1:%d/healthz" % self.health_port)[0] == 200,
+        self.proc = Proc(in_netns(netns, argv + list(extra)), os.path.join(env.dir, name + ".log"))
+        wait_until(lambda: self._get(self.health_port, "/healthz")[0] == 200,
                    what=name + " healthz")
 
+    def _get(self, port, path):
+        return http_get("http://127.0.0.1:%d%s" % (port, path), netns=self.netns)
+
     def ready(self):
-        return http_get("http://127.0.0.1:%d/readyz" % self.health_port)[0] == 200
+        return self._get(self.health_port, "/readyz")[0] == 200
 
     def metrics(self):
-        return http_get("http://127.0.0.1:%d/metrics" % self.admin_port)[1]
+        return self._get(self.admin_port, "/metrics")[1]
 
     def metric(self, name):
         return metric_value(self.metrics(), name)
@@ -196,8 +210,13 @@ class Server:
 
 
 class Agent:
-    def __init__(self, env, server, name="agent", extra=(), cert=True, agent_id=None):
+    """sluice-proxy-agent. `allowed`: its --allowed-destinations, by default loopback, where the
+    tests' backends listen (the agent refuses loopback unless listed)."""
+
+    def __init__(self, env, server, name="agent", extra=(), cert=True, agent_id=None,
+                 allowed="127.0.0.0/8", netns=None):
         self.env = env
+        self.netns = netns
         self.health_port = free_port()
         self.admin_port = free_port()
         c = env.certs
@@ -208,13 +227,18 @@ class Agent:
                 "--sync-interval=100ms", "--sync-interval-cap=1s", "--probe-interval=100ms"]
         if cert:
             argv += ["--agent-cert=" + c.p("agent.crt"), "--agent-key=" + c.p("agent.key")]
-        self.proc = Proc(argv + list(extra), os.path.join(env.dir, name + ".log"))
+        if allowed is not None:
+            argv.append("--allowed-destinations=" + allowed)
+        self.proc = Proc(in_netns(netns, argv + list(extra)), os.path.join(env.dir, name + ".log"))
+
+    def _get(self, path):
+        return http_get("http://127.0.0.1:%d%s" % (self.health_port, path), netns=self.netns)
 
     def ready(self):
-        return http_get("http://127.0.0.1:%d/readyz" % self.health_port)[0] == 200
+        return self._get("/readyz")[0] == 200
 
     def metric(self, name):
-        return metric_value(http_get("http://127.0.0.1:%d/metrics" % self.health_port)[1], name)
+        return metric_value(self._get("/metrics")[1], name)
 
 
 class NodeAgent:
@@ -232,7 +256,10 @@ class NodeAgent:
                 "--metrics-bind-address=127.0.0.1:%d" % self.metrics_port, "--workers=1",
                 "--min-sync-period=0s", "--tunnel-server-address=127.0.0.1:%d" % server.agent_port,
                 "--tunnel-ca-cert=" + c.p("ca.crt"), "--tunnel-cert=" + c.p("agent.crt"),
-                "--tunnel-key=" + c.p("agent.key")]
+                "--tunnel-key=" + c.p("agent.key"),
+                # The tests' backends listen on loopback, which the tunnel agent refuses
+                # unless listed.
+                "--tunnel-allowed-destinations=127.0.0.0/8"]
         self.proc = Proc(argv + list(extra), os.path.join(env.dir, name + ".log"))
         env.procs.append(self.proc)
 

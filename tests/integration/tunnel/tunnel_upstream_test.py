@@ -80,8 +80,9 @@ def parse_exposition(text):
 
 
 class UpstreamFlagsTest(h.TestCase):
-    def start(self, binary, flags, overrides, name, path, health_port):
-        p = h.Proc(argv_with(binary, flags, overrides), os.path.join(self.env.dir, name + ".log"))
+    def start(self, binary, flags, overrides, name, path, health_port, extra=()):
+        p = h.Proc(argv_with(binary, flags, overrides) + list(extra),
+                   os.path.join(self.env.dir, name + ".log"))
         self.env.procs.append(p)
         h.wait_until(lambda: h.http_get("http://127.0.0.1:%d%s" % (health_port, path))[0] == 200,
                      what=name + " " + path)
@@ -109,8 +110,11 @@ class UpstreamFlagsTest(h.TestCase):
             "health-server-port": self.a_health, "admin-server-port": h.free_port(),
             "agent-id": "upstream-flags-agent"}
         agent_over.update(agent_extra or {})
+        # The one sluice flag: the backend listens on loopback, which sluice's agent (unlike
+        # upstream's) refuses unless listed.
         self.agent = self.start(h.AGENT_BIN, flags["proxy-agent"] + flags["klog"], agent_over,
-                                "agent", "/readyz", self.a_health)
+                                "agent", "/readyz", self.a_health,
+                                extra=["--allowed-destinations=127.0.0.0/8"])
         self.uds = uds
 
     def test_both_start_and_serve_with_every_upstream_flag(self):
@@ -219,6 +223,16 @@ class UpstreamMetricsTest(h.TestCase):
         # sluice's own metrics live under sluice_tunnel_*.
         self.assertIn("sluice_tunnel_server_bad_packets_total", server)
         self.assertIn("sluice_tunnel_agent_overflow_closes_total", agent)
+        # The Go client's process collector, which upstream's binaries expose too.
+        for fams in (server, agent):
+            for name, typ in (("process_cpu_seconds_total", "counter"),
+                              ("process_open_fds", "gauge"), ("process_max_fds", "gauge"),
+                              ("process_virtual_memory_bytes", "gauge"),
+                              ("process_virtual_memory_max_bytes", "gauge"),
+                              ("process_resident_memory_bytes", "gauge"),
+                              ("process_start_time_seconds", "gauge")):
+                self.assertEqual(fams[name]["type"], typ, name)
+                self.assertEqual(fams[name]["samples"], [(name, {})], name)
 
 
 if __name__ == "__main__":
