@@ -57,14 +57,19 @@ void Acceptor::Pause(int err) {
     LOG(WARNING) << "accept on " << name_ << ": " << strerror(err)
                  << "; pausing accepts until descriptors or memory are free";
   }
-  // Leave the epoll set: with an empty mask a listener is never reported (no ERR/HUP on it).
-  (void)watch_->Modify(0);  // cannot fail for a registered fd
+  // Leave the epoll set altogether (as the proxy workers' paused listeners do): nothing about
+  // the listener is reported until Resume adds it again.
+  watch_->Cancel();
   resume_->Arm(pause_);
   pause_ = std::min(pause_ * 2, kMaxPause);
 }
 
 void Acceptor::Resume() {
-  (void)watch_->Modify(EPOLLIN);  // level-triggered: a connection still queued is reported now
+  // EPOLL_CTL_ADD after Cancel; level-triggered, so a connection still queued is reported now.
+  if (absl::Status st = watch_->Modify(EPOLLIN); !st.ok()) {
+    LOG(ERROR) << "accept on " << name_ << ": watch again: " << st;  // ENOMEM: try later
+    resume_->Arm(pause_);
+  }
 }
 
 }  // namespace sluice::event
