@@ -23,8 +23,9 @@ LAYERS = {
     "agent/etcd": {"agent/base"},
     "agent/vip": {"agent/base", "agent/net"},
     "agent/config": {"agent/base", "agent/net"},
-    # The one HTTP server for health, readiness and metrics (agent, tunnel server, proxy-agent).
-    "agent/http": {"agent/base"},
+    # The one HTTP server for health, readiness and metrics (agent, tunnel server, proxy-agent),
+    # served from an EventLoop so that slow clients hold fds, not threads.
+    "agent/http": {"agent/base", "agent/event"},
     # Data path: sockets, BPF objects and the per-connection state machines.
     "agent/fastpath": {"agent/base", "bpf"},
     "agent/socklb": {"agent/base", "agent/net", "agent/fastpath", "bpf"},

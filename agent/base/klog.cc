@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
@@ -86,6 +87,23 @@ void WriteAll(int fd, std::string_view bytes) {
     bytes.remove_prefix(static_cast<size_t>(n));
   }
 }
+// The default path is in /tmp, where anyone may plant a symlink to a file of root's for us
+// to append to (or create): O_NOFOLLOW refuses it. Created 0600: logs name services, addresses
+// and errors that are not every user's business. An existing file keeps its mode.
+absl::StatusOr<UniqueFd> OpenLogFile(const std::string& path) {
+  UniqueFd file(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (file) {
+    return file;
+  }
+  const int err = errno;
+  struct stat st;
+  if (err == ELOOP && ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("open log file ", path,
+                     ": is a symbolic link, which is refused; give the file's own path"));
+  }
+  return ErrnoStatus(err, "open log file " + path);
+}
 }  // namespace
 
 void WarnIgnoredFlags(const FlagSet& flags, std::string_view upstream,
@@ -124,10 +142,7 @@ absl::StatusOr<std::unique_ptr<LogOutput>> LogOutput::Start(const KlogFlags& k,
       const std::string dir = !k.log_dir.empty() ? k.log_dir : (tmp && *tmp ? tmp : "/tmp");
       path = absl::StrCat(dir, "/", Absl(program), ".log");
     }
-    file.Reset(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
-    if (!file) {
-      return ErrnoStatus(errno, "open log file " + path);
-    }
+    ASSIGN_OR_RETURN(file, OpenLogFile(path));
   }
   UniqueFd saved(::fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3));
   int p[2];

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "agent/base/klog.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -82,6 +83,32 @@ TEST_F(LogOutputTest, BadThresholdAndMissingDirAreErrors) {
   k.logtostderr = false;
   k.log_dir = dir_ + "/missing";
   EXPECT_EQ(LogOutput::Start(k, "prog").status().code(), absl::StatusCode::kNotFound);
+}
+
+// A symlink at the log path (the default one is in /tmp) is refused, not followed; a new file
+// is created 0600 whatever the umask.
+TEST_F(LogOutputTest, LogFileIsPrivateAndNeverASymlink) {
+  const std::string target = dir_ + "/victim";
+  std::ofstream(target) << "keep\n";
+  ASSERT_EQ(symlink(target.c_str(), (dir_ + "/prog.log").c_str()), 0);
+  KlogFlags k;
+  k.logtostderr = false;
+  k.log_dir = dir_;
+  auto out = LogOutput::Start(k, "prog");
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kFailedPrecondition) << out.status();
+  EXPECT_NE(out.status().message().find("symbolic link"), std::string::npos) << out.status();
+  EXPECT_EQ(Slurp(target), "keep\n");
+
+  k.log_file = dir_ + "/new.log";
+  const mode_t old_umask = umask(0);
+  {
+    auto created = LogOutput::Start(k, "prog");
+    ASSERT_TRUE(created.ok()) << created.status();
+  }
+  umask(old_umask);
+  struct stat st;
+  ASSERT_EQ(lstat(k.log_file.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
 }
 
 TEST(WarnIgnoredFlagsTest, OnlyChangedFlagsAreReported) {

@@ -14,6 +14,7 @@
 #include "agent/base/clock.h"
 #include "agent/base/metrics.h"
 #include "agent/event/event_loop.h"
+#include "tests/testutil/fd_exhaustion.h"
 #include "tunnel/server/fake_agent.h"
 #include "tunnel/server/http_connect.h"
 #include "tunnel/server/listen.h"
@@ -180,6 +181,24 @@ TEST_F(ConnectSessionTest, SpentByteBudgetPausesTheAgentStreamUntilWritten) {
   EXPECT_EQ(reads, 1);
   EXPECT_EQ(ReadNow(client.get()), "0123456789");
   EXPECT_EQ(budget_.used(), 0u);
+}
+
+// Out of descriptors, the frontend stops watching its listener for a while instead of being
+// woken for the same queued connection on every turn (a busy loop), then takes it.
+TEST_F(ConnectSessionTest, OutOfDescriptorsPausesAcceptingThenServes) {
+  base::UniqueFd client = Connect();
+  Send(client.get(), "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+  {
+    testutil::FdExhaustion exhausted;
+    ASSERT_TRUE(exhausted.exhausted());
+    EXPECT_TRUE(loop_->RunOnce(absl::ZeroDuration()));  // accept4 fails: EMFILE
+    for (int turn = 0; turn < 3; ++turn) {
+      EXPECT_FALSE(loop_->RunOnce(absl::ZeroDuration())) << "the listener is polled again";
+    }
+  }
+  Advance(absl::Seconds(1));
+  const std::string reply = ReadNow(client.get());
+  EXPECT_EQ(reply.rfind("HTTP/1.1 405 Method Not Allowed\r\n", 0), 0u) << reply;
 }
 
 }  // namespace

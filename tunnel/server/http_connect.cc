@@ -68,12 +68,14 @@ absl::StatusOr<std::unique_ptr<HttpConnectFrontend>> HttpConnectFrontend::Create
   auto f = std::unique_ptr<HttpConnectFrontend>(
       new HttpConnectFrontend(loop, std::move(listener), router, metrics, options));
   RETURN_IF_ERROR(f->OnLoop([raw = f.get()] {
-    auto watch =
-        raw->loop_.Watch(raw->listener_.get(), EPOLLIN, [raw](uint32_t) { raw->Accept(); });
-    if (watch.ok()) {
-      raw->accept_watch_ = std::move(*watch);
+    auto acceptor =
+        event::Acceptor::Create(raw->loop_, raw->listener_.get(), "http-connect frontend",
+                                [raw](base::UniqueFd fd, const sockaddr_storage& peer,
+                                      socklen_t len) { raw->Accept(std::move(fd), peer, len); });
+    if (acceptor.ok()) {
+      raw->acceptor_ = std::move(*acceptor);
     }
-    return watch.status();
+    return acceptor.status();
   }));
   return f;
 }
@@ -99,7 +101,7 @@ HttpConnectFrontend::HttpConnectFrontend(event::EventLoop& loop, base::UniqueFd 
 
 HttpConnectFrontend::~HttpConnectFrontend() {
   (void)OnLoop([this] {
-    accept_watch_.reset();
+    acceptor_.reset();
     for (auto& [raw, session] : sessions_) {
       session->Shutdown();
     }
@@ -108,29 +110,17 @@ HttpConnectFrontend::~HttpConnectFrontend() {
   });
 }
 
-void HttpConnectFrontend::Accept() {
-  for (int i = 0; i < 64; ++i) {
-    sockaddr_storage peer{};
-    socklen_t len = sizeof(peer);
-    base::UniqueFd fd(accept4(listener_.get(), reinterpret_cast<sockaddr*>(&peer), &len,
-                              SOCK_NONBLOCK | SOCK_CLOEXEC));
-    if (!fd) {
-      if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
-        LOG(WARNING) << "http-connect accept: " << strerror(errno);
-      }
-      return;
-    }
-    auto address = net::SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&peer), len);
-    auto session = ConnectSession::Create(loop_, std::move(fd), *this, router_, metrics_, options_,
-                                          static_cast<int64_t>(rng_() >> 1),
-                                          address ? address->ip().ToString() : "unix");
-    if (!session.ok()) {
-      LOG(WARNING) << "http-connect session: " << session.status();
-      continue;
-    }
-    ConnectSession* raw = session->get();
-    sessions_[raw] = std::move(*session);
+void HttpConnectFrontend::Accept(base::UniqueFd fd, const sockaddr_storage& peer, socklen_t len) {
+  auto address = net::SocketAddress::FromSockaddr(reinterpret_cast<const sockaddr*>(&peer), len);
+  auto session = ConnectSession::Create(loop_, std::move(fd), *this, router_, metrics_, options_,
+                                        static_cast<int64_t>(rng_() >> 1),
+                                        address ? address->ip().ToString() : "unix");
+  if (!session.ok()) {
+    LOG(WARNING) << "http-connect session: " << session.status();
+    return;
   }
+  ConnectSession* raw = session->get();
+  sessions_[raw] = std::move(*session);
 }
 
 void HttpConnectFrontend::Retire(ConnectSession* session) {

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <sys/socket.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -12,6 +14,7 @@
 #include "absl/time/time.h"
 
 #include "agent/base/unique_fd.h"
+#include "agent/event/acceptor.h"
 #include "agent/event/event_loop.h"
 #include "tunnel/server/router.h"
 #include "tunnel/server/server_metrics.h"
@@ -59,13 +62,13 @@ class HttpConnectFrontend final {
  private:
   HttpConnectFrontend(event::EventLoop& loop, base::UniqueFd listener, Router& router,
                       ServerMetrics& metrics, HttpConnectOptions options);
-  void Accept();
+  void Accept(base::UniqueFd fd, const sockaddr_storage& peer, socklen_t len);
   // Runs fn on the loop and waits for it.
   absl::Status OnLoop(absl::AnyInvocable<absl::Status()> fn);
 
   event::EventLoop& loop_;
   base::UniqueFd listener_;
-  std::unique_ptr<event::FileEvent> accept_watch_;  // loop thread
+  std::unique_ptr<event::Acceptor> acceptor_;  // loop thread
   Router& router_;
   ServerMetrics& metrics_;
   const HttpConnectOptions options_;

@@ -17,7 +17,24 @@
 
 namespace sluice::tunnel::server {
 
-absl::StatusOr<base::UniqueFd> ListenTcp(const std::string& host, int port) {
+namespace {
+
+// Sets the process umask for its lifetime: a socket file takes mode 0777 & ~umask at bind(2).
+// The umask is process-wide, so this is held only around that one call, at startup.
+class ScopedUmask final {
+ public:
+  explicit ScopedUmask(mode_t mask) : saved_(umask(mask)) {}
+  ~ScopedUmask() { umask(saved_); }
+  ScopedUmask(const ScopedUmask&) = delete;
+  ScopedUmask& operator=(const ScopedUmask&) = delete;
+
+ private:
+  const mode_t saved_;
+};
+
+}  // namespace
+
+absl::StatusOr<base::UniqueFd> ListenTcp(const std::string& host, int port, bool reuseport) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -36,6 +53,8 @@ absl::StatusOr<base::UniqueFd> ListenTcp(const std::string& host, int port) {
   if (!fd) {
     err = errno;
   } else if (setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+             (reuseport &&
+              setsockopt(fd.get(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0) ||
              bind(fd.get(), res->ai_addr, res->ai_addrlen) != 0 || listen(fd.get(), 4096) != 0) {
     err = errno;
   }
@@ -73,8 +92,12 @@ absl::StatusOr<base::UniqueFd> ListenUnix(const std::string& path, bool delete_e
   if (!fd) {
     return base::ErrnoStatus(errno, "socket(AF_UNIX)");
   }
-  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      chmod(path.c_str(), 0770) != 0 || listen(fd.get(), 4096) != 0) {
+  int rc;
+  {
+    ScopedUmask mode(0007);  // 0770
+    rc = bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  }
+  if (rc != 0 || listen(fd.get(), 4096) != 0) {
     return base::ErrnoStatus(errno, absl::StrCat("listen unix ", path));
   }
   return fd;

@@ -10,14 +10,18 @@
 namespace sluice::tunnel::server {
 
 // A non-blocking listening TCP socket on host:port ("" = all addresses, port 0 = any).
-absl::StatusOr<base::UniqueFd> ListenTcp(const std::string& host, int port);
+// `reuseport`: SO_REUSEPORT, as gRPC sets on its listeners, so that servers of one user may share
+// a port (the kernel spreads connections among them).
+absl::StatusOr<base::UniqueFd> ListenTcp(const std::string& host, int port, bool reuseport = false);
 
 // Makes `path` free for a Unix socket: a stale socket file is removed; any other file is
 // removed only with `delete_existing`, else it is an error.
 absl::Status PrepareUnixPath(const std::string& path, bool delete_existing);
 
-// A non-blocking listening Unix socket at `path` with file mode 0770 (the frontend's only
-// access control, as upstream).
+// A non-blocking listening Unix socket at `path`, created with file mode 0770: owner and group
+// may connect (the frontend's only access control, as upstream's). The mode comes from the
+// umask around bind(2), never from a chmod after it, which would leave a window in which the
+// socket is as open as the process umask lets it be.
 absl::StatusOr<base::UniqueFd> ListenUnix(const std::string& path, bool delete_existing);
 
 }  // namespace sluice::tunnel::server

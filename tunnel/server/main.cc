@@ -21,6 +21,7 @@
 #include "agent/http/status_server.h"
 #include "agent/kube/client_config.h"
 #include "tunnel/server/agent_service.h"
+#include "tunnel/server/grpc_listener.h"
 #include "tunnel/server/http_connect.h"
 #include "tunnel/server/listen.h"
 #include "tunnel/server/proxy_service.h"
@@ -49,44 +50,69 @@ void CommonArgs(grpc::ServerBuilder& b, absl::Duration keepalive) {
   b.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
 }
 
-absl::StatusOr<std::unique_ptr<grpc::Server>> StartAgentServer(const ServerOptions& o,
-                                                               AgentService& service) {
-  ASSIGN_OR_RETURN(auto creds, wire::ServerTls(o.cluster_cert, o.cluster_key, o.cluster_ca_cert));
-  grpc::ServerBuilder b;
-  const std::string addr = HostPort(o.agent_bind_address, o.agent_port);
-  b.AddListeningPort(addr, creds);
-  b.RegisterService(&service);
-  CommonArgs(b, o.keepalive_time);
-  auto server = b.BuildAndStart();
-  if (!server) {
-    return absl::UnavailableError("listen (agent port) " + addr + ": failed");
+// A gRPC server whose one listening socket is accepted by us (GrpcListener: gRPC 1.51's own
+// accept loop dies at the first EMFILE). The listener goes first: it stops handing over
+// connections before the server shuts down.
+struct GrpcServing {
+  std::unique_ptr<GrpcListener> listener;
+  std::unique_ptr<grpc::Server> server;
+};
+
+absl::StatusOr<GrpcServing> StartGrpc(grpc::ServerBuilder& b, base::UniqueFd fd,
+                                      std::shared_ptr<grpc::ServerCredentials> creds,
+                                      const std::string& name, event::EventLoop& loop) {
+  GrpcServing s;
+  s.listener = GrpcListener::Register(b, std::move(creds), std::move(fd), name);
+  s.server = b.BuildAndStart();
+  if (!s.server) {
+    return absl::UnavailableError("start gRPC server (" + name + "): failed");
   }
-  return server;
+  RETURN_IF_ERROR(s.listener->Start(loop));
+  return s;
 }
 
-absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcFrontend(const ServerOptions& o,
-                                                                ProxyService& service) {
-  grpc::ServerBuilder b;
-  std::string addr;
-  if (!o.uds_name.empty()) {
-    RETURN_IF_ERROR(PrepareUnixPath(o.uds_name, o.delete_existing_uds_file));
-    addr = "unix:" + o.uds_name;
-    b.AddListeningPort(addr, grpc::InsecureServerCredentials());
-  } else {
-    ASSIGN_OR_RETURN(auto creds, wire::ServerTls(o.server_cert, o.server_key, o.server_ca_cert));
-    addr = HostPort(o.server_bind_address, o.server_port);
-    b.AddListeningPort(addr, creds);
+// An empty bind address is every address of both families, as gRPC's "0.0.0.0:port" and Go's
+// ":port" are: one dual-stack socket, or IPv4 alone where the node has no IPv6. SO_REUSEPORT as
+// gRPC had it: servers may share an agent port.
+absl::StatusOr<base::UniqueFd> ListenGrpc(const std::string& host, int64_t port) {
+  if (host.empty()) {
+    auto dual = ListenTcp("::", static_cast<int>(port), /*reuseport=*/true);
+    if (dual.ok()) {
+      return dual;
+    }
   }
+  return ListenTcp(host.empty() ? "0.0.0.0" : host, static_cast<int>(port), /*reuseport=*/true);
+}
+
+absl::StatusOr<GrpcServing> StartAgentServer(const ServerOptions& o, AgentService& service,
+                                             event::EventLoop& loop) {
+  ASSIGN_OR_RETURN(auto creds, wire::ServerTls(o.cluster_cert, o.cluster_key, o.cluster_ca_cert));
+  ASSIGN_OR_RETURN(base::UniqueFd fd, ListenGrpc(o.agent_bind_address, o.agent_port));
+  grpc::ServerBuilder b;
+  b.RegisterService(&service);
+  CommonArgs(b, o.keepalive_time);
+  return StartGrpc(b, std::move(fd), std::move(creds),
+                   "agent port " + HostPort(o.agent_bind_address, o.agent_port), loop);
+}
+
+absl::StatusOr<GrpcServing> StartGrpcFrontend(const ServerOptions& o, ProxyService& service,
+                                              event::EventLoop& loop) {
+  std::shared_ptr<grpc::ServerCredentials> creds;
+  base::UniqueFd fd;
+  std::string name;
+  if (!o.uds_name.empty()) {
+    creds = grpc::InsecureServerCredentials();
+    ASSIGN_OR_RETURN(fd, ListenUnix(o.uds_name, o.delete_existing_uds_file));
+    name = "frontend unix:" + o.uds_name;
+  } else {
+    ASSIGN_OR_RETURN(creds, wire::ServerTls(o.server_cert, o.server_key, o.server_ca_cert));
+    ASSIGN_OR_RETURN(fd, ListenGrpc(o.server_bind_address, o.server_port));
+    name = "frontend " + HostPort(o.server_bind_address, o.server_port);
+  }
+  grpc::ServerBuilder b;
   b.RegisterService(&service);
   CommonArgs(b, o.frontend_keepalive_time);
-  auto server = b.BuildAndStart();
-  if (!server) {
-    return absl::UnavailableError("listen (frontend) " + addr + ": failed");
-  }
-  if (!o.uds_name.empty() && chmod(o.uds_name.c_str(), 0770) != 0) {
-    return base::ErrnoStatus(errno, "chmod " + o.uds_name);
-  }
-  return server;
+  return StartGrpc(b, std::move(fd), std::move(creds), name, loop);
 }
 
 absl::StatusOr<std::unique_ptr<HttpConnectFrontend>> StartHttpFrontend(
@@ -245,15 +271,17 @@ int Serve(const ServerOptions& o, std::vector<Strategy> strategies, const TokenF
       metrics);
   ProxyService proxy_service(router, metrics, loop, static_cast<size_t>(o.max_connection_buffer),
                              &budget);
-  auto agent_server = StartAgentServer(o, agent_service);
-  std::unique_ptr<grpc::Server> grpc_frontend;
+  auto agent_server = StartAgentServer(o, agent_service, loop);
+  GrpcServing grpc_frontend;
   std::unique_ptr<wire::TlsContext> http_tls;  // outlives http_frontend
   std::unique_ptr<HttpConnectFrontend> http_frontend;
   absl::Status st = agent_server.status();
   if (st.ok() && o.mode == "grpc") {
-    auto s = StartGrpcFrontend(o, proxy_service);
+    auto s = StartGrpcFrontend(o, proxy_service, loop);
     st = s.ok() ? absl::OkStatus() : s.status();
-    grpc_frontend = s.ok() ? std::move(*s) : nullptr;
+    if (s.ok()) {
+      grpc_frontend = std::move(*s);
+    }
   } else if (st.ok()) {
     auto s = StartHttpFrontend(o, loop, router, metrics, budget, http_tls);
     st = s.ok() ? absl::OkStatus() : s.status();
@@ -293,14 +321,16 @@ int Serve(const ServerOptions& o, std::vector<Strategy> strategies, const TokenF
   LOG(INFO) << "shutting down with " << router.Tunnels() << " tunnels open";
   // Frontends first, so no frontend is left waiting on an agent that is gone.
   const auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(500);
-  if (grpc_frontend) {
-    grpc_frontend->Shutdown(deadline);
+  if (grpc_frontend.server) {
+    grpc_frontend.listener.reset();
+    grpc_frontend.server->Shutdown(deadline);
   }
   http_frontend.reset();
   if (*reviewer) {
     (*reviewer)->Stop();  // an agent still under review is refused, not waited for
   }
-  (*agent_server)->Shutdown(deadline);
+  agent_server->listener.reset();
+  agent_server->server->Shutdown(deadline);
   return 0;
 }
 

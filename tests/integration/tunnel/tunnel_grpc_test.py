@@ -4,6 +4,8 @@ Python grpcio client, against real sluice-tunnel-server and sluice-proxy-agent p
 
 import os
 import signal
+import socket
+import subprocess
 import threading
 import time
 import unittest
@@ -42,6 +44,43 @@ class GrpcTunnelTest(h.TestCase):
         self.assertIn(b"hello from backend", body)
         t.cancel()
         h.wait_until(lambda: s.metric("konnectivity_network_proxy_server_established_connections") == 0)
+
+    def test_slow_clients_leave_health_answering(self):
+        # Issue 26, row 4, for both tunnel binaries: connections that never finish a request
+        # (more than cpp-httplib's two handler threads) and probes still answered.
+        s, a = self.up()
+        slow = []
+        for port in (s.health_port, a.health_port):
+            for _ in range(4):
+                c = socket.create_connection(("127.0.0.1", port))
+                c.sendall(b"GET /healthz HTTP/1.1\r\nHost: node\r\n")
+                slow.append(c)
+        try:
+            for port in (s.health_port, a.health_port):
+                for _ in range(3):
+                    self.assertEqual(h.http_get("http://127.0.0.1:%d/healthz" % port)[0], 200)
+        finally:
+            for c in slow:
+                c.close()
+
+    def test_agent_port_survives_running_out_of_descriptors(self):
+        # Issue 26, item 8: gRPC 1.51's own accept loop stops for good at the first EMFILE
+        # (grpc/grpc#20418), locking every agent out until a restart. Ours pauses and resumes.
+        s = self.env.server()
+        pid = s.proc.p.pid
+        fds = lambda: len(os.listdir("/proc/%d/fd" % pid))
+        with open("/proc/%d/limits" % pid) as f:
+            soft, hard = [l.split()[3:5] for l in f if l.startswith("Max open files")][0]
+        subprocess.run(["prlimit", "--pid", str(pid), "--nofile=%d:%s" % (fds() + 16, hard)],
+                       check=True)
+        flood = [socket.create_connection(("127.0.0.1", s.agent_port)) for _ in range(64)]
+        h.wait_until(lambda: "Too many open files" in s.proc.output(), what="EMFILE at accept")
+        for c in flood:
+            c.close()
+        subprocess.run(["prlimit", "--pid", str(pid), "--nofile=%s:%s" % (soft, hard)], check=True)
+        a = self.env.agent(s)
+        h.wait_until(a.ready, timeout=20, what="an agent connected after the shortage")
+        h.wait_until(s.ready, what="server ready")
 
     def test_explicit_close_gets_close_rsp(self):
         s, _ = self.up()
