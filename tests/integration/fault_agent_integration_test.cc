@@ -340,72 +340,66 @@ TEST_P(NodeFaultTest, ThousandsOfSlowReadersAreBoundedAndLoseNothing) {
       << OpenFds(agent_->pid()) << " fds, " << fds_before << " before";
 }
 
-// Out of descriptors when a service is added: the agent keeps every service it has (a
-// directory it cannot list is not an empty one) and the connections it holds, refuses new ones,
-// and once descriptors free up reads the new manifest and serves it. The limit is set on the
-// running agent (prlimit --pid) to exactly the descriptors it holds, so it is out of them when
-// the file changes. (Shedding at a limit set at start: TcpIntegrityTest.OutOfFileDescriptors...)
+// Out of descriptors when a service is added: the data path's connections have spent its
+// share (--fd-reserve keeps the rest for the control plane), so new connections are shed, but
+// the file source still reads the new manifest; the new service is served once descriptors
+// free up (its listener, if the budget had no room for it, is reported and retried). The
+// established connections keep working throughout. (The file source's own EMFILE handling, a
+// directory it cannot list is not an empty one: ManifestSetTest. Lowering the limit of the running
+// agent to its count of open descriptors, as this test once did, left a free number below the limit
+// whenever a lower descriptor had closed: the kernel allocates by number.)
 TEST_P(NodeFaultTest, ServiceAddedWhileOutOfFdsIsServedOnceFdsFree) {
   auto echo = TcpServer::Start(Addr("127.0.0.2:9000"), TcpServer::Mode::kEcho);
   auto b = TcpServer::Start(Addr("127.0.0.3:8080"), TcpServer::Mode::kHello, 0, "b");
   ASSERT_TRUE(echo && b);
   Write("echo.yaml", ServiceYaml("echo", {"10.96.0.20"}, {{"tcp", 80}}) + "---\n" +
                          SliceYaml("echo", {"127.0.0.2"}, {{"tcp", 9000}}));
-  StartAgent({"--workers=1"});
+  // 300 descriptors, 100 of them the control plane's: the data path may hold 200.
+  StartAgent({"--workers=1", "--fd-reserve=100"}, {"prlimit", "--nofile=300", "--"});
   ASSERT_TRUE(WaitListener("tcp/10.96.0.20:80"));
   std::vector<base::UniqueFd> open;
   auto echoes = [](int fd, char c) {
     return send(fd, &c, 1, MSG_NOSIGNAL) == 1 && recv(fd, &c, 1, 0) == 1;
   };
-  for (int i = 0; i < 20; ++i) {
-    open.push_back(Connect("10.96.0.20:80"));
-    ASSERT_TRUE(echoes(open.back().get(), 'x'));
-  }
-  auto limit_to_open_fds = [&] {
-    const std::string n = absl::StrCat(OpenFds(agent_->pid()));
-    return testutil::RunCommand(
-        {"prlimit", "--pid", absl::StrCat(agent_->pid()), absl::StrCat("--nofile=", n, ":", n)});
-  };
-  ASSERT_EQ(limit_to_open_fds(), 0);
-  // Descriptors counted above may have been transient (e.g. the admin server's connection of
-  // the last poll): take whatever freed up with new connections until one is refused, so the
-  // agent is surely out of descriptors when the file changes.
   bool refused = false;
-  for (int i = 0; i < 64 && !refused; ++i) {
+  for (int i = 0; i < 200 && !refused; ++i) {
     int err = 0;
     auto fd = ConnectTcp(Addr("10.96.0.20:80"), &err);
-    if (fd && echoes(fd.get(), 'r')) {
+    if (fd && echoes(fd.get(), 'x')) {
       open.push_back(std::move(fd));
     } else {
       refused = true;
     }
   }
   ASSERT_TRUE(refused) << "new connections kept getting through";
-  // A refusal can leave one descriptor free (the accept took it, the backend socket found none,
-  // the client was closed): the limit at the count now leaves none.
-  ASSERT_EQ(limit_to_open_fds(), 0);
+  ASSERT_GT(open.size(), 50u);
+  EXPECT_GT(MetricValue("sluice_connections_shed_total"), 0);
+
   Write("b.yaml", ServiceYaml("b", {"10.96.0.21"}, {{"http", 80}}) + "---\n" +
                       SliceYaml("b", {"127.0.0.3"}, {{"http", 8080}}));
-  ASSERT_TRUE(
-      WaitFor([&] { return agent_->Output().find("Too many open files") != std::string::npos; },
-              absl::Seconds(10)))
-      << "the agent was not out of descriptors when the file changed\n"
-      << agent_->Output();
+  // The control plane read it (from its reserve) while the data path was out of descriptors:
+  // the table has it, with a listener or the reason it has none yet.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const std::string json = Get("/debug/services");
+        return json.find("\"test/b\"") != std::string::npos &&
+               (json.find("\"tcp/10.96.0.21:80\"") != std::string::npos ||
+                json.find("listen tcp/10.96.0.21:80 failed") != std::string::npos);
+      },
+      absl::Seconds(10)))
+      << Get("/debug/services") << agent_->Output();
   for (auto& fd : open) {  // the established ones still work
     ASSERT_TRUE(echoes(fd.get(), 'y'));
   }
 
   open.clear();  // frees two of the agent's descriptors per connection
-  EXPECT_TRUE(WaitListener("tcp/10.96.0.21:80", true, absl::Seconds(40))) << agent_->Output();
+  EXPECT_TRUE(WaitListener("tcp/10.96.0.21:80", true, absl::Seconds(20))) << agent_->Output();
   EXPECT_TRUE(WaitFor([&] { return Hello("10.96.0.21:80") == "b"; }, absl::Seconds(10)));
   // The echo service was never dropped.
   EXPECT_EQ(agent_->Output().find("loaded 0 services"), std::string::npos) << agent_->Output();
   EXPECT_EQ(VipCount("10.96.0.20"), 1);
   auto again = Connect("10.96.0.20:80");
   EXPECT_TRUE(echoes(again.get(), 'z'));
-  EXPECT_GE(MetricValue(absl::StrCat(R"(sluice_source_errors_total{source="file:)", dir_,
-                                     R"(",reason="read"})")),
-            1);
 }
 
 }  // namespace
