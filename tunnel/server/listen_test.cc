@@ -52,11 +52,18 @@ TEST(ListenUnixTest, SocketIsCreatedWithItsFinalModeWithoutChmod) {
         umask(0);
         auto fd = ListenUnix(path, false);
         struct stat st;
+        int code = 0;
         if (!fd.ok() || lstat(path.c_str(), &st) != 0) {
           fprintf(stderr, "%s\n", fd.status().ToString().c_str());
-          _exit(3);
+          code = 3;
+        } else if ((st.st_mode & 07777) != 0770 || umask(0) != 0) {
+          code = 4;
         }
-        _exit((st.st_mode & 07777) == 0770 && umask(0) == 0 ? 0 : 4);
+        // The "threadsafe" style re-runs the whole test in the child, mkdtemp included: the
+        // child removes the directory it made.
+        unlink(path.c_str());
+        rmdir(tmpl);
+        _exit(code);
       },
       ::testing::ExitedWithCode(0), "");
   unlink(path.c_str());
