@@ -60,10 +60,11 @@ except socket.timeout:
 constexpr char kLbV4[] = "10.77.0.1";
 constexpr char kLbV6[] = "fd00:77::1";
 
-// Whether curl saw its connection reset (at once or after connecting: 7, 52 or 56), not hang
-// (28). The refusal counter tells the proxy's reset from a kernel's.
+// Whether curl saw its connection reset, at whatever step the RST found it (7: connecting,
+// 55: sending the request, 52/56: reading the answer), rather than hang (28). The refusal
+// counter tells the proxy's reset from a kernel's.
 bool WasReset(const std::string& curl) {
-  return curl == "exit 7" || curl == "exit 52" || curl == "exit 56";
+  return curl == "exit 7" || curl == "exit 52" || curl == "exit 55" || curl == "exit 56";
 }
 
 std::string Url(const std::string& ip, int port = 80) {
