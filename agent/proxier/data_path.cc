@@ -148,24 +148,16 @@ void DataPath::NoteUnserved(const ServicePortInfo& info) {
     return;
   }
   absl::MutexLock lock(&mu_);
-  if (unserved_.emplace(info.name, UnservedPort{"sctp", "SCTP: no sluice data path serves SCTP"})
-          .second) {
-    metrics_.unserved_ports.WithLabels({"sctp"}).Add(1);
-    LOG(WARNING) << "service port " << info.name.ToString()
-                 << " is not served: no sluice data path serves SCTP";
+  if (sctp_.insert(info.name).second) {
+    LOG(WARNING) << "service port " << info.name.ToString() << " is not served: " << kSctpUnserved;
   }
+  metrics_.unserved_ports.WithLabels({"sctp"}).Set(static_cast<double>(sctp_.size()));
 }
 
 void DataPath::ForgetUnserved(const ServiceTable& table) {
   absl::MutexLock lock(&mu_);
-  for (auto it = unserved_.begin(); it != unserved_.end();) {
-    if (table.Find(it->first) == nullptr) {
-      metrics_.unserved_ports.WithLabels({it->second.label}).Add(-1);
-      it = unserved_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  std::erase_if(sctp_, [&](const ServicePortName& name) { return table.Find(name) == nullptr; });
+  metrics_.unserved_ports.WithLabels({"sctp"}).Set(static_cast<double>(sctp_.size()));
 }
 
 template <typename Fn>

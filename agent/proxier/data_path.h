@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -123,6 +124,7 @@ class DataPath final : public TableConsumer {
   // Records why `info` is not served, when it is not (logged once); ForgetUnserved drops the
   // ports `table` no longer has. Both keep the metric.
   void NoteUnserved(const ServicePortInfo& info);
+  static constexpr char kSctpUnserved[] = "no sluice data path serves SCTP";
   void ForgetUnserved(const ServiceTable& table);
   // Calls fn(ip, port, external) for every address `info` listens on when it has endpoints.
   template <typename Fn>
@@ -176,12 +178,8 @@ class DataPath final : public TableConsumer {
       ABSL_GUARDED_BY(mu_);  // listener -> (service port, error)
   // Service port -> why it is over a listener cap, from the last admission.
   std::map<std::string, std::string> skipped_ ABSL_GUARDED_BY(mu_);
-  struct UnservedPort {
-    const char* label;  // of sluice_unserved_service_ports
-    std::string text;   // for /debug/services
-  };
-  // Service ports no path serves; written by the control plane.
-  std::map<ServicePortName, UnservedPort> unserved_ ABSL_GUARDED_BY(mu_);
+  // SCTP service ports, which no path serves; written by the control plane.
+  std::set<ServicePortName> sctp_ ABSL_GUARDED_BY(mu_);
 };
 
 // The node's addresses that NodePorts listen on: every local address in `cidrs` (all when

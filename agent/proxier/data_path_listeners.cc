@@ -166,8 +166,8 @@ std::map<std::string, std::vector<std::string>> DataPath::Listeners() const {
 std::map<std::string, std::string> DataPath::Unserved() const {
   absl::MutexLock lock(&mu_);
   std::map<std::string, std::string> view = skipped_;
-  for (const auto& [name, why] : unserved_) {
-    view.emplace(name.ToString(), why.text);
+  for (const ServicePortName& name : sctp_) {
+    view.emplace(name.ToString(), absl::StrCat("SCTP: ", kSctpUnserved));
   }
   for (const auto& [key, failure] : failed_) {
     view.try_emplace(failure.first, absl::StrCat("listen ", key.ToString(), " failed: ",
