@@ -6,11 +6,12 @@
 #include <filesystem>
 #include <memory>
 
+#include "lib/base/flags.h"
+#include "lib/base/klog.h"
+#include "lib/base/log.h"
+
 #include "agent/app/agent.h"
 #include "agent/app/options.h"
-#include "agent/base/flags.h"
-#include "agent/base/klog.h"
-#include "agent/base/log.h"
 
 int main(int argc, char** argv) {
   // Block the shutdown signals before any thread starts, so only the signalfd sees them.

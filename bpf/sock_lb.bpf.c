@@ -3,7 +3,7 @@
  * rewritten to a backend before the socket leaves the process, so no proxy, NAT or conntrack
  * entry sits in its path. recvmsg() and getpeername() report the service address back. The
  * agent programs the maps from the same service table as the proxy; see
- * agent/socklb/socket_lb.h. Anything not found here is left alone and reaches the proxy. */
+ * agent/dataplane/socklb/socket_lb.h. Anything not found here is left alone and reaches the proxy. */
 #include <linux/bpf.h>
 #include <linux/errno.h>
 #include <linux/in.h>

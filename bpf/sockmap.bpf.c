@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 /* Sockmap fast path: bytes a proxied socket receives leave through its paired socket without
  * reaching userspace. The agent still accepts, dials and balances; see
- * agent/fastpath/sockmap_fast_path.h for the insertion order and the flow-control contract. */
+ * agent/dataplane/fastpath/sockmap_fast_path.h for the insertion order and the flow-control contract. */
 #include <linux/bpf.h>
 #include <linux/errno.h>
 #include <bpf/bpf_helpers.h>

@@ -1,66 +1,82 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
-"""Checks that the modules under agent/ and tunnel/ include only what their layer may use.
+"""Checks the layering of the tree: tiers of modules, and what each module may include.
 
-A module is a directory two levels deep (agent/proxy, tunnel/wire). LAYERS below is the rule:
-which other modules each one may include, with the reason where it is not obvious. The data
-path (proxy, fastpath) never reaches into the control plane, base depends on nothing, and the
-tunnel shares only base, net and event (its sockets run on an EventLoop) with the agent. A new edge is a design decision: add it to the
-table in the same change, or move the code. The table must stay acyclic (checked too). Tests
-in a module follow its rule. Exit status 1 with one line per violation:
+A module is a folder of code: lib/base, agent/dataplane/proxy, tunnel/wire, agent/app, agent
+(agent/main.cc), bpf. TIERS lists them from the bottom up. A module may include:
+  - any module of a tier its tier builds on (USES), and
+  - within its own tier, only the modules EDGES names for it (with the reason where it is not
+    obvious); the edges must stay acyclic (checked).
+So the foundations (lib/) include nothing above them, the data plane never reaches into the
+control plane, and the tunnel builds on lib/ alone. A new edge is a design decision: add it here
+in the same change, or move the code. Tests in a module follow its rule.
+
+It also checks that docs/architecture.md's module table ("## Layout") lists exactly these
+modules, tier by tier, in this order. Exit status 1 with one line per problem:
 
   scripts/check-layering.py [SOURCE_ROOT]
+  scripts/check-layering.py --tiers     prints the tiers and modules, bottom up
 """
 import os
 import re
 import sys
 
-LAYERS = {
-    "agent/base": set(),
-    "agent/net": {"agent/base"},
-    "agent/event": {"agent/base"},
-    "agent/kube": {"agent/base"},
-    "agent/etcd": {"agent/base"},
-    "agent/vip": {"agent/base", "agent/net"},
-    "agent/config": {"agent/base", "agent/net"},
-    # The one HTTP server for health, readiness and metrics (agent, tunnel server, proxy-agent),
-    # served from an EventLoop so that slow clients hold fds, not threads.
-    "agent/http": {"agent/base", "agent/event"},
-    # Data path: sockets, BPF objects and the per-connection state machines.
-    "agent/fastpath": {"agent/base", "bpf"},
-    "agent/socklb": {"agent/base", "agent/net", "agent/fastpath", "bpf"},
-    "agent/proxy": {"agent/base", "agent/net", "agent/event", "agent/fastpath"},
-    # Control plane: turns the merged config into data-path and kernel state.
-    "agent/sources": {"agent/base", "agent/config", "agent/etcd", "agent/event", "agent/kube"},
-    # fastpath: the reuseport program DataPath attaches to each group of worker listeners.
-    "agent/proxier": {"agent/base", "agent/config", "agent/event", "agent/fastpath", "agent/net",
-                      "agent/proxy", "agent/socklb", "agent/vip"},
-    "agent/admin": {"agent/base", "agent/http", "agent/net", "agent/proxier", "agent/proxy"},
-    # Tunnel: wire protocol first, then each end; the server reads agent tokens from the API.
-    # Its sockets and deadlines run on the agent's EventLoop (one loop, one clock).
-    "tunnel/wire": {"agent/base", "agent/event"},
-    "tunnel/agent": {"agent/base", "agent/event", "agent/http", "agent/net", "tunnel/wire"},
-    "tunnel/server": {"agent/base", "agent/event", "agent/http", "agent/kube", "agent/net",
-                      "tunnel/wire"},
-    # Binaries: wire everything together.
-    "agent/app": {"agent/admin", "agent/base", "agent/config", "agent/etcd", "agent/event",
-                  "agent/fastpath", "agent/net", "agent/proxier", "agent/proxy", "agent/socklb",
-                  "agent/sources", "agent/vip", "tunnel/agent"},
-    "agent": {"agent/app", "agent/base"},  # agent/main.cc
+# (tier, modules, tiers it builds on), bottom up.
+TIERS = [
+    ("foundation", ["lib/base", "lib/net", "lib/event", "lib/http", "lib/kube", "lib/etcd"], []),
+    ("kernel programs", ["bpf"], []),
+    ("data plane", ["agent/dataplane/fastpath", "agent/dataplane/proxy",
+                    "agent/dataplane/socklb", "agent/dataplane/vip"],
+     ["foundation", "kernel programs"]),
+    ("control plane", ["agent/control/config", "agent/control/sources",
+                       "agent/control/proxier", "agent/control/admin"],
+     ["foundation", "data plane"]),
+    ("tunnel", ["tunnel/wire", "tunnel/agent", "tunnel/server"], ["foundation"]),
+    ("app", ["agent/app", "agent"], ["foundation", "data plane", "control plane", "tunnel"]),
+]
+
+# Edges inside a tier.
+EDGES = {
+    "lib/net": {"lib/base"},
+    "lib/event": {"lib/base"},
+    # The one HTTP server for health, readiness and metrics of all three binaries, served from
+    # an EventLoop so that slow clients hold fds, not threads.
+    "lib/http": {"lib/base", "lib/event"},
+    "lib/kube": {"lib/base"},
+    "lib/etcd": {"lib/base"},
+    "agent/dataplane/proxy": {"agent/dataplane/fastpath"},
+    "agent/dataplane/socklb": {"agent/dataplane/fastpath"},
+    "agent/control/sources": {"agent/control/config"},
+    "agent/control/proxier": {"agent/control/config"},
+    "agent/control/admin": {"agent/control/proxier"},
+    # Wire protocol first, then each end.
+    "tunnel/agent": {"tunnel/wire"},
+    "tunnel/server": {"tunnel/wire"},
+    "agent": {"agent/app"},
 }
 
-INCLUDE = re.compile(r'\s*#\s*include\s+"((?:agent|tunnel|bpf)/[^"]+)"')
+INCLUDE = re.compile(r'\s*#\s*include\s+"((?:lib|agent|tunnel|bpf)/[^"]+)"')
+DOC_ROW = re.compile(r"^\| `([a-z/]+)` \|")
+TIER_OF = {m: tier for tier, mods, _ in TIERS for m in mods}
+MODULES = [m for _, mods, _ in TIERS for m in mods]
 
 
 def module_of(path):
-    """agent/proxy/worker.cc -> agent/proxy; agent/main.cc -> agent; bpf/... -> bpf."""
-    parts = path.split("/")
-    if parts[0] == "bpf":
-        return "bpf"
-    return "/".join(parts[:2]) if len(parts) > 2 else parts[0]
+    """The longest module that is a folder prefix of path (agent/main.cc -> agent)."""
+    best = None
+    for m in MODULES:
+        if path.startswith(m + "/") and (best is None or len(m) > len(best)):
+            best = m
+    return best
 
 
-def acyclic(layers):
+def allowed(mod):
+    tier = TIER_OF[mod]
+    uses = next(u for t, _, u in TIERS if t == tier)
+    return {m for m in MODULES if TIER_OF[m] in uses} | EDGES.get(mod, set()) | {mod}
+
+
+def acyclic():
     state = {}
 
     def visit(m, stack):
@@ -69,43 +85,82 @@ def acyclic(layers):
         if state.get(m) == "open":
             return stack[stack.index(m):] + [m]
         state[m] = "open"
-        for dep in sorted(layers.get(m, ())):
+        for dep in sorted(EDGES.get(m, ())):
             cycle = visit(dep, stack + [m])
             if cycle:
                 return cycle
         state[m] = "done"
         return None
 
-    for m in sorted(layers):
+    for m in sorted(EDGES):
         cycle = visit(m, [])
         if cycle:
             return cycle
     return None
 
 
-def main():
-    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..")
+def check_edges():
     problems = []
-    cycle = acyclic(LAYERS)
+    cycle = acyclic()
     if cycle:
-        problems.append("scripts/check-layering.py: LAYERS has a cycle: " + " -> ".join(cycle))
-    for top in ("agent", "tunnel"):
+        problems.append("scripts/check-layering.py: EDGES has a cycle: " + " -> ".join(cycle))
+    for mod, deps in EDGES.items():
+        for dep in deps | {mod}:
+            if dep not in TIER_OF:
+                problems.append(f"scripts/check-layering.py: EDGES names unknown module {dep}")
+        for dep in deps:
+            if dep in TIER_OF and mod in TIER_OF and TIER_OF[dep] != TIER_OF[mod]:
+                problems.append(f"scripts/check-layering.py: EDGES {mod} -> {dep} crosses tiers")
+    return problems
+
+
+def check_includes(root):
+    problems = []
+    for top in ("lib", "agent", "tunnel"):
         for dirpath, _, files in os.walk(os.path.join(root, top)):
             for name in sorted(files):
                 if not name.endswith((".h", ".cc")):
                     continue
                 path = os.path.relpath(os.path.join(dirpath, name), root)
                 mod = module_of(path)
-                if mod not in LAYERS:
-                    problems.append(f"{path}: module {mod} is not in scripts/check-layering.py")
+                if mod is None:
+                    problems.append(f"{path}: in no module of scripts/check-layering.py")
                     continue
-                allowed = LAYERS[mod] | {mod}
+                ok = allowed(mod)
                 with open(os.path.join(root, path), errors="replace") as f:
                     for lineno, line in enumerate(f, 1):
                         m = INCLUDE.match(line)
-                        if m and module_of(m.group(1)) not in allowed:
-                            problems.append(f"{path}:{lineno}: {mod} may not include "
-                                            f"{m.group(1)} (scripts/check-layering.py)")
+                        if m and module_of(m.group(1)) not in ok:
+                            problems.append(f"{path}:{lineno}: {mod} ({TIER_OF[mod]}) may not "
+                                            f"include {m.group(1)} (scripts/check-layering.py)")
+    return problems
+
+
+def check_docs(root):
+    """docs/architecture.md's module table lists the modules, tier by tier, in TIERS' order."""
+    doc = os.path.join(root, "docs", "architecture.md")
+    if not os.path.exists(doc):
+        return []
+    rows, in_layout = [], False
+    with open(doc) as f:
+        for line in f:
+            if line.startswith("## "):
+                in_layout = line.strip() == "## Layout"
+            elif in_layout and DOC_ROW.match(line):
+                rows.append(DOC_ROW.match(line).group(1))
+    if rows != MODULES:
+        return [f"docs/architecture.md: the module table under '## Layout' lists {rows}; "
+                f"scripts/check-layering.py has {MODULES} (same order, bottom up)"]
+    return []
+
+
+def main():
+    if sys.argv[1:] == ["--tiers"]:
+        for tier, mods, uses in TIERS:
+            print(f"{tier} (on {', '.join(uses) or 'nothing'}): {' '.join(mods)}")
+        return 0
+    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..")
+    problems = check_edges() + check_includes(root) + check_docs(root)
     for p in problems:
         print(p)
     return 1 if problems else 0

@@ -10,17 +10,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "lib/base/file.h"
+#include "lib/base/log.h"
+#include "lib/base/process_metrics.h"
+#include "lib/base/status.h"
 
-#include "agent/admin/debug_services.h"
-#include "agent/base/file.h"
-#include "agent/base/log.h"
-#include "agent/base/process_metrics.h"
-#include "agent/base/status.h"
-#include "agent/proxy/sockmap_probe.h"
-#include "agent/socklb/cgroup.h"
-#include "agent/socklb/probe.h"
-#include "agent/vip/netlink_vip_manager.h"
-#include "agent/vip/strict_arp.h"
+#include "agent/control/admin/debug_services.h"
+#include "agent/dataplane/proxy/sockmap_probe.h"
+#include "agent/dataplane/socklb/cgroup.h"
+#include "agent/dataplane/socklb/probe.h"
+#include "agent/dataplane/vip/netlink_vip_manager.h"
+#include "agent/dataplane/vip/strict_arp.h"
 
 namespace sluice::app {
 namespace {

@@ -14,14 +14,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "lib/base/log.h"
+#include "lib/base/status.h"
+#include "lib/base/strings.h"
+#include "lib/base/unique_fd.h"
+#include "lib/net/address.h"
 #include "yaml-cpp/yaml.h"
 
 #include "agent/app/options.h"
-#include "agent/base/log.h"
-#include "agent/base/status.h"
-#include "agent/base/strings.h"
-#include "agent/base/unique_fd.h"
-#include "agent/net/address.h"
 
 namespace sluice::app {
 

@@ -12,8 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-
-#include "agent/base/flags.h"
+#include "lib/base/flags.h"
 
 namespace YAML {
 class Node;

@@ -14,12 +14,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "lib/base/status.h"
+#include "lib/base/strings.h"
+#include "lib/etcd/endpoint.h"
+#include "lib/net/address.h"
 #include "yaml-cpp/yaml.h"
-
-#include "agent/base/status.h"
-#include "agent/base/strings.h"
-#include "agent/etcd/endpoint.h"
-#include "agent/net/address.h"
 
 namespace sluice::app {
 

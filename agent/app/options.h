@@ -6,11 +6,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "lib/base/flags.h"
+#include "lib/base/klog.h"
+#include "lib/net/address.h"
 
 #include "agent/app/kube_proxy_config.h"
-#include "agent/base/flags.h"
-#include "agent/base/klog.h"
-#include "agent/net/address.h"
 
 namespace sluice::app {
 

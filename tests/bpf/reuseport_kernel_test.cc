@@ -7,11 +7,11 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "lib/base/unique_fd.h"
+#include "lib/net/address.h"
+#include "lib/net/socket.h"
 
-#include "agent/base/unique_fd.h"
-#include "agent/fastpath/reuseport_balancer.h"
-#include "agent/net/address.h"
-#include "agent/net/socket.h"
+#include "agent/dataplane/fastpath/reuseport_balancer.h"
 #include "tests/testutil/netns.h"
 #include "tests/testutil/tcp_server.h"
 

@@ -16,11 +16,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "lib/net/socket.h"
 #include <bpf/bpf.h>
 
-#include "agent/net/socket.h"
-#include "agent/socklb/probe.h"
-#include "agent/socklb/socket_lb.h"
+#include "agent/dataplane/socklb/probe.h"
+#include "agent/dataplane/socklb/socket_lb.h"
 #include "bpf/include/sluice/bpf_abi.h"
 #include "tests/testutil/cgroup.h"
 #include "tests/testutil/netns.h"

@@ -11,8 +11,9 @@
 #include <cstdlib>
 #include <string>
 
+#include "lib/base/unique_fd.h"
+
 #include "agent/app/options.h"
-#include "agent/base/unique_fd.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const sluice::base::UniqueFd file(memfd_create("config", MFD_CLOEXEC));

@@ -7,7 +7,7 @@
 #include <optional>
 #include <string_view>
 
-#include "agent/sources/etcd_registry.h"
+#include "agent/control/sources/etcd_registry.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using sluice::sources::RegistryKey;

@@ -7,8 +7,9 @@
 #include <cstdint>
 #include <string_view>
 
-#include "agent/config/decode.h"
-#include "agent/kube/list_watch.h"
+#include "lib/kube/list_watch.h"
+
+#include "agent/control/config/decode.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static simdjson::dom::parser parser;

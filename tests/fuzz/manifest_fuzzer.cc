@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "agent/config/decode.h"
+#include "agent/control/config/decode.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using sluice::config::Format;

@@ -13,8 +13,8 @@
 #include <string>
 
 #include "google/protobuf/stubs/logging.h"
+#include "lib/base/metrics.h"
 
-#include "agent/base/metrics.h"
 #include "tests/fuzz/packet_records.h"
 #include "tunnel/server/router.h"
 

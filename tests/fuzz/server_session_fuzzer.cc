@@ -28,9 +28,9 @@
 #include <vector>
 
 #include "google/protobuf/stubs/logging.h"
+#include "lib/base/metrics.h"
+#include "lib/base/unique_fd.h"
 
-#include "agent/base/metrics.h"
-#include "agent/base/unique_fd.h"
 #include "tests/fuzz/packet_records.h"
 #include "tunnel/agent/fake_resolver.h"
 #include "tunnel/agent/server_session.h"

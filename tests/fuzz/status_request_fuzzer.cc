@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "agent/http/request_head.h"
+#include "lib/http/request_head.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view input(reinterpret_cast<const char*>(data), size);

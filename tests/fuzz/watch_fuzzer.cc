@@ -7,9 +7,10 @@
 #include <cstdint>
 #include <string_view>
 
-#include "agent/config/decode.h"
-#include "agent/kube/line_splitter.h"
-#include "agent/kube/watch_event.h"
+#include "lib/kube/line_splitter.h"
+#include "lib/kube/watch_event.h"
+
+#include "agent/control/config/decode.h"
 
 namespace {
 

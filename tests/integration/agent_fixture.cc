@@ -12,8 +12,8 @@
 #include "absl/strings/str_join.h"
 #include "httplib.h"
 
-#include "agent/proxy/sockmap_probe.h"
-#include "agent/socklb/socket_lb.h"
+#include "agent/dataplane/proxy/sockmap_probe.h"
+#include "agent/dataplane/socklb/socket_lb.h"
 
 namespace sluice::testing {
 

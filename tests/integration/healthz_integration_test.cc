@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "lib/base/unique_fd.h"
+#include "lib/net/address.h"
 
-#include "agent/base/unique_fd.h"
-#include "agent/net/address.h"
 #include "tests/integration/agent_fixture.h"
 #include "tests/testutil/tcp_server.h"
 

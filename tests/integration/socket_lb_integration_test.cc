@@ -17,9 +17,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "lib/net/socket.h"
 
-#include "agent/net/socket.h"
-#include "agent/socklb/cgroup.h"
+#include "agent/dataplane/socklb/cgroup.h"
 #include "tests/integration/agent_fixture.h"
 #include "tests/testutil/tcp_server.h"
 

@@ -12,9 +12,9 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "lib/base/unique_fd.h"
+#include "lib/net/socket.h"
 
-#include "agent/base/unique_fd.h"
-#include "agent/net/socket.h"
 #include "tests/integration/agent_fixture.h"
 #include "tests/testutil/tcp_server.h"
 

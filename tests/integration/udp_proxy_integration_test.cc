@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "lib/base/unique_fd.h"
 
-#include "agent/base/unique_fd.h"
 #include "tests/integration/agent_fixture.h"
 #include "tests/testutil/tcp_server.h"
 

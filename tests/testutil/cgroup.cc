@@ -11,10 +11,10 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "lib/base/log.h"
+#include "lib/base/status.h"
 
-#include "agent/base/log.h"
-#include "agent/base/status.h"
-#include "agent/socklb/cgroup.h"
+#include "agent/dataplane/socklb/cgroup.h"
 #include "tests/testutil/process.h"
 
 namespace sluice::testutil {

@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "agent/base/unique_fd.h"
+#include "lib/base/unique_fd.h"
 
 namespace sluice::testutil {
 

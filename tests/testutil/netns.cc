@@ -12,9 +12,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "lib/base/log.h"
+#include "lib/base/status.h"
 
-#include "agent/base/log.h"
-#include "agent/base/status.h"
 #include "tests/testutil/process.h"
 
 namespace sluice::testutil {

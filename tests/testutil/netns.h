@@ -6,8 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-
-#include "agent/base/unique_fd.h"
+#include "lib/base/unique_fd.h"
 
 namespace sluice::testutil {
 

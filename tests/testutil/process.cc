@@ -18,8 +18,7 @@
 #include <sstream>
 
 #include "absl/synchronization/mutex.h"
-
-#include "agent/base/unique_fd.h"
+#include "lib/base/unique_fd.h"
 
 extern char** environ;
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <thread>
 
-#include "agent/base/unique_fd.h"
-#include "agent/net/address.h"
+#include "lib/base/unique_fd.h"
+#include "lib/net/address.h"
 
 namespace sluice::testutil {
 

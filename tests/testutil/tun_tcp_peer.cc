@@ -18,8 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-
-#include "agent/base/status.h"
+#include "lib/base/status.h"
 
 namespace sluice::testutil {
 namespace {

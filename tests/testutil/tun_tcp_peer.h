@@ -10,8 +10,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-
-#include "agent/base/unique_fd.h"
+#include "lib/base/unique_fd.h"
 
 namespace sluice::testutil {
 

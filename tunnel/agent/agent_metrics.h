@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-#include "agent/base/metrics.h"
+#include "lib/base/metrics.h"
 
 namespace sluice::tunnel::agent {
 

@@ -9,8 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-
-#include "agent/base/strings.h"
+#include "lib/base/strings.h"
 
 namespace sluice::tunnel::agent {
 namespace {

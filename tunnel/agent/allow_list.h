@@ -7,8 +7,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
-
-#include "agent/net/address.h"
+#include "lib/net/address.h"
 
 namespace sluice::tunnel::agent {
 

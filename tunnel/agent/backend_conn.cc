@@ -11,8 +11,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "lib/base/log.h"
 
-#include "agent/base/log.h"
 #include "tunnel/wire/packet.h"
 
 namespace sluice::tunnel::agent {

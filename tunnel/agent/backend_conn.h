@@ -7,11 +7,11 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "lib/base/metrics.h"
+#include "lib/base/unique_fd.h"
+#include "lib/event/event_loop.h"
+#include "lib/net/address.h"
 
-#include "agent/base/metrics.h"
-#include "agent/base/unique_fd.h"
-#include "agent/event/event_loop.h"
-#include "agent/net/address.h"
 #include "tunnel/agent/allow_list.h"
 #include "tunnel/agent/resolver.h"
 #include "tunnel/wire/packet.h"

@@ -7,8 +7,8 @@
 #include <future>
 
 #include "gtest/gtest.h"
+#include "lib/event/loop_thread.h"
 
-#include "agent/event/loop_thread.h"
 #include "tunnel/agent/fake_resolver.h"
 
 namespace sluice::tunnel::agent {

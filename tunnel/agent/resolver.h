@@ -9,8 +9,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-
-#include "agent/net/address.h"
+#include "lib/net/address.h"
 
 namespace sluice::tunnel::agent {
 

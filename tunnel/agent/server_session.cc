@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tunnel/agent/server_session.h"
 
-#include "agent/base/log.h"
+#include "lib/base/log.h"
 
 namespace sluice::tunnel::agent {
 

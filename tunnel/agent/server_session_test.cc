@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "lib/base/clock.h"
+#include "lib/base/metrics.h"
+#include "lib/base/unique_fd.h"
 
-#include "agent/base/clock.h"
-#include "agent/base/metrics.h"
-#include "agent/base/unique_fd.h"
 #include "tunnel/agent/fake_resolver.h"
 
 namespace sluice::tunnel::agent {

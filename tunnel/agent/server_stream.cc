@@ -2,8 +2,8 @@
 #include "tunnel/agent/server_stream.h"
 
 #include "absl/strings/numbers.h"
+#include "lib/base/log.h"
 
-#include "agent/base/log.h"
 #include "tunnel/agent/tunnel_agent.h"
 
 namespace sluice::tunnel::agent {

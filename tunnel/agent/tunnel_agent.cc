@@ -6,11 +6,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "grpcpp/grpcpp.h"
+#include "lib/base/backoff.h"
+#include "lib/base/file.h"
+#include "lib/base/log.h"
+#include "lib/base/status.h"
 
-#include "agent/base/backoff.h"
-#include "agent/base/file.h"
-#include "agent/base/log.h"
-#include "agent/base/status.h"
 #include "tunnel/agent/server_stream.h"
 #include "tunnel/wire/credentials.h"
 

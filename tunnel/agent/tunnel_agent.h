@@ -13,9 +13,9 @@
 #include "absl/time/time.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/security/credentials.h"
+#include "lib/base/metrics.h"
+#include "lib/event/loop_thread.h"
 
-#include "agent/base/metrics.h"
-#include "agent/event/loop_thread.h"
 #include "tunnel/agent/agent_metrics.h"
 #include "tunnel/agent/allow_list.h"
 #include "tunnel/agent/backend_conn.h"

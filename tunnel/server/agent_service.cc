@@ -5,9 +5,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "lib/base/file.h"
+#include "lib/base/log.h"
 
-#include "agent/base/file.h"
-#include "agent/base/log.h"
 #include "tunnel/wire/outbox.h"
 
 namespace sluice::tunnel::server {

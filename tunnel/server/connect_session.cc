@@ -3,7 +3,8 @@
 
 #include <algorithm>
 
-#include "agent/base/log.h"
+#include "lib/base/log.h"
+
 #include "tunnel/wire/packet.h"
 
 namespace sluice::tunnel::server {

@@ -8,8 +8,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "lib/base/unique_fd.h"
 
-#include "agent/base/unique_fd.h"
 #include "tunnel/server/http_connect.h"
 #include "tunnel/server/links.h"
 #include "tunnel/wire/packet.h"

@@ -10,10 +10,10 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "lib/base/clock.h"
+#include "lib/base/metrics.h"
+#include "lib/event/event_loop.h"
 
-#include "agent/base/clock.h"
-#include "agent/base/metrics.h"
-#include "agent/event/event_loop.h"
 #include "tests/testutil/fd_exhaustion.h"
 #include "tunnel/server/fake_agent.h"
 #include "tunnel/server/http_connect.h"

@@ -6,10 +6,9 @@
 
 #include "absl/status/status.h"
 #include "grpcpp/server_builder.h"
-
-#include "agent/base/unique_fd.h"
-#include "agent/event/acceptor.h"
-#include "agent/event/event_loop.h"
+#include "lib/base/unique_fd.h"
+#include "lib/event/acceptor.h"
+#include "lib/event/event_loop.h"
 
 namespace sluice::tunnel::server {
 

@@ -10,10 +10,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "lib/base/log.h"
+#include "lib/base/status.h"
+#include "lib/net/address.h"
 
-#include "agent/base/log.h"
-#include "agent/base/status.h"
-#include "agent/net/address.h"
 #include "tunnel/server/connect_session.h"
 
 namespace sluice::tunnel::server {

@@ -12,10 +12,10 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "lib/base/unique_fd.h"
+#include "lib/event/acceptor.h"
+#include "lib/event/event_loop.h"
 
-#include "agent/base/unique_fd.h"
-#include "agent/event/acceptor.h"
-#include "agent/event/event_loop.h"
 #include "tunnel/server/router.h"
 #include "tunnel/server/server_metrics.h"
 #include "tunnel/wire/byte_budget.h"

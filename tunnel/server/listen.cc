@@ -12,8 +12,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-
-#include "agent/base/status.h"
+#include "lib/base/status.h"
 
 namespace sluice::tunnel::server {
 

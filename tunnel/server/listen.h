@@ -4,8 +4,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-
-#include "agent/base/unique_fd.h"
+#include "lib/base/unique_fd.h"
 
 namespace sluice::tunnel::server {
 

@@ -6,8 +6,8 @@
 #include <utility>
 
 #include "absl/synchronization/mutex.h"
+#include "lib/base/log.h"
 
-#include "agent/base/log.h"
 #include "tunnel/wire/outbox.h"
 #include "tunnel/wire/read_gate.h"
 #include "tunnel/wire/stall_watch.h"

@@ -2,8 +2,8 @@
 #pragma once
 
 #include "client.grpc.pb.h"
+#include "lib/event/event_loop.h"
 
-#include "agent/event/event_loop.h"
 #include "tunnel/server/router.h"
 #include "tunnel/server/server_metrics.h"
 #include "tunnel/wire/byte_budget.h"

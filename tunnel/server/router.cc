@@ -5,9 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-
-#include "agent/base/clock.h"
-#include "agent/base/log.h"
+#include "lib/base/clock.h"
+#include "lib/base/log.h"
 
 namespace sluice::tunnel::server {
 namespace {

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "agent/base/metrics.h"
+#include "lib/base/metrics.h"
 
 namespace sluice::tunnel::server {
 

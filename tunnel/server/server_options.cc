@@ -5,8 +5,8 @@
 #include <random>
 
 #include "absl/strings/str_format.h"
+#include "lib/base/log.h"
 
-#include "agent/base/log.h"
 #include "tunnel/wire/cipher_suites.h"
 
 namespace sluice::tunnel::server {

@@ -7,8 +7,8 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "lib/base/flags.h"
 
-#include "agent/base/flags.h"
 #include "tunnel/wire/upstream_flags.h"
 
 namespace sluice::tunnel::server {

@@ -7,10 +7,9 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "lib/base/strings.h"
 #include "simdjson.h"
 #include <openssl/sha.h>
-
-#include "agent/base/strings.h"
 
 namespace sluice::tunnel::server {
 namespace {

@@ -8,14 +8,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "lib/base/clock.h"
+#include "lib/base/json.h"
+#include "lib/base/log.h"
+#include "lib/base/status.h"
+#include "lib/base/strings.h"
+#include "lib/kube/list_watch.h"
 #include "simdjson.h"
-
-#include "agent/base/clock.h"
-#include "agent/base/json.h"
-#include "agent/base/log.h"
-#include "agent/base/status.h"
-#include "agent/base/strings.h"
-#include "agent/kube/list_watch.h"
 
 namespace sluice::tunnel::server {
 namespace {

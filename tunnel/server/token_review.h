@@ -12,12 +12,12 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "lib/base/clock.h"
+#include "lib/base/metrics.h"
+#include "lib/kube/bearer_token.h"
+#include "lib/kube/client_config.h"
+#include "lib/kube/http_client.h"
 
-#include "agent/base/clock.h"
-#include "agent/base/metrics.h"
-#include "agent/kube/bearer_token.h"
-#include "agent/kube/client_config.h"
-#include "agent/kube/http_client.h"
 #include "tunnel/server/review_queue.h"
 #include "tunnel/server/token_check.h"
 

@@ -7,8 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-
-#include "agent/base/strings.h"
+#include "lib/base/strings.h"
 
 namespace sluice::tunnel::wire {
 namespace {

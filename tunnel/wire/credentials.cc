@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tunnel/wire/credentials.h"
 
-#include "agent/base/file.h"
-#include "agent/base/status.h"
+#include "lib/base/file.h"
+#include "lib/base/status.h"
 
 namespace sluice::tunnel::wire {
 namespace {

@@ -6,8 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-
-#include "agent/base/strings.h"
+#include "lib/base/strings.h"
 
 namespace sluice::tunnel::wire {
 

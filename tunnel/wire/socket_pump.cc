@@ -12,7 +12,8 @@
 #include <string>
 #include <utility>
 
-#include "agent/base/status.h"
+#include "lib/base/status.h"
+
 #include "tunnel/wire/packet.h"
 
 namespace sluice::tunnel::wire {

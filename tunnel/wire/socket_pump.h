@@ -8,9 +8,9 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "lib/base/unique_fd.h"
+#include "lib/event/event_loop.h"
 
-#include "agent/base/unique_fd.h"
-#include "agent/event/event_loop.h"
 #include "tunnel/wire/tls.h"
 
 namespace sluice::tunnel::wire {

@@ -8,8 +8,7 @@
 #include <future>
 
 #include "gtest/gtest.h"
-
-#include "agent/event/loop_thread.h"
+#include "lib/event/loop_thread.h"
 
 namespace sluice::tunnel::wire {
 namespace {

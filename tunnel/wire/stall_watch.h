@@ -5,8 +5,8 @@
 
 #include "absl/functional/any_invocable.h"
 #include "absl/time/time.h"
+#include "lib/event/event_loop.h"
 
-#include "agent/event/event_loop.h"
 #include "tunnel/wire/read_gate.h"
 
 namespace sluice::tunnel::wire {

@@ -4,8 +4,7 @@
 #include <memory>
 
 #include "gtest/gtest.h"
-
-#include "agent/base/clock.h"
+#include "lib/base/clock.h"
 
 namespace sluice::tunnel::wire {
 namespace {

@@ -3,8 +3,8 @@
 
 #include <span>
 
-#include "agent/base/flags.h"
-#include "agent/base/klog.h"
+#include "lib/base/flags.h"
+#include "lib/base/klog.h"
 
 namespace sluice::tunnel::wire {
 

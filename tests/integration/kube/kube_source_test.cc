@@ -3,7 +3,7 @@
 // API server that follows the documented list/watch protocol (fake_apiserver.py), checked
 // through the mux it feeds, the requests the server logged and the source's metrics.
 // Unprivileged: everything is on 127.0.0.1.
-#include "agent/sources/kube_source.h"
+#include "agent/control/sources/kube_source.h"
 
 #include <filesystem>
 #include <fstream>
@@ -13,9 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
+#include "lib/base/metrics.h"
 
-#include "agent/base/metrics.h"
-#include "agent/config/mux.h"
+#include "agent/control/config/mux.h"
 #include "tests/integration/kube/fake_apiserver.h"
 #include "tests/testutil/process.h"
 

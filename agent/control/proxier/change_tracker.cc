@@ -1,0 +1,110 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "agent/control/proxier/change_tracker.h"
+
+#include "lib/base/strings.h"
+
+namespace sluice::proxier {
+
+ChangeTracker::ChangeTracker(base::Clock& clock, absl::AnyInvocable<void()> on_change)
+    : clock_(clock), started_(clock.Now()), on_change_(std::move(on_change)) {}
+
+template <typename T>
+void ChangeTracker::Record(ChangeMap<T>& map, const std::shared_ptr<const T>& prev,
+                           const std::shared_ptr<const T>& cur) {
+  const config::NamespacedName& id = (cur ? cur : prev)->meta.id;
+  auto [it, inserted] = map.try_emplace(id, prev, cur);
+  if (!inserted) {
+    it->second.second = cur;  // keep the synced `first`, move `second` on
+  }
+  const auto& [was, now] = it->second;
+  if (was == now || (was && now && *was == *now)) {
+    map.erase(it);
+  }
+  if (oldest_ == absl::InfiniteFuture() && !pending_.empty()) {
+    oldest_ = clock_.Now();
+  } else if (pending_.empty()) {
+    oldest_ = absl::InfiniteFuture();
+  }
+}
+
+void ChangeTracker::OnServiceUpdate(const config::ServicePtr& prev, const config::ServicePtr& cur) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++service_total_;
+    Record(pending_.services, prev, cur);
+  }
+  on_change_();
+}
+
+void ChangeTracker::OnEndpointSliceUpdate(const config::EndpointSlicePtr& prev,
+                                          const config::EndpointSlicePtr& cur) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++slice_total_;
+    Record(pending_.slices, prev, cur);
+    if (cur) {
+      auto it = cur->meta.annotations.find(config::kLastChangeTriggerTimeAnnotation);
+      absl::Time t;
+      std::string err;
+      if (it != cur->meta.annotations.end() &&
+          absl::ParseTime(absl::RFC3339_full, base::Absl(it->second), &t, &err) && t >= started_) {
+        pending_.trigger_times.push_back(t);
+      }
+    }
+  }
+  on_change_();
+}
+
+void ChangeTracker::OnServicesSynced() {
+  {
+    absl::MutexLock lock(&mu_);
+    services_synced_ = true;
+  }
+  on_change_();
+}
+
+void ChangeTracker::OnEndpointSlicesSynced() {
+  {
+    absl::MutexLock lock(&mu_);
+    slices_synced_ = true;
+  }
+  on_change_();
+}
+
+Changes ChangeTracker::Take() {
+  absl::MutexLock lock(&mu_);
+  oldest_ = absl::InfiniteFuture();
+  return std::exchange(pending_, Changes{});
+}
+
+bool ChangeTracker::Synced() const {
+  absl::MutexLock lock(&mu_);
+  return services_synced_ && slices_synced_;
+}
+
+size_t ChangeTracker::PendingServices() const {
+  absl::MutexLock lock(&mu_);
+  return pending_.services.size();
+}
+
+size_t ChangeTracker::PendingSlices() const {
+  absl::MutexLock lock(&mu_);
+  return pending_.slices.size();
+}
+
+absl::Time ChangeTracker::OldestPending() const {
+  absl::MutexLock lock(&mu_);
+  return oldest_;
+}
+
+uint64_t ChangeTracker::ServiceChangesTotal() const {
+  absl::MutexLock lock(&mu_);
+  return service_total_;
+}
+
+uint64_t ChangeTracker::SliceChangesTotal() const {
+  absl::MutexLock lock(&mu_);
+  return slice_total_;
+}
+
+}  // namespace sluice::proxier

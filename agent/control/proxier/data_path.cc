@@ -1,0 +1,404 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "agent/control/proxier/data_path.h"
+
+#include <ifaddrs.h>
+
+#include <optional>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "lib/base/log.h"
+#include "lib/base/status.h"
+#include "lib/net/socket.h"
+
+#include "agent/dataplane/fastpath/reuseport_balancer.h"
+
+namespace sluice::proxier {
+namespace {
+
+// How long a sync waits for a worker's loop before going on without it (a loop turns in
+// microseconds; one stalled this long is logged).
+constexpr absl::Duration kWorkerWait = absl::Seconds(5);
+
+}  // namespace
+
+std::vector<net::IpAddress> NodeAddresses(const std::vector<net::Cidr>& cidrs,
+                                          const absl::flat_hash_set<net::IpAddress>& exclude) {
+  std::vector<net::IpAddress> out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) {
+    LOG(ERROR) << "getifaddrs: " << strerror(errno);
+    return out;
+  }
+  static const net::Cidr kLinkLocal6 = *net::Cidr::Parse("fe80::/10");
+  for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr) {
+      continue;
+    }
+    const socklen_t len =
+        a->ifa_addr->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+    auto sa = net::SocketAddress::FromSockaddr(a->ifa_addr, len);
+    if (!sa || kLinkLocal6.Contains(sa->ip()) || exclude.contains(sa->ip())) {
+      continue;
+    }
+    bool wanted = cidrs.empty();
+    for (const auto& c : cidrs) {
+      wanted = wanted || c.Contains(sa->ip());
+    }
+    if (wanted && std::find(out.begin(), out.end(), sa->ip()) == out.end()) {
+      out.push_back(sa->ip());
+    }
+  }
+  freeifaddrs(list);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+DataPath::DataPath(const Options& options, vip::VipManager& vips, proxy::DataPathMetrics& metrics)
+    : options_(options),
+      vips_(vips),
+      metrics_(metrics),
+      fds_(proxy::FdBudget::ForProcess(options.fd_reserve)) {}
+
+DataPath::~DataPath() = default;  // workers stop and join; their sockets close
+
+absl::StatusOr<std::unique_ptr<DataPath>> DataPath::Create(const Options& options,
+                                                           vip::VipManager& vips,
+                                                           proxy::DataPathMetrics& metrics) {
+  auto dp = std::unique_ptr<DataPath>(new DataPath(options, vips, metrics));
+  proxy::Worker::Options worker_options = options.worker;
+  worker_options.fds = &dp->fds_;
+  for (int i = 0; i < std::max(1, options.workers); ++i) {
+    ASSIGN_OR_RETURN(auto worker, proxy::Worker::Create(i, worker_options, metrics));
+    dp->workers_.push_back(std::move(worker));
+  }
+  return dp;
+}
+
+std::shared_ptr<proxy::Balancer> DataPath::BalancerFor(const ServicePortInfo& info, bool external,
+                                                       BalancerMap& next) {
+  const auto& endpoints = external ? info.external_endpoints : info.cluster_endpoints;
+  auto key = std::make_pair(info.name, external);
+  auto prev = balancers_.find(key);
+  if (prev != balancers_.end() && prev->second.endpoints == endpoints &&
+      prev->second.affinity == info.client_ip_affinity &&
+      prev->second.timeout == info.affinity_timeout) {
+    next[key] = prev->second;  // unchanged: keep its rotation
+    return prev->second.balancer;
+  }
+  // Changed: a new, reshuffled balancer. Affinity stays on -> same table, so clients stay
+  // stuck unless their endpoint left; a timeout change applies at once (read per lookup).
+  proxy::Balancer::Affinity affinity;
+  if (info.client_ip_affinity) {
+    affinity.table = prev != balancers_.end() && prev->second.affinity
+                         ? prev->second.balancer->affinity().table
+                         : std::make_shared<proxy::AffinityTable>();
+    affinity.timeout = info.affinity_timeout;
+  }
+  static std::mt19937_64 seeds(std::random_device{}());
+  auto balancer = std::make_shared<proxy::Balancer>(endpoints, affinity, seeds());
+  next[key] = BalancerState{endpoints, info.client_ip_affinity, info.affinity_timeout, balancer};
+  return balancer;
+}
+
+const std::vector<net::IpAddress>& DataPath::NodeIps() {
+  // getifaddrs walks every local address, our ~10k VIPs included, so it runs only when a port
+  // has a NodePort, once per full sync.
+  if (!node_ips_) {
+    node_ips_ = NodeAddresses(options_.nodeport_cidrs, vips_.Owned());
+  }
+  return *node_ips_;
+}
+
+const std::vector<net::IpAddress>& DataPath::OwnIps() {
+  if (!own_ips_) {
+    own_ips_ = NodeAddresses({}, vips_.Owned());
+    std::erase_if(*own_ips_, [](const net::IpAddress& ip) { return ip.IsLoopback(); });
+  }
+  return *own_ips_;
+}
+
+std::shared_ptr<const proxy::SourceFilter> DataPath::FiltersFor(const ServicePortInfo& info,
+                                                                const net::IpAddress& ip,
+                                                                int port) {
+  std::vector<net::Cidr> allowed =
+      port == info.port ? SourceRangesFor(info, ip) : std::vector<net::Cidr>{};  // a NodePort
+  if (allowed.empty()) {
+    return nullptr;
+  }
+  // A client on the node reaches the local LoadBalancer IP from that same address (the kernel's
+  // source for a local destination), which kube-proxy admits when a range holds the node's IP.
+  bool node_allowed = false;
+  for (const net::Cidr& cidr : allowed) {
+    for (const auto& own : OwnIps()) {
+      node_allowed = node_allowed || cidr.Contains(own);
+    }
+  }
+  if (node_allowed) {
+    allowed.push_back(*net::Cidr::Make(ip, ip.is_v4() ? 32 : 128));
+  }
+  return std::make_shared<proxy::SourceFilter>(
+      std::move(allowed), metrics_.source_range_refused.WithLabels({info.name.ToString()}));
+}
+
+void DataPath::NoteUnserved(const ServicePortInfo& info) {
+  // Every sluice path carries TCP and UDP only (and this machine's kernel has no SCTP at all).
+  if (info.name.protocol != config::Protocol::kSctp) {
+    return;
+  }
+  absl::MutexLock lock(&mu_);
+  if (sctp_.insert(info.name).second) {
+    LOG(WARNING) << "service port " << info.name.ToString() << " is not served: " << kSctpUnserved;
+  }
+  metrics_.unserved_ports.WithLabels({"sctp"}).Set(static_cast<double>(sctp_.size()));
+}
+
+void DataPath::ForgetUnserved(const ServiceTable& table) {
+  absl::MutexLock lock(&mu_);
+  std::erase_if(sctp_, [&](const ServicePortName& name) { return table.Find(name) == nullptr; });
+  metrics_.unserved_ports.WithLabels({"sctp"}).Set(static_cast<double>(sctp_.size()));
+}
+
+template <typename Fn>
+void DataPath::ForEachListener(const ServicePortInfo& info, Fn&& fn) {
+  if (info.name.protocol == config::Protocol::kSctp) {
+    return;  // the userspace proxy serves TCP and UDP
+  }
+  for (const auto& ip : info.cluster_ips) {
+    fn(ip, info.port, false);
+  }
+  for (const auto& ip : info.external_ips) {
+    fn(ip, info.port, true);
+  }
+  if (info.node_port > 0) {
+    for (const auto& ip : NodeIps()) {
+      fn(ip, info.node_port, true);
+    }
+  }
+}
+
+size_t DataPath::ListenerCount(const ServicePortInfo& info) {
+  size_t n = 0;
+  ForEachListener(info, [&](const net::IpAddress&, int, bool external) {
+    n += (external ? info.external_endpoints : info.cluster_endpoints).empty() ? 0 : 1;
+  });
+  return n;
+}
+
+proxy::ListenKey DataPath::KeyFor(const ServicePortInfo& info, const net::IpAddress& ip, int port) {
+  return proxy::ListenKey{net::SocketAddress(ip, static_cast<uint16_t>(port)),
+                          info.name.protocol == config::Protocol::kUdp ? proxy::Transport::kUdp
+                                                                       : proxy::Transport::kTcp};
+}
+
+bool DataPath::AddRoute(proxy::RouteTable& routes, const ServicePortInfo& info,
+                        const net::IpAddress& ip, int port, bool external, BalancerMap& next) {
+  const auto& endpoints = external ? info.external_endpoints : info.cluster_endpoints;
+  if (endpoints.empty()) {
+    return true;
+  }
+  proxy::ListenKey key = KeyFor(info, ip, port);
+  auto [it, inserted] = routes.try_emplace(key);
+  if (!inserted) {
+    return false;
+  }
+  auto& active = active_[key];
+  if (!active) {
+    active = std::make_shared<std::atomic<int64_t>>(0);
+  }
+  it->second = proxy::Route{info.name.ToString(), BalancerFor(info, external, next), active,
+                            FiltersFor(info, ip, port)};
+  return true;
+}
+
+std::shared_ptr<const proxy::RouteTable> DataPath::BuildRoutes(const ServiceTable& table) {
+  auto routes = std::make_shared<proxy::RouteTable>();
+  BalancerMap balancers;
+  conflicts_ = false;
+  Admitted(AdmitServices(table, options_.caps, admitted_,
+                         [this](const ServicePortInfo& info) { return ListenerCount(info); }));
+  for (const auto& entry : table.ports()) {
+    const ServicePortInfo& info = *entry.second;
+    NoteUnserved(info);
+    if (!admitted_.contains(info.name.service)) {
+      continue;
+    }
+    ForEachListener(info, [&](const net::IpAddress& ip, int port, bool external) {
+      if (!AddRoute(*routes, info, ip, port, external, balancers)) {
+        conflicts_ = true;
+        LOG(WARNING) << KeyFor(info, ip, port).ToString() << " is claimed by "
+                     << routes->at(KeyFor(info, ip, port)).service << " and "
+                     << info.name.ToString() << "; keeping the first";
+      }
+    });
+  }
+  balancers_ = std::move(balancers);
+  ForgetUnserved(table);
+  return routes;
+}
+
+std::shared_ptr<const proxy::RouteTable> DataPath::PatchRoutes(const ServiceTable& prev,
+                                                               const ServiceTable& next) {
+  if (conflicts_) {
+    return nullptr;  // which claim wins depends on the whole table
+  }
+  // The Proxier rebuilds only the services that changed, so an unchanged port keeps its info
+  // pointer: comparing pointers finds the changes without comparing contents.
+  std::vector<const ServicePortInfo*> gone;
+  std::vector<const ServicePortInfo*> added;
+  auto a = prev.ports().begin();
+  auto b = next.ports().begin();
+  while (a != prev.ports().end() || b != next.ports().end()) {
+    if (b == next.ports().end() || (a != prev.ports().end() && a->first < b->first)) {
+      gone.push_back((a++)->second.get());
+    } else if (a == prev.ports().end() || b->first < a->first) {
+      added.push_back((b++)->second.get());
+    } else {
+      if (a->second != b->second) {
+        gone.push_back(a->second.get());
+        added.push_back(b->second.get());
+      }
+      ++a;
+      ++b;
+    }
+  }
+  if (gone.empty() && added.empty()) {
+    return routes_;
+  }
+  if (CapsInvolved(gone, prev) || CapsInvolved(added, next)) {
+    return nullptr;  // admission weighs the whole table
+  }
+  // A copy of the map costs allocations but no key comparisons; workers keep the old one.
+  auto routes = std::make_shared<proxy::RouteTable>(*routes_);
+  for (const ServicePortInfo* info : gone) {
+    const std::string service = info->name.ToString();
+    ForEachListener(*info, [&](const net::IpAddress& ip, int port, bool) {
+      auto it = routes->find(KeyFor(*info, ip, port));
+      if (it != routes->end() && it->second.service == service) {
+        routes->erase(it);
+      }
+    });
+  }
+  BalancerMap balancers;  // of the added ports; BalancerFor reads their previous state
+  for (const ServicePortInfo* info : added) {
+    bool conflict = false;
+    ForEachListener(*info, [&](const net::IpAddress& ip, int port, bool external) {
+      conflict = !AddRoute(*routes, *info, ip, port, external, balancers) || conflict;
+    });
+    if (conflict) {
+      return nullptr;
+    }
+  }
+  if (routes->size() > options_.caps.max_listeners) {
+    return nullptr;
+  }
+  for (const ServicePortInfo* info : gone) {
+    admitted_.erase(info->name.service);
+  }
+  for (const ServicePortInfo* info : added) {
+    admitted_.insert(info->name.service);
+  }
+  for (const ServicePortInfo* info : gone) {
+    balancers_.erase({info->name, false});
+    balancers_.erase({info->name, true});
+  }
+  for (const ServicePortInfo* info : added) {
+    NoteUnserved(*info);
+  }
+  if (!gone.empty()) {
+    ForgetUnserved(next);
+  }
+  balancers_.merge(balancers);
+  return routes;
+}
+
+absl::flat_hash_set<net::IpAddress> DataPath::WantedVips(const ServiceTable& table,
+                                                         const proxy::RouteTable& routes) {
+  absl::flat_hash_set<net::IpAddress> vips;
+  vips.reserve(table.ports().size());
+  for (const auto& [name, info] : table.ports()) {
+    vips.insert(info->cluster_ips.begin(), info->cluster_ips.end());
+    vips.insert(info->external_ips.begin(), info->external_ips.end());
+  }
+  // A removed listener with open connections keeps its VIP until they close (checked again on
+  // every sync, at least every --sync-period): removing the address would strand them.
+  auto route = routes.begin();  // both maps are sorted by key: a merge walk, no lookups
+  for (auto it = active_.begin(); it != active_.end();) {
+    while (route != routes.end() && route->first < it->first) {
+      ++route;
+    }
+    if (route != routes.end() && route->first == it->first) {
+      ++it;
+    } else if (it->second->load(std::memory_order_relaxed) > 0) {
+      vips.insert(it->first.address.ip());
+      ++it;
+    } else {
+      it = active_.erase(it);
+    }
+  }
+  return vips;
+}
+
+absl::Status DataPath::Apply(const std::shared_ptr<const ServiceTable>& table) {
+  // A full sync rebuilds every route and re-reads the kernel's addresses: the first one, the
+  // periodic resync (the Proxier re-applies the same table), and the one after an error. It
+  // repairs drift: a VIP removed by hand, a new node address for NodePorts. Any other sync
+  // costs what changed.
+  const bool full = std::exchange(full_next_, false) || table == applied_;
+  if (full) {
+    vips_.MarkStale();
+    node_ips_.reset();
+    own_ips_.reset();
+  }
+  std::shared_ptr<const proxy::RouteTable> routes = full ? nullptr : PatchRoutes(*applied_, *table);
+  if (routes == nullptr) {
+    routes = BuildRoutes(*table);
+  }
+  // The first sync's node addresses may include our leftover VIPs from an earlier run, which
+  // its Reconcile adopts or removes: the second sync reads them again.
+  full_next_ = applied_ == nullptr;
+  applied_ = table;
+
+  // VIPs before listeners, and every service address even without endpoints: the kernel
+  // refuses connections to a local address without a listener, but not to a foreign one.
+  absl::Status result = vips_.Reconcile(WantedVips(*table, *routes));
+
+  // Routes before listeners: a new listener must find its route when its first client comes.
+  for (auto& w : workers_) {
+    w->SetRoutes(routes);
+  }
+  std::vector<proxy::ListenKey> closed;
+  SyncListeners(*routes, closed);  // a listener that fails is reported and retried, not fatal
+  routes_ = std::move(routes);
+  // Routes and listener removals reach the workers as posted tasks. Waiting for them makes the
+  // sync's promise exact: once it returns (and /debug/services shows the table) every worker
+  // uses the new routes, and a port moved away refuses instead of reaching its old socket.
+  for (auto& w : workers_) {
+    if (!w->Flush(kWorkerWait)) {
+      LOG(WARNING) << "sync: a worker took more than " << kWorkerWait << " to take it";
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    for (const proxy::ListenKey& key : closed) {
+      open_.erase(key);
+    }
+  }
+  if (!result.ok()) {
+    full_next_ = true;  // a failed listener or VIP is retried from scratch
+  }
+  return result;
+}
+
+std::vector<proxy::ConnectionInfo> DataPath::Connections() const {
+  std::vector<proxy::ConnectionInfo> all;
+  for (const auto& w : workers_) {  // workers_ is fixed after Create
+    auto infos = w->Connections(absl::Seconds(1));
+    all.insert(all.end(), std::make_move_iterator(infos.begin()),
+               std::make_move_iterator(infos.end()));
+  }
+  return all;
+}
+
+}  // namespace sluice::proxier

@@ -1,0 +1,183 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "agent/control/proxier/proxier.h"
+
+#include "gtest/gtest.h"
+
+#include "agent/control/config/mux.h"
+
+namespace sluice::proxier {
+namespace {
+
+config::ServicePtr Svc(const std::string& name, const char* ip, int port) {
+  auto s = std::make_shared<config::Service>();
+  s->meta.id = {"default", name};
+  s->cluster_ips = {*net::IpAddress::Parse(ip)};
+  config::ServicePort p;
+  p.port = port;
+  s->ports.push_back(p);
+  return s;
+}
+
+config::EndpointSlicePtr Slice(const std::string& service, const std::string& name,
+                               const std::vector<const char*>& ips) {
+  auto s = std::make_shared<config::EndpointSlice>();
+  s->meta.id = {"default", name};
+  s->service_name = service;
+  for (const char* ip : ips) {
+    config::Endpoint e;
+    e.addresses = {*net::IpAddress::Parse(ip)};
+    s->endpoints.push_back(e);
+  }
+  config::EndpointPort p;
+  p.port = 8080;
+  s->ports.push_back(p);
+  return s;
+}
+
+// Records the tables it is given; fails on demand.
+class RecordingConsumer final : public TableConsumer {
+ public:
+  absl::Status Apply(const std::shared_ptr<const ServiceTable>& table) override {
+    tables.push_back(table);
+    return fail ? absl::UnavailableError("injected") : absl::OkStatus();
+  }
+  std::vector<std::shared_ptr<const ServiceTable>> tables;
+  bool fail = false;
+};
+
+class ProxierTest : public ::testing::Test {
+ protected:
+  ProxierTest() {
+    mux_.AddServiceHandler(&tracker_);
+    mux_.AddEndpointSliceHandler(&tracker_);
+    proxier_.AddConsumer(&consumer_, "fake");
+  }
+  std::vector<std::string> Endpoints(const std::string& service) {
+    const ServicePortInfo* info = proxier_.table()->Find({{"default", service}, "", {}});
+    std::vector<std::string> out;
+    if (info) {
+      for (const auto& a : info->cluster_endpoints) {
+        out.push_back(a.ToString());
+      }
+    }
+    return out;
+  }
+  base::FakeClock clock_;
+  base::Registry metrics_;
+  config::Mux mux_;
+  config::SourceChannel* src_ = mux_.Channel("file");
+  ChangeTracker tracker_{clock_, [] {}};
+  Proxier proxier_{tracker_, NodeInfo{}, clock_, metrics_};
+  RecordingConsumer consumer_;
+};
+
+TEST_F(ProxierTest, WaitsForSourcesToSync) {
+  src_->UpdateServices(config::Op::kSet, {Svc("a", "10.96.0.1", 80)});
+  EXPECT_EQ(proxier_.Sync().value_or(true), false);  // not a run: the runner does not count it
+  EXPECT_TRUE(consumer_.tables.empty());
+  src_->MarkSynced();
+  EXPECT_EQ(proxier_.Sync().value_or(false), true);
+  ASSERT_EQ(consumer_.tables.size(), 1u);
+  EXPECT_EQ(consumer_.tables[0]->ports().size(), 1u);
+  EXPECT_NE(proxier_.LastSync(), absl::InfinitePast());
+}
+
+TEST_F(ProxierTest, SliceBeforeServiceAndUpdates) {
+  src_->MarkSynced();
+  src_->UpdateEndpointSlices(config::Op::kAdd, {Slice("a", "a-1", {"10.0.0.1"})});
+  ASSERT_TRUE(proxier_.Sync().ok());
+  EXPECT_TRUE(proxier_.table()->ports().empty());
+  src_->UpdateServices(config::Op::kAdd, {Svc("a", "10.96.0.1", 80)});
+  ASSERT_TRUE(proxier_.Sync().ok());
+  EXPECT_EQ(Endpoints("a"), (std::vector<std::string>{"10.0.0.1:8080"}));
+  src_->UpdateEndpointSlices(config::Op::kAdd, {Slice("a", "a-2", {"10.0.0.2"})});
+  ASSERT_TRUE(proxier_.Sync().ok());
+  EXPECT_EQ(Endpoints("a"), (std::vector<std::string>{"10.0.0.1:8080", "10.0.0.2:8080"}));
+  src_->UpdateEndpointSlices(config::Op::kRemove, {Slice("a", "a-1", {})});
+  ASSERT_TRUE(proxier_.Sync().ok());
+  EXPECT_EQ(Endpoints("a"), (std::vector<std::string>{"10.0.0.2:8080"}));
+  src_->UpdateServices(config::Op::kRemove, {Svc("a", "10.96.0.1", 80)});
+  ASSERT_TRUE(proxier_.Sync().ok());
+  EXPECT_TRUE(proxier_.table()->ports().empty());
+}
+
+TEST_F(ProxierTest, UnchangedServicesKeepTheirEntries) {
+  src_->MarkSynced();
+  src_->UpdateServices(config::Op::kSet, {Svc("a", "10.96.0.1", 80), Svc("b", "10.96.0.2", 80)});
+  ASSERT_TRUE(proxier_.Sync().ok());
+  auto before = proxier_.table()->ports();
+  src_->UpdateServices(config::Op::kAdd, {Svc("b", "10.96.0.2", 81)});
+  ASSERT_TRUE(proxier_.Sync().ok());
+  auto after = proxier_.table()->ports();
+  EXPECT_EQ(before.begin()->second, after.begin()->second);  // "a" not rebuilt
+  EXPECT_NE(before.rbegin()->second, after.rbegin()->second);
+}
+
+TEST_F(ProxierTest, ConsumerFailureIsRetriedWithTheSameTable) {
+  src_->MarkSynced();
+  src_->UpdateServices(config::Op::kSet, {Svc("a", "10.96.0.1", 80)});
+  consumer_.fail = true;
+  EXPECT_FALSE(proxier_.Sync().ok());
+  EXPECT_EQ(proxier_.LastSync(), absl::InfinitePast());
+  consumer_.fail = false;
+  ASSERT_TRUE(proxier_.Sync().ok());
+  ASSERT_EQ(consumer_.tables.size(), 2u);
+  EXPECT_EQ(consumer_.tables[1]->ports().size(), 1u);
+}
+
+TEST_F(ProxierTest, MetricsAreExported) {
+  src_->MarkSynced();
+  ASSERT_TRUE(proxier_.Sync().ok());
+  std::string text = metrics_.Render();
+  EXPECT_NE(text.find("kubeproxy_sync_proxy_rules_duration_seconds_count 1"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("kubeproxy_sync_proxy_rules_last_timestamp_seconds 1700000000"),
+            std::string::npos)
+      << text;
+}
+
+TEST_F(ProxierTest, ANewZoneRebuildsHintedServices) {
+  auto slice =
+      std::make_shared<config::EndpointSlice>(*Slice("a", "a-1", {"10.0.0.1", "10.0.0.2"}));
+  slice->endpoints[0].has_hints = true;
+  slice->endpoints[0].hint_zones = {"zone-a"};
+  slice->endpoints[1].has_hints = true;
+  slice->endpoints[1].hint_zones = {"zone-b"};
+  src_->MarkSynced();
+  src_->UpdateServices(config::Op::kSet, {Svc("a", "10.96.0.1", 80)});
+  src_->UpdateEndpointSlices(config::Op::kSet, {slice});
+  ASSERT_TRUE(proxier_.Sync().ok());
+  EXPECT_EQ(Endpoints("a"), (std::vector<std::string>{"10.0.0.1:8080", "10.0.0.2:8080"}));
+  proxier_.SetZone("zone-b");
+  ASSERT_TRUE(proxier_.Sync().ok());
+  EXPECT_EQ(Endpoints("a"), (std::vector<std::string>{"10.0.0.2:8080"}));
+  proxier_.SetZone("zone-b");  // unchanged: a periodic sync re-applies the same table
+  auto before = proxier_.table();
+  ASSERT_TRUE(proxier_.Sync().ok());
+  EXPECT_EQ(proxier_.table(), before);
+}
+
+TEST_F(ProxierTest, ProgrammingLatencyRunsFromTheSliceTriggerTime) {
+  auto changed = [](const char* name, const char* trigger) {
+    auto s = std::make_shared<config::EndpointSlice>(*Slice("a", name, {"10.0.0.1"}));
+    s->meta.annotations[config::kLastChangeTriggerTimeAnnotation] = trigger;
+    return s;
+  };
+  src_->MarkSynced();
+  src_->UpdateServices(config::Op::kSet, {Svc("a", "10.96.0.1", 80)});
+  // A change from before the agent started (the initial list) would measure the agent's
+  // downtime, not programming latency: kube-proxy leaves those out too.
+  src_->UpdateEndpointSlices(config::Op::kSet, {changed("a-1", "2023-11-14T22:00:00Z")});
+  clock_.Advance(absl::Seconds(3));
+  src_->UpdateEndpointSlices(config::Op::kAdd, {changed("a-2", "2023-11-14T22:13:21Z")});
+  ASSERT_TRUE(proxier_.Sync().ok());
+  std::string text = metrics_.Render();
+  EXPECT_NE(text.find("kubeproxy_network_programming_duration_seconds_count 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("kubeproxy_network_programming_duration_seconds_sum 2\n"), std::string::npos)
+      << text;
+}
+
+}  // namespace
+}  // namespace sluice::proxier

@@ -1,0 +1,31 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "agent/control/proxier/run_policy.h"
+
+#include <algorithm>
+
+namespace sluice::proxier {
+
+RunPolicy::RunPolicy(absl::Duration min_interval, absl::Duration max_interval,
+                     absl::Duration retry_interval)
+    : min_interval_(min_interval),
+      max_interval_(std::max(min_interval, max_interval)),
+      retry_interval_(std::max(min_interval, retry_interval)) {}
+
+absl::Time RunPolicy::Due() const {
+  if (last_run_ == absl::InfinitePast()) {
+    return requested_ ? absl::InfinitePast() : absl::InfiniteFuture();
+  }
+  absl::Time due = std::min(last_run_ + max_interval_, retry_at_);
+  if (requested_) {
+    due = std::min(due, last_run_ + min_interval_);
+  }
+  return due;
+}
+
+void RunPolicy::Ran(absl::Time now) {
+  last_run_ = now;
+  requested_ = false;
+  retry_at_ = absl::InfiniteFuture();
+}
+
+}  // namespace sluice::proxier

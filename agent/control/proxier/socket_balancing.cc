@@ -1,0 +1,163 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "agent/control/proxier/socket_balancing.h"
+
+#include <algorithm>
+#include <random>
+
+#include "absl/hash/hash.h"
+#include "absl/strings/str_cat.h"
+#include "lib/base/log.h"
+
+namespace sluice::proxier {
+namespace {
+
+// The socket-LB service name "<port>#<c|e><4|6>": counters sum back by the part before '#'.
+std::string Name(const ServicePortName& port, bool external, bool v4) {
+  return absl::StrCat(port.ToString(), "#", external ? "e" : "c", v4 ? "4" : "6");
+}
+
+std::string PortOf(const std::string& name) { return name.substr(0, name.rfind('#')); }
+
+}  // namespace
+
+SocketBalancing::SocketBalancing(socklb::SocketLb& lb, Options options)
+    : lb_(lb), options_(std::move(options)) {}
+
+void SocketBalancing::Build(const ServicePortName& port, const ServicePortInfo* info,
+                            std::vector<socklb::Change>& out) const {
+  const bool udp = port.protocol == config::Protocol::kUdp;
+  // SCTP is not served (the proxy does not serve it either): its names are all removed.
+  const bool served = info != nullptr && (udp || port.protocol == config::Protocol::kTcp);
+  std::vector<net::SocketAddress> cluster, external;
+  if (served) {
+    for (const auto& ip : info->cluster_ips) {
+      cluster.emplace_back(ip, info->port);
+    }
+    for (const auto& ip : info->external_ips) {
+      // A hook cannot know a connect()'s source address before the kernel picks it: a
+      // LoadBalancer IP behind source ranges is left to the proxy, which sees the source.
+      if (SourceRangesFor(*info, ip).empty()) {
+        external.emplace_back(ip, info->port);
+      }
+    }
+    for (const auto& ip : info->node_port > 0 ? node_ips_ : std::vector<net::IpAddress>{}) {
+      external.emplace_back(ip, info->node_port);
+    }
+  }
+  // One side and family: its frontends with the endpoints of that family, or nothing where it
+  // has none, or where the side has endpoints but none of this family (the proxy serves it).
+  auto side = [&](const std::string& name, const std::vector<net::SocketAddress>& frontends,
+                  const std::vector<net::SocketAddress>& endpoints,
+                  bool v4) -> std::optional<socklb::Service> {
+    socklb::Service svc;
+    for (const auto& f : frontends) {
+      if (f.ip().is_v4() == v4) {
+        svc.frontends.push_back({f, udp});
+      }
+    }
+    for (const auto& e : endpoints) {
+      if (e.ip().is_v4() == v4) {
+        svc.backends.push_back(e);
+      }
+    }
+    if (svc.frontends.empty() || (svc.backends.empty() && !endpoints.empty())) {
+      return std::nullopt;
+    }
+    // Round-robin starts at a different backend on each node, but the order stays the same
+    // from one sync to the next, so an unchanged service is not rewritten.
+    std::mt19937_64 rng(absl::HashOf(name, options_.node_name));
+    std::shuffle(svc.backends.begin(), svc.backends.end(), rng);
+    if (info->client_ip_affinity) {
+      svc.affinity = info->affinity_timeout;
+    }
+    svc.random = options_.random;
+    return svc;
+  };
+  for (bool is_external : {false, true}) {
+    for (bool v4 : {true, false}) {
+      std::string name = Name(port, is_external, v4);
+      std::optional<socklb::Service> svc;
+      if (served) {
+        // Every client of these hooks is on this node, and kube-proxy sends node-local traffic
+        // for an external address of an externalTrafficPolicy: Local service where the
+        // ClusterIP's goes (its "short-circuit"), so it works without an endpoint here.
+        const bool short_circuit = info->external_policy == config::TrafficPolicy::kLocal;
+        svc = is_external
+                  ? side(name, external,
+                         short_circuit ? info->cluster_endpoints : info->external_endpoints, v4)
+                  : side(name, cluster, info->cluster_endpoints, v4);
+      }
+      out.emplace_back(std::move(name), std::move(svc));
+    }
+  }
+}
+
+absl::Status SocketBalancing::Apply(const std::shared_ptr<const ServiceTable>& table) {
+  // As DataPath: the first sync, the periodic resync (the same table again) and the one after
+  // an error rebuild every port and re-read the node's addresses; others redo changed ports.
+  const bool full = std::exchange(full_next_, false) || table == applied_ || applied_ == nullptr;
+  const auto& next = table->ports();
+  std::vector<socklb::Change> changes;
+  absl::Status result;
+  if (full) {
+    node_ips_ = options_.node_ips ? options_.node_ips() : std::vector<net::IpAddress>{};
+    for (const auto& [name, info] : next) {
+      Build(name, info.get(), changes);
+    }
+    std::map<std::string, socklb::Service> all;
+    for (auto& [name, service] : changes) {
+      if (service) {
+        all.emplace(std::move(name), std::move(*service));
+      }
+    }
+    result = lb_.ApplyAll(all);
+  } else {
+    // Both tables are sorted by name, and the Proxier rebuilds only changed ports: walk them
+    // together, and an unchanged port costs one pointer comparison, not a key lookup.
+    const auto& prev = applied_->ports();
+    auto a = prev.begin();
+    auto b = next.begin();
+    while (a != prev.end() || b != next.end()) {
+      if (a != prev.end() && b != next.end() && a->second == b->second) {
+        ++a, ++b;
+      } else if (b == next.end() || (a != prev.end() && a->first < b->first)) {
+        Build((a++)->first, nullptr, changes);  // removed
+      } else {
+        const bool same_name = a != prev.end() && !(b->first < a->first);
+        Build(b->first, b->second.get(), changes);  // added or changed
+        ++b;
+        if (same_name) {
+          ++a;
+        }
+      }
+    }
+    result = lb_.Apply(changes);
+  }
+  // As DataPath: the first sync's node addresses may include an earlier run's VIPs, which the
+  // VIP manager adopts or removes in that sync; the second one reads them again. A failed sync
+  // is redone in full.
+  full_next_ = applied_ == nullptr || !result.ok();
+  applied_ = table;
+  return result;
+}
+
+std::map<std::string, std::vector<std::string>> SocketBalancing::Frontends() const {
+  std::map<std::string, std::vector<std::string>> out;
+  for (auto& [name, list] : lb_.Frontends()) {
+    auto& all = out[PortOf(name)];
+    all.insert(all.end(), list.begin(), list.end());
+  }
+  return out;
+}
+
+std::map<std::string, socklb::SocketLb::Counts> SocketBalancing::Counters() const {
+  std::map<std::string, socklb::SocketLb::Counts> out;
+  for (const auto& [name, c] : lb_.Counters()) {
+    auto& sum = out[PortOf(name)];
+    sum.translated += c.translated;
+    sum.refused += c.refused;
+  }
+  return out;
+}
+
+}  // namespace sluice::proxier
