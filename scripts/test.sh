@@ -5,9 +5,11 @@
 #   scripts/test.sh --asan    g++ AddressSanitizer + UndefinedBehaviorSanitizer build in build-asan/
 #   scripts/test.sh --tsan    g++ ThreadSanitizer build in build-tsan/ (Debian's abseil is not
 #                             instrumented: accesses guarded by absl::Mutex show as races)
-#   scripts/test.sh --clang   clang++ -Werror build in build-clang/ (abseil's must-use-Status
-#                             checks and -Wthread-safety only fire under clang), plus the
-#                             `tidy` test (scripts/check-tidy.sh)
+#   scripts/test.sh --clang   clang++ -Werror build with ASan+UBSan in build-clang/ (abseil's
+#                             must-use-Status checks and -Wthread-safety only fire under clang),
+#                             plus the `tidy` test (scripts/check-tidy.sh). One build serves the
+#                             compiler's checks and the sanitizers, so CI builds the tree twice,
+#                             not three times.
 # Extra arguments after the mode go to ctest (e.g. -R Mux -V).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +27,7 @@ case "$mode" in
   asan)  dir=build-asan;  cmake_args+=(-DSLUICE_ASAN=ON) ;;
   tsan)  dir=build-tsan;  cmake_args+=(-DSLUICE_TSAN=ON) ;;
   clang) dir=build-clang; cmake_args+=(-DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang
+                                       -DSLUICE_ASAN=ON
                                        -DCMAKE_EXPORT_COMPILE_COMMANDS=ON) ;;  # the tidy test
 esac
 
