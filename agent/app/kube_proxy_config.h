@@ -1,26 +1,26 @@
 // SPDX-License-Identifier: Apache-2.0
-// kube-proxy compatibility: every kube-proxy flag of 1.26-1.33 and KubeProxyConfiguration
-// (kubeproxy.config.k8s.io/v1alpha1) files, so an existing kube-proxy DaemonSet runs sluice with
-// its arguments and ConfigMap unchanged. Settings with a sluice meaning are mapped onto sluice's
-// (sync periods, bind addresses, OOM score, UDP timeout, ...); the rest (masquerading,
-// conntrack and IPVS tuning, Windows) are accepted and reported once.
+// kube-proxy compatibility: KubeProxyConfiguration (kubeproxy.config.k8s.io/v1alpha1) files, read
+// and written through the option table's rows (agent/app/agent_option_table.cc: each kube-proxy
+// flag with the field it stands for), so an existing kube-proxy DaemonSet runs sluice with its
+// arguments and ConfigMap unchanged. Settings without a sluice meaning (masquerading, conntrack
+// and IPVS tuning, Windows) are accepted and reported once.
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "lib/base/flags.h"
+#include "lib/base/option_table.h"
 
 namespace YAML {
 class Node;
 }
 
 namespace sluice::app {
-
-struct AgentOptions;
 
 // kube-proxy's own flags (those sluice has under the same name, such as --kubeconfig or
 // --healthz-bind-address, live in AgentOptions), with kube-proxy's defaults.
@@ -82,34 +82,31 @@ struct KubeProxyFlags {
   std::vector<std::string> not_applied;
 };
 
-void RegisterKubeProxyFlags(base::FlagSet& flags, KubeProxyFlags& k);
-
 // A YAML document of kind KubeProxyConfiguration (any apiVersion: a wrong one is an error
 // when loading, not a flat sluice file).
 bool IsKubeProxyConfiguration(const YAML::Node& root);
 
-// kube-proxy's command-line flags that a KubeProxyConfiguration file replaces: kube-proxy
-// ignores them when --config is given, and so does sluice (reporting each).
-bool OverriddenByKubeProxyConfiguration(const std::string& flag);
-
-// Sets the flags a KubeProxyConfiguration's fields stand for (origin kConfigFile). Zero and
-// null values keep the default, as kube-proxy's defaulting does. A field that does not exist
-// in KubeProxyConfiguration is an error naming `path`, line and field.
+// Sets the flags that `table`'s rows map KubeProxyConfiguration fields to (origin kConfigFile);
+// fields no flag stands for are mapped into `k` or reported in k.not_applied. Zero and null
+// values keep the default, as kube-proxy's defaulting does. A field that does not exist in
+// KubeProxyConfiguration is an error naming `path`, line and field.
 absl::Status LoadKubeProxyConfiguration(const std::string& path, const YAML::Node& root,
-                                        base::FlagSet& flags, KubeProxyFlags& k);
+                                        base::FlagSet& flags, std::span<const base::Option> table,
+                                        KubeProxyFlags& k);
 
-// Maps kube-proxy settings onto sluice's after parsing (mode-specific sync periods,
-// deprecated ports, IPv6 bind defaults, UDP timeout, NodePort address keywords) and records
-// those that do not apply. `config_file`: whether --config was given (kube-proxy then ignores
-// --healthz-port and --metrics-port).
-absl::Status ResolveKubeProxyFlags(AgentOptions& o, const base::FlagSet& flags, bool config_file);
+// Writes every field `table` maps (but those marked kNoWrite) with the rows' current values, and
+// k's nftables periods, as a KubeProxyConfiguration (v1alpha1) that kube-proxy and sluice both
+// read back.
+absl::Status WriteKubeProxyFile(std::span<const base::Option> table, const KubeProxyFlags& k,
+                                const std::string& path);
+
+// kube-proxy's IPPortVar takes an address without a port too: this adds `port` to an IP.
+std::string AppendPortIfNeeded(const std::string& address, int64_t port);
+// --feature-gates: "Name=bool,...".
+absl::Status CheckFeatureGates(const std::string& gates);
 
 // Logs each entry of k.not_applied once.
 void ReportNotApplied(const KubeProxyFlags& k);
-
-// Writes the effective settings as a KubeProxyConfiguration (v1alpha1) that kube-proxy and
-// sluice both read back (--write-config-to).
-absl::Status WriteKubeProxyConfiguration(const AgentOptions& o, const std::string& path);
 
 // Sets this process's /proc/self/oom_score_adj.
 absl::Status ApplyOomScoreAdj(int64_t value);

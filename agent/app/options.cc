@@ -23,141 +23,7 @@
 namespace sluice::app {
 
 void RegisterFlags(base::FlagSet& flags, AgentOptions& o) {
-  flags.Repeated("source", &o.sources,
-                 "Config source: file:PATH (a manifest file or directory), kube, or "
-                 "etcd:URL[,URL...]; all sources are merged");
-  flags.String("config", &o.config_file,
-               "YAML file with these settings (keys are flag names; flags given on the command "
-               "line win), or kube-proxy's KubeProxyConfiguration (v1alpha1) file");
-  flags.String("etcd-prefix", &o.etcd_prefix,
-               "Key prefix of etcd sources: Services under PREFIX/services/NAMESPACE/NAME, "
-               "EndpointSlices under PREFIX/endpointslices/NAMESPACE/NAME");
-  flags.String("etcd-cafile", &o.etcd_cafile,
-               "PEM CA bundle to verify https etcd servers (default: the system's)");
-  flags.String("etcd-certfile", &o.etcd_certfile,
-               "PEM client certificate for https etcd servers (with --etcd-keyfile)");
-  flags.String("etcd-keyfile", &o.etcd_keyfile, "PEM key of --etcd-certfile");
-  flags.String("hostname-override", &o.hostname_override,
-               "Node name used for traffic policy Local (default: the host name)");
-  flags.String("zone", &o.zone, "This node's topology zone, for topology-aware hints");
-  flags.String("service-proxy-name", &o.service_proxy_name,
-               "Serve only services labelled service.kubernetes.io/service-proxy-name=NAME "
-               "(default: only unlabelled services)");
-  flags.String("kubeconfig", &o.kubeconfig,
-               "--source=kube: kubeconfig file with the API server and credentials (default: "
-               "the pod's service account)");
-  flags.String("master", &o.master,
-               "--source=kube: API server address, overriding the kubeconfig's (alone: with the "
-               "pod's service account credentials when mounted)");
-  flags.Bool("allow-loopback", &o.allow_loopback,
-             "Accept EndpointSlice addresses (which the API server refuses there) and, from "
-             "the file and etcd sources, cluster IPs on loopback (127.0.0.0/8, ::1): for local "
-             "demos, tests and benchmarks");
-  flags.String("healthz-bind-address", &o.healthz_bind_address,
-               "IP:PORT for /healthz and /livez; empty disables");
-  flags.String("metrics-bind-address", &o.metrics_bind_address,
-               "IP:PORT for /metrics, /proxyMode and /debug/services; empty disables");
-  flags.Duration("sync-period", &o.sync_period,
-                 "Longest time between syncs; /healthz fails when an update waits 2x this");
-  flags.Duration("min-sync-period", &o.min_sync_period,
-                 "Shortest time between syncs; changes within it are applied together");
-  flags.Int("workers", &o.workers,
-            "Data-path threads, each with its own listeners (0: one per CPU)");
-  flags.String("vip-interface", &o.vip_interface,
-               "Interface for service VIPs (default: a dummy link sluice0 when the kernel has "
-               "the type, else lo)");
-  flags.Bool("keep-vips", &o.keep_vips,
-             "Leave the VIPs in place at shutdown, so a restart does not interrupt services");
-  flags.List("service-cluster-ip-range", &o.service_cluster_ip_range,
-             "The cluster's service CIDRs (kube-apiserver's flag of that name; one per family): "
-             "each is made local by one route instead of an address per ClusterIP, which is "
-             "much faster with thousands of services; every address in them then answers "
-             "locally (refused without a service)");
-  flags.List("nodeport-addresses", &o.nodeport_addresses,
-             "CIDRs of the node addresses NodePorts listen on (default: all addresses)");
-  flags.Duration("dial-timeout", &o.dial_timeout,
-                 "Total time to find an answering endpoint for a new TCP connection");
-  flags.Duration("tcp-idle-timeout", &o.tcp_idle_timeout,
-                 "Reset a proxied TCP connection after this long without traffic");
-  flags.Duration(
-      "drain-timeout", &o.drain_timeout,
-      "Reset connections of a removed service port after this long (0: let them finish)");
-  flags.Duration("udp-idle-timeout", &o.udp_idle_timeout,
-                 "Close a UDP flow (client address -> endpoint) after this long without datagrams");
-  flags.Int("max-connections-per-worker", &o.max_connections_per_worker,
-            "Open proxied TCP connections a worker holds; beyond it new ones are reset at "
-            "accept (sluice_connections_limited_total)");
-  flags.Int("udp-max-flows-per-worker", &o.udp_max_flows_per_worker,
-            "UDP flows a worker holds over all of its listeners; beyond it a new client's flow "
-            "replaces the least recently used one (sluice_udp_flows_evicted_total)");
-  flags.Int("max-source-connections-per-worker", &o.max_source_connections_per_worker,
-            "Open proxied TCP connections one client IP holds on a worker; beyond it its new "
-            "ones are reset at accept (sluice_connections_source_limited_total)");
-  flags.Int("udp-max-source-flows-per-worker", &o.udp_max_source_flows_per_worker,
-            "UDP flows one client IP holds on a worker; beyond it a new flow of that client "
-            "replaces its own least recently used one (sluice_udp_flows_evicted_total)");
-  flags.Int("max-listeners", &o.max_listeners,
-            "Listening addresses (service port x address with endpoints) of the userspace "
-            "proxy on this node; Services beyond it are not served, smallest admitted first "
-            "(sluice_unserved_service_ports, /debug/services)");
-  flags.Int("max-listeners-per-service", &o.max_listeners_per_service,
-            "Listening addresses one Service may take (all of its ports); a Service over it is "
-            "not served (sluice_unserved_service_ports, /debug/services)");
-  flags.Int("reuseport-sockets", &o.reuseport_sockets,
-            "Sockets of per-worker SO_REUSEPORT groups, which spread new TCP connections over "
-            "the workers in turn; TCP addresses beyond it get one socket all workers watch");
-  flags.Int("fd-reserve", &o.fd_reserve,
-            "File descriptors the data path leaves free for the control plane (API watches, "
-            "status servers, files, the tunnel agent), at most half the process's limit");
-  flags.String("datapath", &o.datapath,
-               "TCP data path: auto (sockmap if the kernel and capabilities allow it, else "
-               "splice), splice, or sockmap (refuse to start without it)");
-  flags.String("socket-lb", &o.socket_lb,
-               "Socket-level balancing for clients on this node (connect()/sendmsg() go straight "
-               "to a backend, no proxy in the path): auto (on if the kernel, capabilities and "
-               "cgroup allow it and a self-test passes), on (refuse to start without it) or off");
-  flags.String("socket-lb-cgroup", &o.socket_lb_cgroup,
-               "cgroup v2 directory whose processes are balanced at the socket (default: the "
-               "root of the cgroup v2 hierarchy, which must then be the host's)");
-  flags.Bool("socket-lb-host-netns-only", &o.socket_lb_host_netns_only,
-             "Balance at the socket only in the agent's network namespace (the host's), so "
-             "service meshes that intercept pod traffic by destination still see service IPs");
-  flags.String("socket-lb-algorithm", &o.socket_lb_algorithm,
-               "Backend choice of socket-level balancing: round-robin (as the proxy) or random");
-  flags.String("bpf-root", &o.bpf_root,
-               "bpffs directory where socket-level balancing pins its programs and maps, so "
-               "they keep working while the agent restarts (\"\": no pinning)");
-  flags.Bool("strict-arp", &o.strict_arp,
-             "Once the node has VIPs, set net.ipv4.conf.all.arp_ignore=1 and arp_announce=2 (as "
-             "kube-proxy's IPVS strictARP) so that the node does not answer ARP on its links "
-             "for externalIPs and LoadBalancer IPs; --cleanup restores the earlier values");
-  flags.String("state-dir", &o.state_dir,
-               "Directory for what must outlive a restart but not a reboot: the sysctl values "
-               "--strict-arp changed, for --cleanup (keep it on the host, e.g. a hostPath)");
-  flags.Bool("cleanup", &o.cleanup,
-             "Remove what sluice leaves on the node (VIPs, pinned BPF programs and maps under "
-             "--bpf-root) and exit");
-  flags.List("tunnel-server-address", &o.tunnel_servers,
-             "HOST:PORT[,...] of Konnectivity servers' agent ports: runs the tunnel agent");
-  flags.String("tunnel-ca-cert", &o.tunnel_ca_cert,
-               "CA that signs the tunnel servers' certificate");
-  flags.String("tunnel-cert", &o.tunnel_cert, "Client certificate for the tunnel servers (mTLS)");
-  flags.String("tunnel-key", &o.tunnel_key, "Key of --tunnel-cert");
-  flags.String("tunnel-token-path", &o.tunnel_token_path,
-               "Bearer token file sent to the tunnel servers (re-read on every connect)");
-  flags.String("tunnel-agent-identifiers", &o.tunnel_identifiers,
-               "URL-query encoded identifiers sent to the tunnel servers (default: "
-               "host=<node name>)");
-  flags.List("tunnel-allowed-destinations", &o.tunnel_allowed_destinations,
-             "CIDR[:PORT[-PORT]] the tunnel agent may dial (default: any but loopback, "
-             "link-local and this agent's own ports, which only entries naming them open)");
-  flags.Duration("tunnel-drain-period", &o.tunnel_drain_period,
-                 "On SIGTERM with the tunnel on: tell the servers we are draining and keep "
-                 "serving this long before stopping (a second signal stops at once)");
-  base::RegisterKlogFlags(flags, o.klog);
-  RegisterKubeProxyFlags(flags, o.kube_proxy);
-  flags.Bool("help", &o.help, "Show this help and exit");
-  flags.Bool("version", &o.version, "Print the version and exit");
+  base::RegisterOptions(flags, AgentOptionTable(o));
 }
 
 std::string SourceSpec::ToString() const {
@@ -411,11 +277,13 @@ absl::Status ParseAgentOptions(int argc, char** argv, base::FlagSet& flags, Agen
       // Start again from the defaults, load the file, then apply the flags that still count.
       o = AgentOptions{};
       flags = base::FlagSet(flags.program());
-      RegisterFlags(flags, o);
-      RETURN_IF_ERROR(LoadKubeProxyConfiguration(path, root, flags, o.kube_proxy));
+      const std::vector<base::Option> table = AgentOptionTable(o);
+      base::RegisterOptions(flags, table);
+      RETURN_IF_ERROR(LoadKubeProxyConfiguration(path, root, flags, table, o.kube_proxy));
       std::vector<std::string> overridden;
       RETURN_IF_ERROR(flags.Parse(argc, argv, [&](const std::string& name) {
-        if (!OverriddenByKubeProxyConfiguration(name)) {
+        const base::Option* row = base::FindOption(table, name);
+        if (row == nullptr || !(row->traits & base::Option::kFileWins)) {
           return false;
         }
         overridden.push_back(name);
@@ -438,6 +306,103 @@ absl::Status ParseAgentOptions(int argc, char** argv, base::FlagSet& flags, Agen
   }
   RETURN_IF_ERROR(ResolveKubeProxyFlags(o, flags, config_file));
   return Validate(o);
+}
+
+absl::Status ResolveKubeProxyFlags(AgentOptions& o, const base::FlagSet& flags, bool config_file) {
+  KubeProxyFlags& k = o.kube_proxy;
+  RETURN_IF_ERROR(CheckFeatureGates(k.feature_gates));
+  if (k.oom_score_adj < -1000 || k.oom_score_adj > 1000) {
+    return absl::InvalidArgumentError("--oom-score-adj must be within [-1000, 1000]");
+  }
+  auto bind_ip = net::IpAddress::Parse(k.bind_address);
+  if (!bind_ip) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid value \"", k.bind_address, "\" for flag --bind-address: want an IP"));
+  }
+  // kube-proxy's sync periods are per mode; sluice's own flags win when given.
+  const bool ipvs = k.proxy_mode == "ipvs";
+  const bool nftables = k.proxy_mode == "nftables";
+  auto pick = [&](const char* own, absl::Duration& dst, const char* mode_flag,
+                  absl::Duration mode_value, const std::optional<absl::Duration>& nft) {
+    if (flags.IsSet(own)) {
+      return;
+    }
+    if (nftables && nft) {
+      dst = *nft;
+    } else if (!nftables && flags.IsSet(mode_flag)) {
+      dst = mode_value;
+    }
+  };
+  pick("sync-period", o.sync_period, ipvs ? "ipvs-sync-period" : "iptables-sync-period",
+       ipvs ? k.ipvs_sync_period : k.iptables_sync_period, k.nftables_sync_period);
+  pick("min-sync-period", o.min_sync_period,
+       ipvs ? "ipvs-min-sync-period" : "iptables-min-sync-period",
+       ipvs ? k.ipvs_min_sync_period : k.iptables_min_sync_period, k.nftables_min_sync_period);
+  if (flags.IsSet("udp-timeout") && !flags.IsSet("udp-idle-timeout")) {
+    o.udp_idle_timeout = k.udp_timeout;
+  }
+  // IPv6 primary IP: kube-proxy's defaults for the servers follow its family.
+  if (!bind_ip->is_v4() && !flags.IsSet("healthz-bind-address")) {
+    o.healthz_bind_address = "[::]:10256";
+  }
+  if (!bind_ip->is_v4() && !flags.IsSet("metrics-bind-address")) {
+    o.metrics_bind_address = "[::1]:10249";
+  }
+  const bool ports_apply = !config_file && k.write_config_to.empty();
+  o.healthz_bind_address =
+      ports_apply && k.healthz_port == 0
+          ? ""
+          : AppendPortIfNeeded(o.healthz_bind_address, ports_apply ? k.healthz_port : 10256);
+  o.metrics_bind_address =
+      ports_apply && k.metrics_port == 0
+          ? ""
+          : AppendPortIfNeeded(o.metrics_bind_address, ports_apply ? k.metrics_port : 10249);
+  // NodePort address keywords (kube-proxy 1.29+).
+  std::vector<std::string> cidrs;
+  for (const std::string& a : o.nodeport_addresses) {
+    if (a == "all") {
+      cidrs.insert(cidrs.end(), {"0.0.0.0/0", "::/0"});
+    } else if (a == "localhost") {
+      cidrs.insert(cidrs.end(), {"127.0.0.0/8", "::1/128"});
+    } else if (a == "primary" && !bind_ip->IsUnspecified()) {
+      cidrs.push_back(absl::StrCat(bind_ip->ToString(), bind_ip->is_v4() ? "/32" : "/128"));
+    } else if (a == "primary") {
+      k.not_applied.push_back(
+          "--nodeport-addresses=primary: without --bind-address sluice does not know the "
+          "node's primary IP (it reads no Node object); NodePorts answer on all addresses");
+      cidrs.insert(cidrs.end(), {"0.0.0.0/0", "::/0"});
+    } else {
+      cidrs.push_back(a);
+    }
+  }
+  o.nodeport_addresses = std::move(cidrs);
+  if (flags.Changed("proxy-mode")) {
+    k.not_applied.push_back(absl::StrCat(
+        "--proxy-mode / mode \"", k.proxy_mode,
+        "\" selects no data path: sluice runs its own (GET /proxyMode on the metrics address)"));
+  }
+  if (flags.IsSet("healthz-port") && !ports_apply) {
+    k.not_applied.push_back("--healthz-port is ignored with --config, as kube-proxy does");
+  }
+  if (flags.IsSet("metrics-port") && !ports_apply) {
+    k.not_applied.push_back("--metrics-port is ignored with --config, as kube-proxy does");
+  }
+  for (std::string& line :
+       base::Unapplied(flags, AgentOptionTable(o), base::Option::Origin::kUpstream, "kube-proxy")) {
+    k.not_applied.push_back(std::move(line));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteKubeProxyConfiguration(const AgentOptions& o, const std::string& path) {
+  // The file holds the settings in effect: whichever mode reads it gets the same periods.
+  AgentOptions effective = o;
+  KubeProxyFlags& k = effective.kube_proxy;
+  k.iptables_sync_period = k.ipvs_sync_period = o.sync_period;
+  k.iptables_min_sync_period = k.ipvs_min_sync_period = o.min_sync_period;
+  k.nftables_sync_period = o.sync_period;
+  k.nftables_min_sync_period = o.min_sync_period;
+  return WriteKubeProxyFile(AgentOptionTable(effective), k, path);
 }
 
 }  // namespace sluice::app

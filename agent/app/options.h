@@ -8,6 +8,7 @@
 #include "absl/time/time.h"
 #include "lib/base/flags.h"
 #include "lib/base/klog.h"
+#include "lib/base/option_table.h"
 #include "lib/net/address.h"
 
 #include "agent/app/kube_proxy_config.h"
@@ -100,6 +101,9 @@ struct AgentOptions {
   std::vector<net::Cidr> service_cidrs;
 };
 
+// sluice-agent's option table (agent_option_table.cc), its rows pointing into `opts`.
+std::vector<base::Option> AgentOptionTable(AgentOptions& opts);
+
 // Registers every option on `flags` (defaults from `opts`).
 void RegisterFlags(base::FlagSet& flags, AgentOptions& opts);
 
@@ -119,5 +123,15 @@ absl::Status Validate(AgentOptions& opts);
 absl::Status ParseAgentOptions(int argc, char** argv, base::FlagSet& flags, AgentOptions& opts);
 
 absl::StatusOr<SourceSpec> ParseSourceSpec(const std::string& text);
+
+// Maps kube-proxy settings onto sluice's after parsing (mode-specific sync periods,
+// deprecated ports, IPv6 bind defaults, UDP timeout, NodePort address keywords) and records
+// those that do not apply. `config_file`: whether --config was given (kube-proxy then ignores
+// --healthz-port and --metrics-port).
+absl::Status ResolveKubeProxyFlags(AgentOptions& o, const base::FlagSet& flags, bool config_file);
+
+// Writes the effective settings as a KubeProxyConfiguration (v1alpha1) that kube-proxy and
+// sluice both read back (--write-config-to): every mode's sync periods are the effective ones.
+absl::Status WriteKubeProxyConfiguration(const AgentOptions& o, const std::string& path);
 
 }  // namespace sluice::app

@@ -246,9 +246,23 @@ std::string FlagSet::Format(const Flag& flag) {
   return "";
 }
 
+namespace {
+constexpr const char* kTypes[] = {"string", "int", "", "duration", "strings", "string", "float"};
+}  // namespace
+
+std::string FlagSet::TypeName(std::string_view name) const {
+  std::string canonical;
+  const Flag* flag = Find(name, &canonical);
+  return flag == nullptr ? "" : kTypes[static_cast<int>(flag->kind)];
+}
+
+std::string FlagSet::DefaultText(std::string_view name) const {
+  std::string canonical;
+  const Flag* flag = Find(name, &canonical);
+  return flag == nullptr ? "" : flag->default_text;
+}
+
 std::string FlagSet::Help() const {
-  static constexpr const char* kTypes[] = {"string",  "int",    "",     "duration",
-                                           "strings", "string", "float"};
   static constexpr const char* kZero[] = {"\"\"", "0", "false", "0", "[]", "[]", "0"};
   std::string out = absl::StrCat("Usage: ", program_, " [flags]\n\nFlags:\n");
   for (const auto& [name, flag] : flags_) {

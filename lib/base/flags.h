@@ -50,6 +50,10 @@ class FlagSet final {
   // Every flag with its type, default and help, sorted by name. Like pflag, a zero default
   // ("", 0, false, [], 0s) is not printed, nor one the help text already states.
   std::string Help() const;
+  // One flag's type as Help() prints it ("" for a bool) and its default as Help() formats it;
+  // empty for an unknown flag.
+  std::string TypeName(std::string_view name) const;
+  std::string DefaultText(std::string_view name) const;
   const std::string& program() const { return program_; }
 
  private:

@@ -21,40 +21,44 @@
 
 namespace sluice::base {
 
-void RegisterKlogFlags(FlagSet& f, KlogFlags& k) {
-  f.Bool("logtostderr", &k.logtostderr, "(klog) Log to standard error instead of files.");
-  f.Bool("alsologtostderr", &k.alsologtostderr,
-         "(klog) Log to standard error as well as files (no effect when --logtostderr=true).");
-  f.String("log-file", &k.log_file,
-           "(klog) If non-empty, use this log file (no effect when --logtostderr=true).");
-  f.String("log-dir", &k.log_dir,
-           "(klog) If non-empty, write PROGRAM.log in this directory (no effect when "
-           "--logtostderr=true).");
-  f.Int("log-file-max-size", &k.log_file_max_size,
-        "(klog) Megabytes a log file may grow to before it is started anew; 0 = unlimited.");
-  f.String("stderrthreshold", &k.stderrthreshold,
-           "(klog) With --logtostderr=false, lines at or above this severity (INFO, WARNING, "
-           "ERROR, FATAL or 0-3) also go to stderr.");
-  f.Bool("skip-headers", &k.skip_headers, "(klog) Leave the header prefix off log lines.");
-  f.Bool("add-dir-header", &k.add_dir_header, "(klog) Accepted; sluice logs the file name only.");
-  f.Bool("one-output", &k.one_output, "(klog) Accepted; sluice writes each line once anyway.");
-  f.Bool("skip-log-headers", &k.skip_log_headers,
-         "(klog) Accepted; sluice writes no header into log files anyway.");
-  f.String("vmodule", &k.vmodule, "(klog) Accepted; per-file verbosity is not implemented.");
-  f.String("log-backtrace-at", &k.log_backtrace_at, "(klog) Accepted; not implemented.");
-  f.Int("v", &k.v, "Log verbosity.");
+std::vector<Option> KlogOptions(KlogFlags& k) {
+  using O = Option;
+  constexpr O::Origin kKlog = O::Origin::kKlog;
+  return {
+      {"logtostderr", &k.logtostderr, "(klog) Log to standard error instead of files.", kKlog},
+      {"alsologtostderr", &k.alsologtostderr,
+       "(klog) Log to standard error as well as files (no effect when --logtostderr=true).", kKlog},
+      {"log-file", &k.log_file,
+       "(klog) If non-empty, use this log file (no effect when --logtostderr=true).", kKlog},
+      {"log-dir", &k.log_dir,
+       "(klog) If non-empty, write PROGRAM.log in this directory (no effect when "
+       "--logtostderr=true).",
+       kKlog},
+      {"log-file-max-size", &k.log_file_max_size,
+       "(klog) Megabytes a log file may grow to before it is started anew; 0 = unlimited.", kKlog},
+      {"stderrthreshold", &k.stderrthreshold,
+       "(klog) With --logtostderr=false, lines at or above this severity (INFO, WARNING, "
+       "ERROR, FATAL or 0-3) also go to stderr.",
+       kKlog},
+      {"skip-headers", &k.skip_headers, "(klog) Leave the header prefix off log lines.", kKlog},
+      {"add-dir-header", &k.add_dir_header, "(klog) Accepted; sluice logs the file name only.",
+       kKlog, "", "sluice logs the file name only"},
+      {"one-output", &k.one_output, "(klog) Accepted; sluice writes each line once anyway.", kKlog,
+       "", "sluice writes each line once anyway"},
+      {"skip-log-headers", &k.skip_log_headers,
+       "(klog) Accepted; sluice writes no header into log files anyway.", kKlog, "",
+       "sluice writes no header into log files anyway"},
+      {"vmodule", &k.vmodule, "(klog) Accepted; per-file verbosity is not implemented.", kKlog, "",
+       "per-file verbosity is not implemented; use -v"},
+      {"log-backtrace-at", &k.log_backtrace_at, "(klog) Accepted; not implemented.", kKlog, "",
+       "not implemented"},
+      {"v", &k.v, "Log verbosity.", kKlog},
+  };
 }
 
-namespace {
-// klog's flags that sluice accepts without acting on them.
-constexpr std::array<IgnoredFlag, 5> kKlogIgnored = {{
-    {"add-dir-header", "sluice logs the file name only"},
-    {"one-output", "sluice writes each line once anyway"},
-    {"skip-log-headers", "sluice writes no header into log files anyway"},
-    {"vmodule", "per-file verbosity is not implemented; use -v"},
-    {"log-backtrace-at", "not implemented"},
-}};
+void RegisterKlogFlags(FlagSet& f, KlogFlags& k) { RegisterOptions(f, KlogOptions(k)); }
 
+namespace {
 // klog's severities, also accepted as numbers; -1 when unknown.
 int ParseSeverity(std::string_view s) {
   static constexpr std::array<std::string_view, 4> kNames = {"INFO", "WARNING", "ERROR", "FATAL"};
@@ -107,8 +111,14 @@ absl::StatusOr<UniqueFd> OpenLogFile(const std::string& path) {
 
 void WarnIgnoredFlags(const FlagSet& flags, std::string_view upstream,
                       std::span<const IgnoredFlag> own, std::span<const IgnoredFlag> shared) {
-  for (std::span<const IgnoredFlag> list :
-       {std::span<const IgnoredFlag>(kKlogIgnored), shared, own}) {
+  KlogFlags defaults;
+  for (const Option& row : KlogOptions(defaults)) {
+    if (row.reported() && flags.Changed(row.name)) {
+      LOG(WARNING) << "--" << row.name << " is accepted for compatibility with " << upstream
+                   << " and has no effect: " << row.why;
+    }
+  }
+  for (std::span<const IgnoredFlag> list : {shared, own}) {
     for (const IgnoredFlag& f : list) {
       if (flags.Changed(f.name)) {
         LOG(WARNING) << "--" << f.name << " is accepted for compatibility with " << upstream

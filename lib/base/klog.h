@@ -7,9 +7,11 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "lib/base/flags.h"
+#include "lib/base/option_table.h"
 #include "lib/base/unique_fd.h"
 
 namespace sluice::base {
@@ -32,6 +34,8 @@ struct KlogFlags {
   int64_t v = 0;
 };
 
+// klog's rows of a binary's option table (lib/base/option_table.h), pointing into `k`.
+std::vector<Option> KlogOptions(KlogFlags& k);
 void RegisterKlogFlags(FlagSet& flags, KlogFlags& k);
 
 // A flag accepted only so that upstream's manifests start; sluice does not act on it.

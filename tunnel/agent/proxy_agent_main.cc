@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // sluice-proxy-agent: a drop-in for upstream proxy-agent (the same flags and defaults as v0.31,
-// klog's included) built from the tunnel agent library. Flags -> wiring, nothing else.
+// klog's included: proxy_agent_options.cc) built from the tunnel agent library. Flags -> wiring,
+// nothing else.
 #include <signal.h>
 
 #include <cstdio>
@@ -15,101 +16,12 @@
 #include "lib/base/status.h"
 #include "lib/http/status_server.h"
 
+#include "tunnel/agent/proxy_agent_options.h"
 #include "tunnel/agent/tunnel_agent.h"
 #include "tunnel/wire/packet.h"
-#include "tunnel/wire/upstream_flags.h"
 
 namespace sluice::tunnel::agent {
 namespace {
-
-struct ProxyAgentFlags {
-  std::string proxy_server_host = "127.0.0.1";
-  int64_t proxy_server_port = 8091;
-  std::string ca_cert, agent_cert, agent_key;
-  std::string agent_id;
-  std::string agent_identifiers;
-  std::string service_account_token_path;
-  absl::Duration sync_interval = absl::Seconds(1);
-  absl::Duration sync_interval_cap = absl::Seconds(10);
-  bool sync_forever = false;
-  absl::Duration probe_interval = absl::Seconds(1);
-  absl::Duration keepalive_time = absl::Hours(1);
-  int64_t health_server_port = 8093;
-  std::string health_server_host;
-  int64_t admin_server_port = 8094;
-  std::string admin_bind_address = "127.0.0.1";
-  int64_t xfr_channel_size = 150;
-  std::vector<std::string> alpn_proto;
-  bool count_server_leases = false;
-  std::string lease_namespace = "kube-system";
-  std::string lease_label = "k8s-app=konnectivity-server";
-  std::string server_count_source = "default";
-  std::string kubeconfig;
-  std::string kube_api_content_type = "application/vnd.kubernetes.protobuf";
-  bool enable_profiling = false;
-  bool enable_contention_profiling = false;
-  bool warn_on_channel_limit = false;
-  base::KlogFlags klog;
-  std::vector<std::string> allowed_destinations;
-  int64_t max_connection_buffer = 16 << 20;
-};
-
-void Register(base::FlagSet& f, ProxyAgentFlags& o) {
-  f.String("proxy-server-host", &o.proxy_server_host, "Proxy server host to connect to.");
-  f.Int("proxy-server-port", &o.proxy_server_port, "Proxy server agent port.");
-  f.String("ca-cert", &o.ca_cert, "CA that signs the proxy server's certificate.");
-  f.String("agent-cert", &o.agent_cert, "Client certificate (mTLS).");
-  f.String("agent-key", &o.agent_key, "Client key (mTLS).");
-  f.String("agent-id", &o.agent_id, "Unique agent ID (default: random).");
-  f.String("agent-identifiers", &o.agent_identifiers,
-           "URL-query encoded identifiers: host=..&ipv4=..&ipv6=..&cidr=..&default-route=true.");
-  f.String("service-account-token-path", &o.service_account_token_path,
-           "Bearer token file sent to the server.");
-  f.Duration("sync-interval", &o.sync_interval, "First retry interval when connecting.");
-  f.Duration("sync-interval-cap", &o.sync_interval_cap, "Maximum retry interval.");
-  f.Bool("sync-forever", &o.sync_forever,
-         "Keep syncing to follow server count changes (sluice always does).");
-  f.Duration("probe-interval", &o.probe_interval, "How often the server set is re-checked.");
-  f.Duration("keepalive-time", &o.keepalive_time, "gRPC keepalive (at least 30s is used).");
-  f.Int("health-server-port", &o.health_server_port, "Port for /healthz, /readyz, /metrics.");
-  f.String("health-server-host", &o.health_server_host, "Health bind address.");
-  f.Int("admin-server-port", &o.admin_server_port, "Port for /metrics.");
-  f.String("admin-bind-address", &o.admin_bind_address, "Admin bind address.");
-  f.Int("xfr-channel-size", &o.xfr_channel_size, "Accepted; sluice bounds queues in bytes.");
-  f.List("alpn-proto", &o.alpn_proto, "Accepted; gRPC negotiates h2.");
-  f.Bool("count-server-leases", &o.count_server_leases, "Accepted; not implemented.");
-  f.String("lease-namespace", &o.lease_namespace, "Accepted; not implemented.");
-  f.String("lease-label", &o.lease_label, "Accepted; not implemented.");
-  f.String("server-count-source", &o.server_count_source,
-           "'default' or 'max'; without lease counting both mean the count servers announce.");
-  f.String("kubeconfig", &o.kubeconfig, "Accepted; only lease counting would use it.");
-  f.String("kube-api-content-type", &o.kube_api_content_type,
-           "Accepted; only lease counting would use it.");
-  f.Bool("enable-profiling", &o.enable_profiling, "Accepted; no effect.");
-  f.Bool("enable-contention-profiling", &o.enable_contention_profiling, "Accepted; no effect.");
-  f.Bool("warn-on-channel-limit", &o.warn_on_channel_limit,
-         "Accepted; sluice has no channels to warn about.");
-  base::RegisterKlogFlags(f, o.klog);
-  f.List("allowed-destinations", &o.allowed_destinations,
-         "(sluice) CIDR[:PORT[-PORT]] the agent may dial; empty (default) allows all but "
-         "loopback, link-local (cloud metadata) and this agent's own ports, which only "
-         "entries naming them open (docs/tunnel.md).");
-  f.Int("max-connection-buffer", &o.max_connection_buffer,
-        "(sluice) Bytes queued toward one backend before that connection is closed.");
-}
-
-// Logs once for each upstream flag that was set but means nothing to sluice.
-void WarnIgnored(const base::FlagSet& flags) {
-  static constexpr base::IgnoredFlag kIgnored[] = {
-      {"alpn-proto", "gRPC negotiates h2 only"},
-      {"count-server-leases", "lease counting is not implemented; servers announce the count"},
-      {"lease-namespace", "lease counting is not implemented"},
-      {"lease-label", "lease counting is not implemented"},
-      {"kubeconfig", "only lease counting would use the API server"},
-      {"kube-api-content-type", "only lease counting would use the API server"},
-  };
-  wire::WarnIgnoredFlags(flags, kIgnored);
-}
 
 std::string RandomId() {
   std::random_device rd;
@@ -175,16 +87,14 @@ int Run(int argc, char** argv) {
   base::RaiseFileLimit();
   ProxyAgentFlags o;
   base::FlagSet flags("sluice-proxy-agent");
-  Register(flags, o);
+  RegisterProxyAgentFlags(flags, o);
   if (argc > 1 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
     std::fputs(flags.Help().c_str(), stdout);
     return 0;
   }
   absl::Status st = flags.Parse(argc, argv);
-  if (st.ok() && o.server_count_source != "" && o.server_count_source != "default" &&
-      o.server_count_source != "max") {
-    st = absl::InvalidArgumentError(
-        "--server-count-source must be one of '', 'default', 'max', got " + o.server_count_source);
+  if (st.ok()) {
+    st = ValidateProxyAgentFlags(o);
   }
   absl::StatusOr<std::unique_ptr<base::LogOutput>> log =  // lives until the process ends
       std::unique_ptr<base::LogOutput>();
@@ -196,7 +106,7 @@ int Run(int argc, char** argv) {
     LOG(ERROR) << st;
     return 2;
   }
-  WarnIgnored(flags);
+  WarnIgnoredProxyAgentFlags(flags, o);
   sigset_t sigs;
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGTERM);

@@ -183,7 +183,8 @@ void AgentStream::OnReadDone(bool ok) {
   }
   metrics_.packets.WithLabels({"from_agent", wire::TypeLabel(in_.type())}).Inc();
   if (absl::Status st = wire::Validate(in_); !st.ok()) {
-    VLOG(1) << "agent " << agent_id_ << ": dropped " << st.message();
+    // Per frame (counted in bad_packets): above -v 4, the tunnel binaries' default.
+    VLOG(5) << "agent " << agent_id_ << ": dropped " << st.message();
     metrics_.bad_packets.WithLabels({"invalid"}).Inc();
     ReadNext();
     return;
@@ -191,7 +192,7 @@ void AgentStream::OnReadDone(bool ok) {
   const int type = in_.type();
   if (!router_.OnAgentPacket(this, std::move(in_))) {
     metrics_.bad_packets.WithLabels({"unexpected_type"}).Inc();
-    VLOG(1) << "agent " << agent_id_ << ": ignored " << wire::TypeName(type);
+    VLOG(5) << "agent " << agent_id_ << ": ignored " << wire::TypeName(type);
   }
   in_.Clear();
   ReadNext();

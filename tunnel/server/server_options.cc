@@ -4,104 +4,127 @@
 #include <cstdlib>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "lib/base/log.h"
+#include "lib/base/status.h"
 
 #include "tunnel/wire/cipher_suites.h"
 
 namespace sluice::tunnel::server {
 
+std::vector<base::Option> ServerOptionTable(ServerOptions& o) {
+  using O = base::Option;
+  constexpr O::Origin kSluice = O::Origin::kSluice;
+  constexpr O::Origin kUpstream = O::Origin::kUpstream;
+  std::vector<O> table = {
+      {"mode", &o.mode, "Frontend protocol: grpc or http-connect.", kUpstream},
+      {"uds-name", &o.uds_name,
+       "Serve the frontend on this Unix socket (mode 0770) "
+       "instead of TCP.",
+       kUpstream},
+      {"delete-existing-uds-file", &o.delete_existing_uds_file,
+       "Remove whatever file is at --uds-name (a stale socket is always replaced).", kUpstream},
+      {"server-port", &o.server_port, "Frontend TCP port (mTLS).", kUpstream},
+      {"server-bind-address", &o.server_bind_address, "Frontend bind address.", kUpstream},
+      {"server-cert", &o.server_cert, "Frontend TLS certificate.", kUpstream},
+      {"server-key", &o.server_key, "Frontend TLS key.", kUpstream},
+      {"server-ca-cert", &o.server_ca_cert, "CA that signs frontend client certificates.",
+       kUpstream},
+      {"agent-port", &o.agent_port, "Agent port (always TLS).", kUpstream},
+      {"agent-bind-address", &o.agent_bind_address, "Agent bind address.", kUpstream},
+      {"cluster-cert", &o.cluster_cert, "Agent-port TLS certificate.", kUpstream},
+      {"cluster-key", &o.cluster_key, "Agent-port TLS key.", kUpstream},
+      {"cluster-ca-cert", &o.cluster_ca_cert,
+       "CA for agent client certificates; set means agents need a valid certificate.", kUpstream},
+      {"agent-namespace", &o.agent_namespace,
+       "Authenticate agents by service-account token (TokenReview): their namespace.", kUpstream},
+      {"agent-service-account", &o.agent_service_account,
+       "Authenticate agents by service-account token: their service account.", kUpstream},
+      {"authentication-audience", &o.authentication_audience,
+       "Authenticate agents by service-account token: the audience tokens must have.", kUpstream},
+      {"kubeconfig", &o.kubeconfig,
+       "kubeconfig for TokenReview (default: the pod's service account).", kUpstream},
+      {"kubeconfig-qps", &o.kubeconfig_qps,
+       "TokenReview requests per second to the API server (0: client-go's default, 5).", kUpstream},
+      {"kubeconfig-burst", &o.kubeconfig_burst,
+       "TokenReview requests allowed in a burst (0: client-go's default, 10).", kUpstream},
+      {"kube-api-content-type", &o.kube_api_content_type,
+       "Accepted; TokenReview requests are sent as application/json, which the API server "
+       "always accepts.",
+       kUpstream},
+      {"cipher-suites", &o.cipher_suites,
+       "TLS 1.2 cipher suites (Go names, e.g. TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256) of every "
+       "TLS listener; no effect on TLS 1.3; empty means the default list.",
+       kUpstream},
+      {"proxy-strategies", &o.proxy_strategies,
+       "Agent selection, in order: default, destHost, defaultRoute.", kUpstream},
+      {"server-id", &o.server_id,
+       "Unique ID of this server (default: $PROXY_SERVER_ID, else random).", kUpstream},
+      {"server-count", &o.server_count, "Number of proxy servers agents should connect to.",
+       kUpstream},
+      {"health-port", &o.health_port, "Port for /healthz and /readyz.", kUpstream},
+      {"health-bind-address", &o.health_bind_address, "Health bind address.", kUpstream},
+      {"admin-port", &o.admin_port, "Port for /metrics.", kUpstream},
+      {"admin-bind-address", &o.admin_bind_address, "Admin bind address.", kUpstream},
+      {"keepalive-time", &o.keepalive_time, "Agent-connection keepalive.", kUpstream},
+      {"frontend-keepalive-time", &o.frontend_keepalive_time, "Frontend-connection keepalive.",
+       kUpstream},
+      {"enable-lease-controller", &o.enable_lease_controller,
+       "Accepted for compatibility; sluice publishes no leases (agents learn the server "
+       "count from --server-count).",
+       kUpstream, "", "sluice publishes no leases; agents count servers by --server-count"},
+      {"lease-namespace", &o.lease_namespace, "Accepted for compatibility; no effect.", kUpstream,
+       "", "sluice publishes no leases"},
+      {"lease-label", &o.lease_label, "Accepted for compatibility; no effect.", kUpstream, "",
+       "sluice publishes no leases"},
+      {"agent-token-file", &o.agent_token_file,
+       "(sluice) Static agent bearer tokens, one per line, optionally 'token,agent-id'.", kSluice},
+      {"max-connection-buffer", &o.max_connection_buffer,
+       "(sluice) Bytes queued per tunnelled connection before it is closed.", kSluice},
+      {"http-header-timeout", &o.http_header_timeout,
+       "(sluice) Time an HTTP CONNECT client has to finish its TLS handshake and send its "
+       "request head (408 after it).",
+       kSluice},
+      {"max-http-header-bytes", &o.max_http_header_bytes,
+       "(sluice) Largest HTTP CONNECT request head (431 beyond it).", kSluice},
+      {"max-pending-dials-per-client", &o.max_pending_dials_per_client,
+       "(sluice) Dials one frontend client (an IP, or the Unix socket) may await at once; "
+       "beyond it a dial fails at once (HTTP CONNECT: 429).",
+       kSluice},
+      {"max-agents", &o.max_agents,
+       "(sluice) Agent streams connected at once; beyond it a new one is refused "
+       "(RESOURCE_EXHAUSTED) and the agent retries.",
+       kSluice},
+      {"max-tunnels-per-client", &o.max_tunnels_per_client,
+       "(sluice) Tunnels (pending or established) one frontend client (an IP, or the Unix "
+       "socket) may hold open; beyond it a dial fails at once.",
+       kSluice},
+      {"max-tunnels-per-agent", &o.max_tunnels_per_agent,
+       "(sluice) Tunnels one agent stream may carry; a full agent is passed over, and a dial "
+       "that only full agents could take fails at once.",
+       kSluice},
+      {"max-queued-bytes", &o.max_queued_bytes,
+       "(sluice) Bytes queued across all tunnelled connections; past it, a connection that "
+       "queues more pauses the stream it reads from until it drains.",
+       kSluice},
+      {"max-pending-token-reviews-per-client", &o.max_pending_token_reviews_per_client,
+       "(sluice) TokenReviews one agent address may have queued; more are refused "
+       "(UNAVAILABLE) and the agent retries.",
+       kSluice},
+      {"shutdown-grace-period", &o.shutdown_grace_period,
+       "(sluice) After SIGTERM, how long open tunnels may finish before the server stops "
+       "(new dials are refused meanwhile; a second signal stops at once).",
+       kSluice},
+  };
+  for (std::vector<O> more : {wire::UpstreamCommonOptions(o.common), base::KlogOptions(o.klog)}) {
+    table.insert(table.end(), more.begin(), more.end());
+  }
+  return table;
+}
+
 void RegisterServerFlags(base::FlagSet& f, ServerOptions& o) {
-  f.String("mode", &o.mode, "Frontend protocol: grpc or http-connect.");
-  f.String("uds-name", &o.uds_name,
-           "Serve the frontend on this Unix socket (mode 0770) "
-           "instead of TCP.");
-  f.Bool("delete-existing-uds-file", &o.delete_existing_uds_file,
-         "Remove whatever file is at --uds-name (a stale socket is always replaced).");
-  f.Int("server-port", &o.server_port, "Frontend TCP port (mTLS).");
-  f.String("server-bind-address", &o.server_bind_address, "Frontend bind address.");
-  f.String("server-cert", &o.server_cert, "Frontend TLS certificate.");
-  f.String("server-key", &o.server_key, "Frontend TLS key.");
-  f.String("server-ca-cert", &o.server_ca_cert, "CA that signs frontend client certificates.");
-  f.Int("agent-port", &o.agent_port, "Agent port (always TLS).");
-  f.String("agent-bind-address", &o.agent_bind_address, "Agent bind address.");
-  f.String("cluster-cert", &o.cluster_cert, "Agent-port TLS certificate.");
-  f.String("cluster-key", &o.cluster_key, "Agent-port TLS key.");
-  f.String("cluster-ca-cert", &o.cluster_ca_cert,
-           "CA for agent client certificates; set means agents need a valid certificate.");
-  f.String("agent-namespace", &o.agent_namespace,
-           "Authenticate agents by service-account token (TokenReview): their namespace.");
-  f.String("agent-service-account", &o.agent_service_account,
-           "Authenticate agents by service-account token: their service account.");
-  f.String("authentication-audience", &o.authentication_audience,
-           "Authenticate agents by service-account token: the audience tokens must have.");
-  f.String("kubeconfig", &o.kubeconfig,
-           "kubeconfig for TokenReview (default: the pod's service account).");
-  f.Double("kubeconfig-qps", &o.kubeconfig_qps,
-           "TokenReview requests per second to the API server (0: client-go's default, 5).");
-  f.Int("kubeconfig-burst", &o.kubeconfig_burst,
-        "TokenReview requests allowed in a burst (0: client-go's default, 10).");
-  f.String("kube-api-content-type", &o.kube_api_content_type,
-           "Accepted; TokenReview requests are sent as application/json, which the API server "
-           "always accepts.");
-  f.List("cipher-suites", &o.cipher_suites,
-         "TLS 1.2 cipher suites (Go names, e.g. TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256) of every "
-         "TLS listener; no effect on TLS 1.3; empty means the default list.");
-  f.String("proxy-strategies", &o.proxy_strategies,
-           "Agent selection, in order: default, destHost, defaultRoute.");
-  f.String("server-id", &o.server_id,
-           "Unique ID of this server (default: $PROXY_SERVER_ID, else random).");
-  f.Int("server-count", &o.server_count, "Number of proxy servers agents should connect to.");
-  f.Int("health-port", &o.health_port, "Port for /healthz and /readyz.");
-  f.String("health-bind-address", &o.health_bind_address, "Health bind address.");
-  f.Int("admin-port", &o.admin_port, "Port for /metrics.");
-  f.String("admin-bind-address", &o.admin_bind_address, "Admin bind address.");
-  f.Duration("keepalive-time", &o.keepalive_time, "Agent-connection keepalive.");
-  f.Duration("frontend-keepalive-time", &o.frontend_keepalive_time,
-             "Frontend-connection keepalive.");
-  f.Int("xfr-channel-size", &o.xfr_channel_size,
-        "Accepted for compatibility; sluice bounds queues in bytes instead.");
-  f.Bool("enable-profiling", &o.enable_profiling, "Accepted for compatibility; no effect.");
-  f.Bool("enable-contention-profiling", &o.enable_contention_profiling,
-         "Accepted for compatibility; no effect.");
-  f.Bool("enable-lease-controller", &o.enable_lease_controller,
-         "Accepted for compatibility; sluice publishes no leases (agents learn the server "
-         "count from --server-count).");
-  f.String("lease-namespace", &o.lease_namespace, "Accepted for compatibility; no effect.");
-  f.String("lease-label", &o.lease_label, "Accepted for compatibility; no effect.");
-  f.Bool("warn-on-channel-limit", &o.warn_on_channel_limit,
-         "Deprecated upstream; accepted, no effect.");
-  base::RegisterKlogFlags(f, o.klog);
-  f.String("agent-token-file", &o.agent_token_file,
-           "(sluice) Static agent bearer tokens, one per line, optionally 'token,agent-id'.");
-  f.Int("max-connection-buffer", &o.max_connection_buffer,
-        "(sluice) Bytes queued per tunnelled connection before it is closed.");
-  f.Duration("http-header-timeout", &o.http_header_timeout,
-             "(sluice) Time an HTTP CONNECT client has to finish its TLS handshake and send its "
-             "request head (408 after it).");
-  f.Int("max-http-header-bytes", &o.max_http_header_bytes,
-        "(sluice) Largest HTTP CONNECT request head (431 beyond it).");
-  f.Int("max-pending-dials-per-client", &o.max_pending_dials_per_client,
-        "(sluice) Dials one frontend client (an IP, or the Unix socket) may await at once; "
-        "beyond it a dial fails at once (HTTP CONNECT: 429).");
-  f.Int("max-agents", &o.max_agents,
-        "(sluice) Agent streams connected at once; beyond it a new one is refused "
-        "(RESOURCE_EXHAUSTED) and the agent retries.");
-  f.Int("max-tunnels-per-client", &o.max_tunnels_per_client,
-        "(sluice) Tunnels (pending or established) one frontend client (an IP, or the Unix "
-        "socket) may hold open; beyond it a dial fails at once.");
-  f.Int("max-tunnels-per-agent", &o.max_tunnels_per_agent,
-        "(sluice) Tunnels one agent stream may carry; a full agent is passed over, and a dial "
-        "that only full agents could take fails at once.");
-  f.Int("max-queued-bytes", &o.max_queued_bytes,
-        "(sluice) Bytes queued across all tunnelled connections; past it, a connection that "
-        "queues more pauses the stream it reads from until it drains.");
-  f.Int("max-pending-token-reviews-per-client", &o.max_pending_token_reviews_per_client,
-        "(sluice) TokenReviews one agent address may have queued; more are refused "
-        "(UNAVAILABLE) and the agent retries.");
-  f.Duration("shutdown-grace-period", &o.shutdown_grace_period,
-             "(sluice) After SIGTERM, how long open tunnels may finish before the server stops "
-             "(new dials are refused meanwhile; a second signal stops at once).");
+  base::RegisterOptions(f, ServerOptionTable(o));
 }
 
 absl::Status ValidateServerOptions(ServerOptions& o) {
@@ -130,6 +153,20 @@ absl::Status ValidateServerOptions(ServerOptions& o) {
           "service-account authentication (--agent-namespace) excludes --cluster-ca-cert and "
           "--agent-token-file: choose one way to authenticate agents");
     }
+  }
+  RETURN_IF_ERROR(wire::ValidateUpstreamCommon(o.common));
+  // As upstream's Validate(): a TCP frontend on a reserved port is a mistake (0, which upstream
+  // refuses too, stays allowed: tests take a free port that way).
+  if (o.uds_name.empty() && o.server_port > 0 && o.server_port < 1024) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid value \"", o.server_port,
+                                                   "\" for flag --server-port: a reserved port "
+                                                   "(below 1024); choose another, as upstream "
+                                                   "requires"));
+  }
+  if (o.common.xfr_channel_size <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid value \"", o.common.xfr_channel_size,
+                                                   "\" for flag --xfr-channel-size: must be "
+                                                   "greater than 0 (as upstream)"));
   }
   if (o.server_count < 1) {
     return absl::InvalidArgumentError("--server-count must be at least 1");
@@ -164,14 +201,8 @@ absl::Status ValidateServerOptions(ServerOptions& o) {
   return absl::OkStatus();
 }
 
-void WarnIgnoredServerFlags(const base::FlagSet& flags, const ServerOptions& o) {
-  static constexpr base::IgnoredFlag kIgnored[] = {
-      {"enable-lease-controller",
-       "sluice publishes no leases; agents count servers by --server-count"},
-      {"lease-namespace", "sluice publishes no leases"},
-      {"lease-label", "sluice publishes no leases"},
-  };
-  wire::WarnIgnoredFlags(flags, kIgnored);
+void WarnIgnoredServerFlags(const base::FlagSet& flags, ServerOptions& o) {
+  wire::WarnIgnoredFlags(flags, ServerOptionTable(o));
   if (flags.Changed("kube-api-content-type") && o.kube_api_content_type != "application/json") {
     LOG(WARNING) << "--kube-api-content-type=" << o.kube_api_content_type
                  << ": TokenReview requests are sent as application/json";

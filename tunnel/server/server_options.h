@@ -8,6 +8,8 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "lib/base/flags.h"
+#include "lib/base/klog.h"
+#include "lib/base/option_table.h"
 
 #include "tunnel/wire/upstream_flags.h"
 
@@ -40,14 +42,11 @@ struct ServerOptions {
   std::string admin_bind_address = "127.0.0.1";
   absl::Duration keepalive_time = absl::Hours(1);
   absl::Duration frontend_keepalive_time = absl::Hours(1);
-  int64_t xfr_channel_size = 10;
-  bool enable_profiling = false;
-  bool enable_contention_profiling = false;
+  wire::UpstreamCommonFlags common{.xfr_channel_size = 10, .warn_on_channel_limit = true};
   bool enable_lease_controller = false;
   std::string lease_namespace = "kube-system";
   std::string lease_label = "k8s-app=konnectivity-server";
-  bool warn_on_channel_limit = true;  // deprecated upstream
-  base::KlogFlags klog;
+  base::KlogFlags klog{.v = 4};  // upstream's default verbosity
   // sluice extensions
   std::string agent_token_file;
   int64_t max_connection_buffer = 16 << 20;
@@ -62,11 +61,15 @@ struct ServerOptions {
   absl::Duration shutdown_grace_period = absl::Seconds(10);
 };
 
+// sluice-tunnel-server's option table (lib/base/option_table.h), its rows pointing into `o`:
+// registration, --help, the report of ignored flags and docs/tunnel.md's table come from it.
+std::vector<base::Option> ServerOptionTable(ServerOptions& o);
 void RegisterServerFlags(base::FlagSet& flags, ServerOptions& o);
-// Cross-flag checks; fills the server-id from $PROXY_SERVER_ID (as upstream) or at random when
-// none is given, and the OpenSSL form of --cipher-suites.
+// Cross-flag checks (upstream's Validate() among them, each error naming the flag and value);
+// fills the server-id from $PROXY_SERVER_ID (as upstream) or at random when none is given, and
+// the OpenSSL form of --cipher-suites.
 absl::Status ValidateServerOptions(ServerOptions& o);
 // Logs once for each upstream flag that was set but means nothing to sluice.
-void WarnIgnoredServerFlags(const base::FlagSet& flags, const ServerOptions& o);
+void WarnIgnoredServerFlags(const base::FlagSet& flags, ServerOptions& o);
 
 }  // namespace sluice::tunnel::server
