@@ -124,6 +124,15 @@ void RegisterFlags(base::FlagSet& flags, AgentOptions& o) {
              "service meshes that intercept pod traffic by destination still see service IPs");
   flags.String("socket-lb-algorithm", &o.socket_lb_algorithm,
                "Backend choice of socket-level balancing: round-robin (as the proxy) or random");
+  flags.Int("socket-lb-max-frontends", &o.socket_lb_max_frontends,
+            "Frontends socket-level balancing can hold (ClusterIP, external IP and node "
+            "address + NodePort, per port and protocol); the rest is left to the proxy");
+  flags.Int("socket-lb-max-backends", &o.socket_lb_max_backends,
+            "Backends of all services socket-level balancing can hold, counting a changing "
+            "service's twice while its new set is swapped in");
+  flags.Int("socket-lb-max-affinity", &o.socket_lb_max_affinity,
+            "ClientIP affinity entries (client network namespace x service) socket-level "
+            "balancing keeps, least recently used forgotten first; preallocated");
   flags.String("bpf-root", &o.bpf_root,
                "bpffs directory where socket-level balancing pins its programs and maps, so "
                "they keep working while the agent restarts (\"\": no pinning)");
@@ -347,6 +356,15 @@ absl::Status Validate(AgentOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat("invalid value \"", o.socket_lb,
                                                    "\" for flag --socket-lb: want auto, on or "
                                                    "off"));
+  }
+  for (const auto& [flag, value] :
+       {std::pair<const char*, int64_t>{"socket-lb-max-frontends", o.socket_lb_max_frontends},
+        {"socket-lb-max-backends", o.socket_lb_max_backends},
+        {"socket-lb-max-affinity", o.socket_lb_max_affinity}}) {
+    if (value < 1 || value > (int64_t{1} << 24)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, " must be between 1 and 16777216, not ", value));
+    }
   }
   if (o.socket_lb_algorithm != "round-robin" && o.socket_lb_algorithm != "random") {
     return absl::InvalidArgumentError(absl::StrCat("invalid value \"", o.socket_lb_algorithm,
