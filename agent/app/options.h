@@ -75,7 +75,7 @@ struct AgentOptions {
   std::string socket_lb_algorithm = "round-robin";
   // Socket-LB map sizes (max_entries, fixed at load): kernel memory scales with them.
   int64_t socket_lb_max_frontends = 65536;
-  int64_t socket_lb_max_backends = 131072;
+  int64_t socket_lb_max_backends = 262144;
   int64_t socket_lb_max_affinity = 16384;
   std::string bpf_root = "/sys/fs/bpf/sluice";
   bool cleanup = false;

@@ -64,7 +64,7 @@ class SocketLbKernelTest : public ::testing::Test {
     cgroup_.reset();
     netns_.reset();
   }
-  absl::StatusOr<std::unique_ptr<SocketLb>> Create(bool pin, uint32_t max_frontends = 262144) {
+  absl::StatusOr<std::unique_ptr<SocketLb>> Create(bool pin, uint32_t max_frontends = 65536) {
     return SocketLb::Create({.cgroup = cgroup_->path(),
                              .bpf_root = pin ? bpffs_->path() : "",
                              .max_frontends = max_frontends});

@@ -434,7 +434,7 @@ TEST_P(NodeLayoutTest, InitStepAndAgentRunSocketLb) {
   const std::vector<std::string> node_flags = {"--bpf-root=" + fs + "/bpf/sluice",
                                                "--socket-lb-cgroup=" + fs + "/cgroup"};
   // As deploy/base/daemonset.yaml's init container runs it.
-  const std::string init = absl::StrCat("\"$0\" --init-only --strict-arp=false ",
+  const std::string init = absl::StrCat("\"$0\" --init-only --socket-lb=on --strict-arp=false ",
                                         node_flags[0], " ", node_flags[1]);
   StartAgent({"--socket-lb=on", node_flags[0], node_flags[1]},
              {"unshare", "--cgroup", "--mount", "--", "sh", "-c",
@@ -455,8 +455,7 @@ TEST_P(NodeLayoutTest, InitStepAndAgentRunSocketLb) {
   EXPECT_EQ(agent_->Wait(absl::Seconds(10)), 0) << agent_->Output();
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, NodeLayoutTest,
-                         ::testing::Values("unified", "hybrid", "none"),
+INSTANTIATE_TEST_SUITE_P(Layouts, NodeLayoutTest, ::testing::Values("unified", "hybrid", "none"),
                          [](const auto& info) { return info.param; });
 
 // --socket-lb-host-netns-only: a client in another network namespace (a pod behind a service

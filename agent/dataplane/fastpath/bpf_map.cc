@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "agent/dataplane/fastpath/bpf_map.h"
 
+#include <algorithm>
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"

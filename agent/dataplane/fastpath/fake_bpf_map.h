@@ -68,7 +68,8 @@ class FakeBpfMap final : public BpfMap {
       return absl::NotFoundError(absl::StrCat("update ", name_, ": No such file or directory"));
     }
     if (!exists && entries_.size() >= max_entries_) {
-      return absl::ResourceExhaustedError(absl::StrCat("update ", name_, ": Argument list too long"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("update ", name_, ": Argument list too long"));
     }
     entries_[k] = Bytes(value, value_size_);
     return Wrote();

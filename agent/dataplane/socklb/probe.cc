@@ -167,7 +167,7 @@ ProbeResult Probe(SocketLb::Options options) {
     r.status = lb.status();
     const std::string msg(lb.status().message());
     r.reason = msg.find("bpffs") != std::string::npos    ? "bpffs"
-               : absl::IsPermissionDenied(lb.status())     ? "permission"
+               : absl::IsPermissionDenied(lb.status())   ? "permission"
                : absl::IsFailedPrecondition(lb.status()) ? "cgroup"
                                                          : "unsupported";
     return r;

@@ -24,7 +24,6 @@ namespace {
 using fastpath::FakeBpfMap;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
-using ::testing::UnorderedElementsAre;
 
 constexpr uint32_t kCpus = 2;
 
@@ -64,13 +63,13 @@ class ServiceMapsTest : public ::testing::Test {
   ServiceMaps::Maps maps() {
     return {.svc = svc_, .slot = slot_, .member = member_, .stats = stats_};
   }
-  std::optional<sluice_lb_svc> Value(const std::string& front, bool udp = false) const {
+  std::optional<sluice_lb_svc> Value(const std::string& front, bool udp = false) {
     auto v = fastpath::TypedMap<sluice_lb_key, sluice_lb_svc>(svc_).Lookup(Key(front, udp));
     return v.ok() ? std::optional(*v) : std::nullopt;
   }
   // What a program sees for `front`: its value's backend set, in order; nullopt for a slot
   // missing (a program then re-reads the service).
-  std::optional<std::vector<std::string>> Backends(const sluice_lb_svc& v) const {
+  std::optional<std::vector<std::string>> Backends(const sluice_lb_svc& v) {
     std::vector<std::string> out;
     for (uint32_t i = 0; i < v.count; ++i) {
       auto be = fastpath::TypedMap<sluice_lb_slot, sluice_lb_addr>(slot_).Lookup(
@@ -82,7 +81,7 @@ class ServiceMapsTest : public ::testing::Test {
     }
     return out;
   }
-  std::vector<std::string> Backends(const std::string& front, bool udp = false) const {
+  std::vector<std::string> Backends(const std::string& front, bool udp = false) {
     auto v = Value(front, udp);
     if (!v) {
       return {"<no frontend>"};
@@ -91,7 +90,7 @@ class ServiceMapsTest : public ::testing::Test {
   }
   // Whether every frontend's value points at a complete backend set: what a program running
   // between any two map writes must find.
-  bool Consistent() const {
+  bool Consistent() {
     bool ok = true;
     (void)svc_.ForEach([&](const void*, const void* value) {
       sluice_lb_svc v;
@@ -231,11 +230,10 @@ TEST_F(ServiceMapsTest, RemovalDeletesEverythingOfTheService) {
 
 TEST_F(ServiceMapsTest, UdpBackendsThatLeaveAreReportedForTheReaper) {
   ServiceMaps sm(maps());
-  ASSERT_TRUE(
-      sm.Apply({{"dns", Svc({"10.96.0.10:53"}, {"10.0.0.1:53", "10.0.0.2:53"}, true)},
-                {"web", Svc({"10.96.0.11:80"}, {"10.0.0.1:80"})}},
-               gone_)
-          .ok());
+  ASSERT_TRUE(sm.Apply({{"dns", Svc({"10.96.0.10:53"}, {"10.0.0.1:53", "10.0.0.2:53"}, true)},
+                        {"web", Svc({"10.96.0.11:80"}, {"10.0.0.1:80"})}},
+                       gone_)
+                  .ok());
   EXPECT_THAT(gone_, IsEmpty());
   ASSERT_TRUE(sm.Apply({{"dns", Svc({"10.96.0.10:53"}, {"10.0.0.2:53"}, true)},
                         {"web", Svc({"10.96.0.11:80"}, {"10.0.0.2:80"})}},
@@ -255,9 +253,9 @@ TEST_F(ServiceMapsTest, AFullMapFailsThatServiceAndLeavesTheOthers) {
   const absl::Status st =
       sm.Apply({{"b", Svc({"10.96.0.2:80"}, {"10.0.0.1:80", "10.0.0.2:80"})}}, gone_);
   EXPECT_TRUE(absl::IsResourceExhausted(st)) << st;
-  EXPECT_FALSE(Value("10.96.0.2:80"));     // never pointed at a partial set
-  EXPECT_EQ(small_slots.size(), 1u);       // the partial set was freed
-  EXPECT_EQ(stats_.size(), 1u);            // and its counters
+  EXPECT_FALSE(Value("10.96.0.2:80"));  // never pointed at a partial set
+  EXPECT_EQ(small_slots.size(), 1u);    // the partial set was freed
+  EXPECT_EQ(stats_.size(), 1u);         // and its counters
   EXPECT_TRUE(Value("10.96.0.1:80"));
 }
 

@@ -327,11 +327,12 @@ absl::Status EnsureBpfFs(const std::string& root) {
   // Typically /sys/fs/bpf/<dir> with nothing mounted on /sys/fs/bpf (a node without systemd):
   // sysfs takes no mkdir, but its /sys/fs/bpf is an empty directory made to mount a bpffs on.
   fs::path at(root);
-  while (at.has_relative_path() && !fs::exists(at)) {
+  std::error_code exists_ec;
+  while (at.has_relative_path() && !fs::exists(at, exists_ec)) {
     at = at.parent_path();
   }
-  std::error_code empty_ec;
-  if (OnBpfFs(at) || !fs::is_directory(at) || !fs::is_empty(at, empty_ec)) {
+  std::error_code dir_ec;
+  if (OnBpfFs(at) || !fs::is_directory(at, dir_ec) || !fs::is_empty(at, dir_ec) || dir_ec) {
     return absl::FailedPreconditionError(
         absl::StrCat("bpffs for --bpf-root: mkdir ", root, ": ", ec.message()));
   }

@@ -22,7 +22,7 @@ struct LoadOptions {
   // hash maps allocate per entry, so these bound what programming (and so the API) can make
   // the kernel allocate; the affinity LRU is preallocated.
   uint32_t max_frontends = 65536;  // frontends of all services; also counters
-  uint32_t max_slots = 131072;     // backends of all services, twice while a set is swapped
+  uint32_t max_slots = 262144;     // backends of all services, twice while a set is swapped
   uint32_t max_sticky = 16384;     // (client netns, service) affinity entries
 };
 

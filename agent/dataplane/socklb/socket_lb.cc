@@ -23,7 +23,8 @@ absl::StatusOr<std::unique_ptr<SocketLb>> SocketLb::Create(const Options& option
   lb->services_ = std::make_unique<ServiceMaps>(
       ServiceMaps::Maps{.svc = m.svc, .slot = m.slot, .member = m.member, .stats = m.stats});
   if (fastpath::LinkPtr iterator = object->TakeReapIterator(); iterator != nullptr) {
-    lb->reaper_ = std::make_unique<UdpReaper>(std::move(iterator), m.gone, object->skel().bss->reaped);
+    lb->reaper_ =
+        std::make_unique<UdpReaper>(std::move(iterator), m.gone, object->skel().bss->reaped);
   }
   lb->object_ = std::move(object);
   return lb;

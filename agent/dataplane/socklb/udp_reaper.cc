@@ -16,7 +16,8 @@ UdpReaper::UdpReaper(fastpath::LinkPtr iterator, fastpath::BpfMap& gone, const _
 absl::Status UdpReaper::Reap(const std::vector<Gone>& gone) {
   absl::Status result;
   for (size_t at = 0; at < gone.size(); at += kBatch) {
-    result.Update(ReapBatch(std::span(gone).subspan(at, std::min<size_t>(kBatch, gone.size() - at))));
+    result.Update(
+        ReapBatch(std::span(gone).subspan(at, std::min<size_t>(kBatch, gone.size() - at))));
   }
   return result;
 }
