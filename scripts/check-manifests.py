@@ -12,6 +12,12 @@ does the parts we use itself:
     exist (`/-` appends to a list);
   - every document: valid YAML with apiVersion, kind and metadata.name, of a kind we know;
     no two objects with the same kind, namespace and name.
+And the node preparation socket-level balancing needs (docs/operations.md): a DaemonSet whose
+sluice container runs it has a privileged init container running `--init-only` with the same
+--bpf-root and --socket-lb-cgroup, mounting the host directories they are on with
+mountPropagation Bidirectional (so a bpffs or cgroup2 it mounts reaches the host), and the agent
+mounts them HostToContainer (so it sees them); a Bidirectional mount is only in a privileged
+container (kubelet refuses it otherwise).
 Also every other YAML file under deploy/ (static pods, the kube-apiserver's egress selector
 configuration) must parse and be of a known kind. Exit status 1 with one line per problem.
 
@@ -95,6 +101,79 @@ def json_patch(doc, ops, where, problems):
                 problems.add(where, f"path {path} does not exist in the target")
 
 
+def argv(container):
+    return (container.get("command") or []) + (container.get("args") or [])
+
+
+def flag(args, name, default=None):
+    for a in args:
+        if isinstance(a, str) and a.startswith(name + "="):
+            return a.split("=", 1)[1].split("#")[0].strip()
+    return default
+
+
+def mount_of(container, path):
+    """The volumeMount of `container` that `path` is on (the longest mountPath prefix)."""
+    best = None
+    for m in container.get("volumeMounts") or []:
+        mp = m.get("mountPath", "").rstrip("/")
+        if (path == mp or path.startswith(mp + "/")) and (
+                best is None or len(mp) > len(best["mountPath"].rstrip("/"))):
+            best = m
+    return best
+
+
+def privileged(container):
+    return bool((container.get("securityContext") or {}).get("privileged"))
+
+
+def check_node_init(doc, where, problems):
+    if doc.get("kind") != "DaemonSet":
+        return
+    spec = ((doc.get("spec") or {}).get("template") or {}).get("spec") or {}
+    name = (doc.get("metadata") or {}).get("name")
+    inits = spec.get("initContainers") or []
+    for c in inits + (spec.get("containers") or []):
+        for m in c.get("volumeMounts") or []:
+            if m.get("mountPropagation") == "Bidirectional" and not privileged(c):
+                problems.add(where, f"{name}/{c.get('name')}: Bidirectional mount {m.get('name')} "
+                                    "in a container that is not privileged")
+    for c in spec.get("containers") or []:
+        if not str(c.get("image", "")).startswith("sluice-agent"):
+            continue
+        args = argv(c)
+        if flag(args, "--socket-lb", "auto") == "off" or flag(args, "--bpf-root") == "":
+            continue
+        who = f"{name}/{c.get('name')}"
+        init = next((i for i in inits if "--init-only" in argv(i)), None)
+        if init is None:
+            problems.add(where, f"{who}: socket LB without an --init-only init container to "
+                                "mount bpffs and cgroup2 on the node")
+            continue
+        paths = [flag(args, "--bpf-root", "/sys/fs/bpf/sluice")]
+        for f in ("--bpf-root", "--socket-lb-cgroup"):
+            if flag(argv(init), f) != flag(args, f):
+                problems.add(where, f"{who}: init container {init.get('name')} has {f}="
+                                    f"{flag(argv(init), f)}, the agent {flag(args, f)}")
+        if flag(args, "--socket-lb-cgroup"):
+            paths.append(flag(args, "--socket-lb-cgroup"))
+        volumes = {v.get("name"): v for v in spec.get("volumes") or []}
+        for path in paths:
+            im, am = mount_of(init, path), mount_of(c, path)
+            if im is None or im.get("mountPropagation") != "Bidirectional":
+                problems.add(where, f"{who}: init container {init.get('name')} does not mount "
+                                    f"{path} with mountPropagation Bidirectional")
+            if am is None or am.get("mountPropagation") not in ("HostToContainer",
+                                                                 "Bidirectional"):
+                problems.add(where, f"{who}: does not mount {path} with mountPropagation "
+                                    "HostToContainer (it would not see what the init step mounts)")
+            if im is not None and am is not None and im.get("name") != am.get("name"):
+                problems.add(where, f"{who}: {path} is volume {am.get('name')} here, "
+                                    f"{im.get('name')} in the init container")
+            if im is not None and "hostPath" not in (volumes.get(im.get("name")) or {}):
+                problems.add(where, f"{who}: volume {im.get('name')} for {path} is not a hostPath")
+
+
 def build(directory, problems, stack=()):
     """The objects of the kustomization in `directory`."""
     directory = os.path.realpath(directory)
@@ -148,8 +227,11 @@ def main():
     for directory, _, files in sorted(os.walk(root)):
         if "kustomization.yaml" in files:
             built += 1
-            if not build(directory, problems):
+            objects = build(directory, problems)
+            if not objects:
                 problems.add(directory, "builds no objects")
+            for doc in objects:
+                check_node_init(doc, directory, problems)
     kustomized = set(LOADED)
     for directory, _, files in os.walk(root):
         for f in files:

@@ -141,7 +141,10 @@ absl::Status Agent::StartSocketLb() {
   socklb::ProbeResult probe =
       socklb::ProbeSocketLb({.cgroup = opts_.socket_lb_cgroup,
                              .bpf_root = opts_.bpf_root,
-                             .host_netns_only = opts_.socket_lb_host_netns_only});
+                             .host_netns_only = opts_.socket_lb_host_netns_only,
+                             .max_frontends = static_cast<uint32_t>(opts_.socket_lb_max_frontends),
+                             .max_slots = static_cast<uint32_t>(opts_.socket_lb_max_backends),
+                             .max_sticky = static_cast<uint32_t>(opts_.socket_lb_max_affinity)});
   if (probe.lb == nullptr) {
     if (opts_.socket_lb == "on") {
       return base::Annotate(probe.status, absl::StrCat("--socket-lb=on: socket-level balancing "
@@ -217,11 +220,27 @@ absl::Status Agent::Cleanup(const AgentOptions& opts) {
 }
 
 absl::Status Agent::InitOnly(const AgentOptions& opts) {
-  if (!opts.strict_arp) {
-    LOG(INFO) << "--init-only with --strict-arp=false: nothing to do";
-    return absl::OkStatus();
+  absl::Status result;
+  if (opts.socket_lb != "off") {
+    // Mounts in the host's namespaces (the init container's volumes propagate Bidirectional),
+    // where the host lacks them: a bpffs for the pins, cgroup2 for the hooks.
+    absl::Status st;
+    if (!opts.bpf_root.empty()) {
+      st.Update(socklb::EnsureBpfFs(opts.bpf_root));
+    }
+    if (!opts.socket_lb_cgroup.empty()) {
+      st.Update(socklb::EnsureCgroup2(opts.socket_lb_cgroup).status());
+    }
+    if (opts.socket_lb == "on") {
+      result.Update(st);
+    } else if (!st.ok()) {
+      LOG(WARNING) << "--init-only: socket LB will be unavailable: " << st;
+    }
   }
-  return vip::EnsureStrictArp(StrictArpRecord(opts));
+  if (opts.strict_arp) {
+    result.Update(vip::EnsureStrictArp(StrictArpRecord(opts)));
+  }
+  return result;
 }
 
 void Agent::EnsureStrictArp() {

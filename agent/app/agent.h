@@ -42,7 +42,8 @@ class Agent final {
   // sysctls strict ARP raised.
   static absl::Status Cleanup(const AgentOptions& opts);
   // --init-only (kube-proxy's step for a privileged init container): strict ARP, which needs a
-  // writable /proc/sys, unless --strict-arp=false.
+  // writable /proc/sys, unless --strict-arp=false; unless --socket-lb=off, a bpffs at
+  // --bpf-root and cgroup2 at --socket-lb-cgroup (or its unified/) where the host has none.
   static absl::Status InitOnly(const AgentOptions& opts);
   ~Agent();
 

@@ -137,6 +137,18 @@ std::vector<base::Option> AgentOptionTable(AgentOptions& o) {
        kSluice},
       {"socket-lb-algorithm", &o.socket_lb_algorithm,
        "Backend choice of socket-level balancing: round-robin (as the proxy) or random", kSluice},
+      {"socket-lb-max-frontends", &o.socket_lb_max_frontends,
+       "Frontends socket-level balancing can hold (ClusterIP, external IP and node "
+       "address + NodePort, per port and protocol); the rest is left to the proxy",
+       kSluice},
+      {"socket-lb-max-backends", &o.socket_lb_max_backends,
+       "Backends of all services socket-level balancing can hold, counting a changing "
+       "service's twice while its new set is swapped in",
+       kSluice},
+      {"socket-lb-max-affinity", &o.socket_lb_max_affinity,
+       "ClientIP affinity entries (client network namespace x service) socket-level "
+       "balancing keeps, least recently used forgotten first; preallocated",
+       kSluice},
       {"bpf-root", &o.bpf_root,
        "bpffs directory where socket-level balancing pins its programs and maps, so "
        "they keep working while the agent restarts (\"\": no pinning)",
@@ -191,7 +203,9 @@ std::vector<base::Option> AgentOptionTable(AgentOptions& o) {
        "file and exit",
        kUpstream},
       {"init-only", &o.kube_proxy.init_only,
-       "(kube-proxy) Exit after the privileged initialisation (sluice has none to do)", kUpstream},
+       "(kube-proxy) Do the privileged initialisation (strict ARP's sysctls; a bpffs and cgroup2 "
+       "for socket-level balancing where the node has none) and exit",
+       kUpstream},
       {"feature-gates", &o.kube_proxy.feature_gates, "(kube-proxy) Accepted; reported, no effect",
        kUpstream, "featureGates",
        "sluice has no feature gates; the behaviours they guard are fixed", O::kFileWins},

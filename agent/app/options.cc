@@ -214,6 +214,15 @@ absl::Status Validate(AgentOptions& o) {
                                                    "\" for flag --socket-lb: want auto, on or "
                                                    "off"));
   }
+  for (const auto& [flag, value] :
+       {std::pair<const char*, int64_t>{"socket-lb-max-frontends", o.socket_lb_max_frontends},
+        {"socket-lb-max-backends", o.socket_lb_max_backends},
+        {"socket-lb-max-affinity", o.socket_lb_max_affinity}}) {
+    if (value < 1 || value > (int64_t{1} << 24)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, " must be between 1 and 16777216, not ", value));
+    }
+  }
   if (o.socket_lb_algorithm != "round-robin" && o.socket_lb_algorithm != "random") {
     return absl::InvalidArgumentError(absl::StrCat("invalid value \"", o.socket_lb_algorithm,
                                                    "\" for flag --socket-lb-algorithm: want "

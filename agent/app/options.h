@@ -74,6 +74,10 @@ struct AgentOptions {
   std::string socket_lb_cgroup;  // default: the cgroup v2 root
   bool socket_lb_host_netns_only = false;
   std::string socket_lb_algorithm = "round-robin";
+  // Socket-LB map sizes (max_entries, fixed at load): kernel memory scales with them.
+  int64_t socket_lb_max_frontends = 65536;
+  int64_t socket_lb_max_backends = 262144;
+  int64_t socket_lb_max_affinity = 16384;
   std::string bpf_root = "/sys/fs/bpf/sluice";
   bool cleanup = false;
   // arp_ignore=1 and arp_announce=2 once the node has VIPs (vip/strict_arp.h), recorded under

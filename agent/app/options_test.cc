@@ -107,6 +107,23 @@ TEST_F(OptionsTest, DatapathIsAutoSpliceOrSockmap) {
   EXPECT_NE(st.message().find("--datapath"), std::string::npos) << st;
 }
 
+TEST_F(OptionsTest, SocketLbMapSizesComeFromFlags) {
+  ASSERT_TRUE(Parse({"--source=file:" + dir_}).ok());
+  EXPECT_EQ(opts_.socket_lb_max_frontends, 65536);
+  EXPECT_EQ(opts_.socket_lb_max_backends, 262144);
+  EXPECT_EQ(opts_.socket_lb_max_affinity, 16384);
+  ASSERT_TRUE(Parse({"--source=file:" + dir_, "--socket-lb-max-frontends=4096",
+                     "--socket-lb-max-backends=16384", "--socket-lb-max-affinity=1024"})
+                  .ok());
+  EXPECT_EQ(opts_.socket_lb_max_frontends, 4096);
+  EXPECT_EQ(opts_.socket_lb_max_backends, 16384);
+  EXPECT_EQ(opts_.socket_lb_max_affinity, 1024);
+  absl::Status st = Parse({"--source=file:" + dir_, "--socket-lb-max-backends=0"});
+  EXPECT_NE(st.message().find("--socket-lb-max-backends must be between 1 and 16777216"),
+            std::string::npos)
+      << st;
+}
+
 TEST_F(OptionsTest, ServiceClusterIpRangeWantsNetworkAddresses) {
   ASSERT_TRUE(
       Parse({"--source=file:" + dir_, "--service-cluster-ip-range=10.96.0.0/12,fd00:96::/108"})

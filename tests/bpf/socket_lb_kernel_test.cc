@@ -10,12 +10,14 @@
 
 #include <atomic>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "lib/base/unique_fd.h"
 #include "lib/net/socket.h"
 #include <bpf/bpf.h>
 
@@ -62,7 +64,7 @@ class SocketLbKernelTest : public ::testing::Test {
     cgroup_.reset();
     netns_.reset();
   }
-  absl::StatusOr<std::unique_ptr<SocketLb>> Create(bool pin, uint32_t max_frontends = 262144) {
+  absl::StatusOr<std::unique_ptr<SocketLb>> Create(bool pin, uint32_t max_frontends = 65536) {
     return SocketLb::Create({.cgroup = cgroup_->path(),
                              .bpf_root = pin ? bpffs_->path() : "",
                              .max_frontends = max_frontends});
@@ -159,6 +161,31 @@ TEST_F(SocketLbKernelTest, PinnedStateSurvivesIsAdoptedAndSwept) {
   // Unpinned, the links detach once the kernel frees the bpffs inodes (after an RCU grace
   // period, from a workqueue): moments later, not within unlink().
   EXPECT_TRUE(testutil::WaitFor([] { return !Translated(1); }, absl::Seconds(10)));
+}
+
+// Pinned state is never left translating with maps nobody updates: an agent whose socket LB
+// ends up off (here the probe fails: not a cgroup v2 directory) detaches the hooks an earlier
+// one pinned, even while something else holds a link open, and removes the pins.
+TEST_F(SocketLbKernelTest, AProbeEndingOffDetachesAndRemovesPinnedState) {
+  auto first = Create(true);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE((*first)->Apply({Svc(1)}).ok());
+  first->reset();
+  ASSERT_TRUE(Translated(1));
+  // A hung earlier agent or a bpftool: a link fd that would keep an unpinned hook attached.
+  base::UniqueFd held(bpf_obj_get((bpffs_->path() + "/link_sluice_connect4").c_str()));
+  ASSERT_TRUE(held);
+
+  ProbeResult probe = ProbeSocketLb({.cgroup = bpffs_->path(), .bpf_root = bpffs_->path()});
+  EXPECT_EQ(probe.lb, nullptr);
+  EXPECT_EQ(probe.reason, "cgroup") << probe.status;
+  EXPECT_FALSE(Translated(1));  // detached now, not once the last reference goes
+  int ours = 0;
+  for (const auto& e : std::filesystem::directory_iterator(bpffs_->path())) {
+    ours += e.path().filename().string().rfind("sluice", 0) == 0 ||
+            e.path().filename().string().rfind("link_", 0) == 0;
+  }
+  EXPECT_EQ(ours, 0);
 }
 
 // Maps pinned by an agent with other sizes (or another layout) cannot be reused: the next one

@@ -373,6 +373,91 @@ TEST_F(SocketLbTest, OffAndCleanupRemoveThePins) {
                                 absl::Seconds(10)));  // neither translated nor proxied
 }
 
+// --socket-lb=auto falling back (here: not a cgroup v2 directory) after an agent that pinned
+// its hooks: the hooks are detached and the pins removed at once, so no stale translation
+// outlives it (seen on a node: a backend recreated with a new IP was unreachable from every
+// pod); the proxy serves.
+TEST_F(SocketLbTest, AutoFallingBackRemovesWhatAnEarlierAgentPinned) {
+  StartBackends();
+  Write("web.yaml", ServiceYaml("web", {"10.96.0.10"}, kHttp) + "---\n" +
+                        SliceYaml("web", {"127.0.0.2"}, kBackendHttp));
+  StartAgent({"--keep-vips"});
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.10:80"));
+  agent_->Signal(SIGKILL);
+  agent_->Wait(absl::Seconds(10));
+  auto pins = [&] {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(bpffs_->path())) {
+      n += e.path().filename().string().rfind("link_sluice_", 0) == 0 ||
+           e.path().filename().string().rfind("sluice_lb_", 0) == 0;
+    }
+    return n;
+  };
+  ASSERT_GT(pins(), 8);
+  // The backend moves while no agent runs: the pinned maps still name the old address.
+  Write("web.yaml", ServiceYaml("web", {"10.96.0.10"}, kHttp) + "---\n" +
+                        SliceYaml("web", {"127.0.0.3"}, kBackendHttp));
+  EXPECT_EQ(Hello("10.96.0.10:80"), "a");
+
+  StartAgent({"--socket-lb=auto", "--socket-lb-cgroup=" + dir_});
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.10:80", true)) << agent_->Output();
+  EXPECT_EQ(MetricValue("sluice_socket_lb_unavailable{reason=\"cgroup\"}"), 1);
+  EXPECT_EQ(pins(), 0);
+  EXPECT_EQ(Hello("10.96.0.10:80"), "b");  // the proxy, with the current endpoints
+  EXPECT_EQ(MetricValue("sluice_connections_total"), 1);
+  EXPECT_NE(agent_->Output().find("hooks detached"), std::string::npos) << agent_->Output();
+}
+
+// The DaemonSet's init step (`--init-only`, which mounts a bpffs and cgroup2 where the node has
+// none) and then the agent, on node layouts it must work on, each in private mount and cgroup
+// namespaces with a read-only tmpfs standing for the node's /sys/fs (so sysfs's "no mkdir" is
+// there too): cgroup2 at fs/cgroup (unified), at fs/cgroup/unified (hybrid), or nowhere; never a
+// bpffs at fs/bpf. The cgroup namespace makes a new cgroup2 mount show the test's own cgroup,
+// never the machine's root.
+class NodeLayoutTest : public SocketLbTest, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(NodeLayoutTest, InitStepAndAgentRunSocketLb) {
+  StartBackends();
+  Write("web.yaml", ServiceYaml("web", {"10.96.0.10"}, kHttp) + "---\n" +
+                        SliceYaml("web", {"127.0.0.2"}, kBackendHttp));
+  const std::string node = dir_ + "/node";
+  ASSERT_TRUE(std::filesystem::create_directory(node));
+  const std::string fs = node + "/fs";
+  std::string setup = absl::StrCat("mount -t tmpfs none ", node, " && mkdir -p ", fs, "/bpf ", fs,
+                                   "/cgroup/unified");
+  if (GetParam() == "unified") {
+    absl::StrAppend(&setup, " && mount -t cgroup2 none ", fs, "/cgroup");
+  } else if (GetParam() == "hybrid") {
+    absl::StrAppend(&setup, " && mount -t cgroup2 none ", fs, "/cgroup/unified");
+  }
+  absl::StrAppend(&setup, " && mount -o remount,ro ", node);
+  const std::vector<std::string> node_flags = {"--bpf-root=" + fs + "/bpf/sluice",
+                                               "--socket-lb-cgroup=" + fs + "/cgroup"};
+  // As deploy/base/daemonset.yaml's init container runs it.
+  const std::string init = absl::StrCat("\"$0\" --init-only --socket-lb=on --strict-arp=false ",
+                                        node_flags[0], " ", node_flags[1]);
+  StartAgent({"--socket-lb=on", node_flags[0], node_flags[1]},
+             {"unshare", "--cgroup", "--mount", "--", "sh", "-c",
+              setup + " && " + init + " && exec \"$0\" \"$@\""});
+  ASSERT_TRUE(WaitListener("tcp/10.96.0.10:80")) << agent_->Output();
+  EXPECT_EQ(Get("/proxyMode").find("socket-lb") != std::string::npos, true) << agent_->Output();
+  EXPECT_EQ(Hello("10.96.0.10:80"), "a");
+  EXPECT_EQ(SocketLbTranslations("test/web:http"), 1);
+  const std::string log = agent_->Output();
+  EXPECT_NE(log.find(fs + "/bpf was not on a bpffs: mounted one there"), std::string::npos) << log;
+  if (GetParam() != "unified") {
+    EXPECT_NE(log.find("attaching to " + fs + "/cgroup/unified"), std::string::npos) << log;
+  }
+  if (GetParam() == "none") {
+    EXPECT_NE(log.find("mounted cgroup2 on " + fs + "/cgroup/unified"), std::string::npos) << log;
+  }
+  agent_->Signal(SIGTERM);
+  EXPECT_EQ(agent_->Wait(absl::Seconds(10)), 0) << agent_->Output();
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, NodeLayoutTest, ::testing::Values("unified", "hybrid", "none"),
+                         [](const auto& info) { return info.param; });
+
 // --socket-lb-host-netns-only: a client in another network namespace (a pod behind a service
 // mesh sidecar) keeps the service address; the agent's own namespace is translated.
 TEST_F(SocketLbTest, HostNetnsOnlyLeavesOtherNamespacesAlone) {

@@ -2,6 +2,7 @@
 #include "agent/dataplane/socklb/cgroup.h"
 
 #include <linux/magic.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "lib/base/log.h"
 #include "lib/base/status.h"
 
 namespace sluice::socklb {
@@ -46,6 +48,43 @@ absl::StatusOr<uint64_t> Cgroup2Id(const std::string& dir) {
     return base::ErrnoStatus(errno, absl::StrCat("stat ", dir));
   }
   return static_cast<uint64_t>(st.st_ino);
+}
+
+namespace {
+
+bool IsCgroup2(const std::string& dir) {
+  struct statfs fs;
+  return statfs(dir.c_str(), &fs) == 0 && fs.f_type == CGROUP2_SUPER_MAGIC;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ResolveCgroup2(const std::string& dir) {
+  if (IsCgroup2(dir)) {
+    return dir;
+  }
+  const std::string unified = dir + "/unified";
+  if (IsCgroup2(unified)) {
+    return unified;
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat(dir, " is not a cgroup v2 directory, nor is ", unified));
+}
+
+absl::StatusOr<std::string> EnsureCgroup2(const std::string& dir) {
+  if (auto found = ResolveCgroup2(dir); found.ok()) {
+    return found;
+  }
+  const std::string unified = dir + "/unified";
+  if (mkdir(unified.c_str(), 0755) != 0 && errno != EEXIST) {
+    return base::ErrnoStatus(errno, absl::StrCat("mkdir ", unified));
+  }
+  if (mount("cgroup2", unified.c_str(), "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) !=
+      0) {
+    return base::ErrnoStatus(errno, absl::StrCat("mount cgroup2 on ", unified));
+  }
+  LOG(INFO) << "socket LB: no cgroup v2 at " << dir << ": mounted cgroup2 on " << unified;
+  return unified;
 }
 
 bool IsHierarchyRoot(const std::string& dir) {

@@ -120,14 +120,29 @@ absl::Status SelfTest(SocketLb& lb) {
   return st;
 }
 
-ProbeResult ProbeSocketLb(SocketLb::Options options) {
+namespace {
+
+ProbeResult Probe(SocketLb::Options options) {
   ProbeResult r;
   r.status = base::RequireCapabilities({{CAP_BPF, "CAP_BPF"}, {CAP_NET_ADMIN, "CAP_NET_ADMIN"}});
   if (!r.status.ok()) {
     r.reason = "permission";
     return r;
   }
-  if (options.cgroup.empty()) {
+  if (!options.cgroup.empty()) {
+    // --socket-lb-cgroup=/host/cgroup, the host's /sys/fs/cgroup: on a hybrid host cgroup2 is
+    // its unified/ directory.
+    auto dir = ResolveCgroup2(options.cgroup);
+    if (!dir.ok()) {
+      r.reason = "cgroup";
+      r.status = dir.status();
+      return r;
+    }
+    if (*dir != options.cgroup) {
+      LOG(INFO) << "socket LB: " << options.cgroup << " is not cgroup v2; attaching to " << *dir;
+      options.cgroup = *dir;
+    }
+  } else {
     auto mount = FindCgroup2Mount();
     if (!mount.ok()) {
       r.reason = "cgroup";
@@ -151,9 +166,9 @@ ProbeResult ProbeSocketLb(SocketLb::Options options) {
   if (!lb.ok()) {
     r.status = lb.status();
     const std::string msg(lb.status().message());
-    r.reason = absl::IsPermissionDenied(lb.status())     ? "permission"
+    r.reason = msg.find("bpffs") != std::string::npos    ? "bpffs"
+               : absl::IsPermissionDenied(lb.status())   ? "permission"
                : absl::IsFailedPrecondition(lb.status()) ? "cgroup"
-               : msg.find("bpffs") != std::string::npos  ? "bpffs"
                                                          : "unsupported";
     return r;
   }
@@ -164,6 +179,22 @@ ProbeResult ProbeSocketLb(SocketLb::Options options) {
     return r;
   }
   r.lb = std::move(*lb);
+  return r;
+}
+
+}  // namespace
+
+ProbeResult ProbeSocketLb(SocketLb::Options options) {
+  const std::string bpf_root = options.bpf_root;
+  ProbeResult r = Probe(std::move(options));
+  if (r.lb == nullptr && !bpf_root.empty()) {
+    // Hooks an earlier agent pinned would go on translating with maps nobody updates: a backend
+    // recreated with a new address would be unreachable from every pod (seen on a node). Off
+    // must mean off.
+    if (absl::Status st = SocketLb::Cleanup(bpf_root); !st.ok()) {
+      LOG(ERROR) << "socket LB: removing what an earlier agent pinned: " << st;
+    }
+  }
   return r;
 }
 

@@ -22,7 +22,9 @@ struct ProbeResult {
 
 // Checks capabilities and the cgroup, loads and attaches the programs (adopting pinned ones),
 // and runs SelfTest when this process is itself under the cgroup. `options.cgroup` empty means
-// the cgroup v2 root, which must then be the real root of the hierarchy. Thread: control plane,
+// the cgroup v2 root, which must then be the real root of the hierarchy. Without a result,
+// whatever an earlier agent pinned under `options.bpf_root` is detached and removed (the
+// fallback of --socket-lb=auto must not leave stale hooks translating). Thread: control plane,
 // at start.
 ProbeResult ProbeSocketLb(SocketLb::Options options);
 
