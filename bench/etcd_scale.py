@@ -29,7 +29,10 @@ cgroup of the cgroup v2 hierarchy that the script creates and removes, nothing p
   maps         the kernel memory of the sluice_lb_* maps (bpftool's bytes_memlock);
   check        a few connect()s from that cgroup to ClusterIPs are translated (the backends
                are unroutable, so a translated connect fails with ENETUNREACH at once).
-Targets: socket-LB cold start < 1 s, change in the maps p99 < 5 ms after the sync starts.
+  every consumer  per change, sync start -> applied by every consumer (the last one's
+               sluice_sync_consumer_applied_seconds, consumer="health-check").
+Targets (issue 27): socket-LB cold start < 0.5 s, sync start -> every consumer applied p99
+< 2 ms, etcd put -> in the maps p99 < 10 ms.
 Without --socket-lb the agent runs with --socket-lb=off.
 
   sudo bench/etcd_scale.py [--agent build/agent/sluice-agent] [--services 10000]
@@ -167,6 +170,8 @@ def lb_key(ip, port):
 
 LB_APPLIED = 'sluice_sync_consumer_applied_seconds_{}{{consumer="socket-lb"}}'
 PROXY_APPLIED = 'sluice_sync_consumer_applied_seconds_{}{{consumer="proxy"}}'
+# The last consumer of each sync: its observation is sync start -> applied by every consumer.
+LAST_APPLIED = 'sluice_sync_consumer_applied_seconds_{}{{consumer="health-check"}}'
 
 
 def check_translation(cgroup, metrics, n):
@@ -287,6 +292,7 @@ def run(args):
         syncs = []  # of each latency, the sync that programmed it (proxier + data path)
         lb_applied = []  # sync start -> socket-LB maps programmed, per change
         proxy_applied = []
+        all_applied = []  # sync start -> every consumer applied
         skipped = 0  # changes whose sync overlapped another one (a periodic resync)
         rng = random.Random(1)
         before = metrics.scrape()
@@ -318,12 +324,14 @@ def run(args):
             syncs.append(m[key_sync] - before[key_sync])
             if args.socket_lb:
                 counts = [m[k.format("count")] - before[k.format("count")]
-                          for k in (LB_APPLIED, PROXY_APPLIED)]
-                if counts == [1, 1]:
+                          for k in (LB_APPLIED, PROXY_APPLIED, LAST_APPLIED)]
+                if counts == [1, 1, 1]:
                     lb_applied.append(m[LB_APPLIED.format("sum")]
                                       - before[LB_APPLIED.format("sum")])
                     proxy_applied.append(m[PROXY_APPLIED.format("sum")]
                                          - before[PROXY_APPLIED.format("sum")])
+                    all_applied.append(m[LAST_APPLIED.format("sum")]
+                                       - before[LAST_APPLIED.format("sum")])
                 else:
                     skipped += 1
             before = m
@@ -351,12 +359,16 @@ def run(args):
         if args.socket_lb:
             lb_ms = [x * 1000 for x in lb_applied]
             px_ms = [x * 1000 for x in proxy_applied]
+            all_ms = [x * 1000 for x in all_applied]
             print(f"socket LB, sync start -> change in the maps over {len(lb_ms)} changes "
                   f"({skipped} skipped: their sync overlapped another): "
                   f"p50 {percentile(lb_ms, 50):.2f} ms, p90 {percentile(lb_ms, 90):.2f} ms, "
                   f"p99 {percentile(lb_ms, 99):.2f} ms, max {max(lb_ms):.2f} ms "
                   f"(proxy applied: p50 {percentile(px_ms, 50):.2f} ms, "
                   f"p99 {percentile(px_ms, 99):.2f} ms)")
+            print(f"sync start -> applied by every consumer: p50 {percentile(all_ms, 50):.2f} ms, "
+                  f"p90 {percentile(all_ms, 90):.2f} ms, p99 {percentile(all_ms, 99):.2f} ms, "
+                  f"max {max(all_ms):.2f} ms")
             # The programming latency ends with the sync; the maps were written before that.
             put_ms = [lat - (sync - lb) for lat, sync, lb in zip(ms, sync_ms, lb_ms)] \
                 if skipped == 0 else []
@@ -371,9 +383,11 @@ def run(args):
                 scrape_ms.append((time.perf_counter() - t0) * 1000)
             print(f"one /metrics scrape takes {percentile(scrape_ms, 50):.0f} ms "
                   f"(median of 5; the socket-LB counters read every service's BPF entry)")
-            lb_ok = lb_cold < 1 and percentile(lb_ms, 99) < 5
-            print("socket LB targets (cold start < 1 s, change in the maps p99 < 5 ms after the "
-                  "sync starts):", "met" if lb_ok else "NOT met")
+            lb_ok = (lb_cold < 0.5 and percentile(all_ms, 99) < 2 and bool(put_ms)
+                     and percentile(put_ms, 99) < 10)
+            print("socket LB targets (cold start to every frontend < 0.5 s, sync start -> every "
+                  "consumer applied p99 < 2 ms, etcd put -> in the maps p99 < 10 ms):",
+                  "met" if lb_ok else "NOT met")
             ok = ok and lb_ok
         return 0 if ok else 1
     finally:
