@@ -107,6 +107,9 @@ class CowMap {
   void insert_or_assign(const K& key, V value) {
     if (chunks_.empty()) {
       chunks_.push_back(std::make_shared<Chunk>());
+      chunks_.back()->emplace(key, std::move(value));
+      size_ = 1;
+      return;
     }
     // Past the last chunk's keys: the last chunk grows.
     const size_t i = std::min(ChunkOf(key), chunks_.size() - 1);
