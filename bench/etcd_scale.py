@@ -12,9 +12,11 @@ etcd's JSON gateway, then measures:
                just before its put, so the agent's own kubeproxy_network_programming_duration
                histogram sum grows by exactly that change's latency;
   RSS          VmRSS / VmHWM of the agent after the cold start and after the changes.
-Targets: cold start < 2 s, p99 < 50 ms, RSS < 150 MiB. The script waits on /healthz and
-reads /metrics once a sync has ended: with socket LB on, a /metrics scrape reads a BPF entry
-per service port and would slow the sync it measures.
+Targets: cold start < 2 s, p99 < 50 ms, RSS < 150 MiB. /healthz cannot tell when a sync ended
+(kube-proxy's lastUpdated is the current time while healthy), so the script reads the sync
+gauge from /metrics: every 100 ms until the first sync, and after each change once the maps
+have it (with socket LB on, a scrape reads a BPF entry per service port and would slow the
+sync it measures).
 
 With --socket-lb (issue 10) the agent also balances at the socket (--socket-lb=on) for a child
 cgroup of the cgroup v2 hierarchy that the script creates and removes, nothing pinned
@@ -25,7 +27,8 @@ cgroup of the cgroup v2 hierarchy that the script creates and removes, nothing p
                sluice_sync_consumer_applied_seconds{consumer="socket-lb"}, which also counts
                the sweep of stale entries after the last write);
   change       per change, sync start -> socket-LB maps programmed (that histogram's sum
-               grows by exactly one observation per sync), and etcd put -> in the maps;
+               grows by exactly one observation per sync), and etcd put -> the changed
+               service's entry in sluice_lb_svc has its new backend set (polled with bpf(2));
   maps         the kernel memory of the sluice_lb_* maps (bpftool's bytes_memlock);
   check        a few connect()s from that cgroup to ClusterIPs are translated (the backends
                are unroutable, so a translated connect fails with ENETUNREACH at once).
@@ -57,7 +60,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchkit import (BpfMap, ChildCgroup, Health, Metrics, bpf_maps,  # noqa: E402
+from benchkit import (BpfMap, ChildCgroup, Metrics, bpf_maps,  # noqa: E402
                       enter_private_netns, exit_on_signals, format_maps, free_port, percentile)
 
 PREFIX = "/sluice/registry"
@@ -198,7 +201,7 @@ def check_translation(cgroup, metrics, n):
 def run(args):
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     workdir = tempfile.mkdtemp(prefix="sluice-etcd-bench-", dir="/dev/shm")
-    etcd = agent = cgroup = None
+    etcd = agent = cgroup = svc_map = None
     try:
         if args.socket_lb:
             cgroup = ChildCgroup("sluice-etcd-scale")
@@ -232,9 +235,6 @@ def run(args):
              f"--workers={args.workers}", "--hostname-override=node1"] + lb_args + args.agent_arg,
             stdout=log, stderr=subprocess.STDOUT)
         metrics = Metrics(metrics_port)
-        # Waiting polls /healthz; /metrics is read once the sync is over, so that reading it
-        # does not slow what it measures (see benchkit.Health).
-        health = Health(health_port)
         # Socket LB writes service ports in name order: "svc-9999" (of 10,000) is the last one
         # in the kernel when the first sync's maps are complete (watched from outside: the
         # agent's histogram also counts the sweep of stale entries that follows).
@@ -242,7 +242,11 @@ def run(args):
         svc_map = None
         lb_seen = None
         next_scan = 0
-        while not health.last_updated():
+        # /healthz reports the current time while healthy (kube-proxy's lastUpdated), so it
+        # cannot tell that a sync ended: the sync gauge is read every 100 ms instead (cheap
+        # before the first sync has programmed anything).
+        next_scrape = 0
+        while True:
             if agent.poll() is not None:
                 raise RuntimeError("sluice-agent exited; see agent.log")
             if time.time() - start > 60:
@@ -254,9 +258,12 @@ def run(args):
                     next_scan = time.time() + 0.02
                 if svc_map is not None and svc_map.lookup(last_key, 24) is not None:
                     lb_seen = time.time()
+            if time.time() >= next_scrape:
+                m = metrics.scrape()
+                if m and m.get("kubeproxy_sync_proxy_rules_last_timestamp_seconds", 0) > 0:
+                    break
+                next_scrape = time.time() + 0.1
             time.sleep(0.002 if args.socket_lb else 0.005)
-        if svc_map is not None:
-            svc_map.close()
         m = metrics.scrape()
         synced = m["kubeproxy_sync_proxy_rules_last_timestamp_seconds"]
         # Nothing changes in etcd meanwhile: the source's last delivery is its first read.
@@ -296,27 +303,32 @@ def run(args):
         skipped = 0  # changes whose sync overlapped another one (a periodic resync)
         rng = random.Random(1)
         before = metrics.scrape()
-        last_sync = health.last_updated()
+        key_count = "kubeproxy_network_programming_duration_seconds_count"
+        key_sum = "kubeproxy_network_programming_duration_seconds_sum"
+        put_ms = []  # etcd put -> the changed service's entry in sluice_lb_svc, seen from outside
         for c in range(args.changes):
             i = rng.randrange(n)
             endpoints[i][rng.randrange(per)] = endpoint_ip(i, per + c % (64 - per))
+            key = lb_key(cluster_ip(i), 80)
+            was = svc_map.lookup(key, 24) if svc_map is not None else None
             trigger = datetime.datetime.now(datetime.timezone.utc).isoformat(
                 timespec="microseconds").replace("+00:00", "Z")
+            t_put = time.time()
             etcd.put(f"{PREFIX}/endpointslices/bench/svc-{i}-1", slice_(i, endpoints[i], trigger))
-            key_count = "kubeproxy_network_programming_duration_seconds_count"
-            key_sum = "kubeproxy_network_programming_duration_seconds_sum"
             deadline = time.time() + 10
+            if svc_map is not None:
+                # A new backend set is a new set id in the service's value.
+                while svc_map.lookup(key, 24) == was:
+                    if time.time() > deadline:
+                        raise RuntimeError(f"change {c} not in sluice_lb_svc within 10 s")
+                put_ms.append((time.time() - t_put) * 1000)
             while True:
                 if time.time() > deadline:
                     raise RuntimeError(f"change {c} not programmed within 10 s")
-                now = health.last_updated()
-                if now is None or now == last_sync:
-                    time.sleep(0.001)
-                    continue
-                last_sync = now
-                m = metrics.scrape()  # a periodic resync may have ended instead: then wait on
+                m = metrics.scrape()  # once the maps have it: the rest of the sync is short
                 if m and m[key_count] > before[key_count]:
                     break
+                time.sleep(0.002)
             if m[key_count] - before[key_count] != 1:
                 raise RuntimeError("changes coalesced; the measurement needs one per sync")
             latencies.append(m[key_sum] - before[key_sum])
@@ -369,12 +381,10 @@ def run(args):
             print(f"sync start -> applied by every consumer: p50 {percentile(all_ms, 50):.2f} ms, "
                   f"p90 {percentile(all_ms, 90):.2f} ms, p99 {percentile(all_ms, 99):.2f} ms, "
                   f"max {max(all_ms):.2f} ms")
-            # The programming latency ends with the sync; the maps were written before that.
-            put_ms = [lat - (sync - lb) for lat, sync, lb in zip(ms, sync_ms, lb_ms)] \
-                if skipped == 0 else []
             if put_ms:
-                print(f"socket LB, etcd put -> change in the maps: p50 {percentile(put_ms, 50):.1f}"
-                      f" ms, p99 {percentile(put_ms, 99):.1f} ms")
+                print(f"socket LB, etcd put -> change in the maps (polled from outside): p50 "
+                      f"{percentile(put_ms, 50):.1f} ms, p90 {percentile(put_ms, 90):.1f} ms, "
+                      f"p99 {percentile(put_ms, 99):.1f} ms, max {max(put_ms):.1f} ms")
             print(f"socket LB maps after the changes: {format_maps(bpf_maps(agent.pid))}")
             scrape_ms = []
             for _ in range(5):
@@ -391,6 +401,8 @@ def run(args):
             ok = ok and lb_ok
         return 0 if ok else 1
     finally:
+        if svc_map is not None:
+            svc_map.close()
         if agent is not None and agent.poll() is None:
             agent.terminate()
             agent.wait(timeout=30)
