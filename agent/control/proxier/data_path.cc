@@ -399,9 +399,8 @@ absl::Status DataPath::UpdateVips(std::span<const PortChange> changes,
   }
   // An address one port released and another (or the same) took is no change.
   const absl::flat_hash_set<net::IpAddress> had(unused.begin(), unused.end());
-  std::erase_if(add, [&](const net::IpAddress& ip) {
-    return !vip_refs_.contains(ip) || had.contains(ip);
-  });
+  std::erase_if(
+      add, [&](const net::IpAddress& ip) { return !vip_refs_.contains(ip) || had.contains(ip); });
   for (auto* list : {&add, &remove}) {
     std::sort(list->begin(), list->end());
     list->erase(std::unique(list->begin(), list->end()), list->end());
