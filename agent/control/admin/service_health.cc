@@ -81,27 +81,54 @@ ServiceHealthServers::ServiceHealthServers(Options options) : options_(std::move
 // The servers' threads read mu_ and endpoints_: they stop before those go.
 ServiceHealthServers::~ServiceHealthServers() { open_.clear(); }
 
-absl::Status ServiceHealthServers::Apply(
-    const std::shared_ptr<const proxier::ServiceTable>& table) {
-  const std::map<config::NamespacedName, int> wanted = HealthCheckPorts(*table);
-  std::map<config::NamespacedName, int> counts;
-  for (const auto& [service, port] : wanted) {
-    counts[service] = LocalReadyEndpoints(*table, service, options_.node_name);
+absl::Status ServiceHealthServers::Apply(const proxier::TableDelta& delta) {
+  const proxier::ServiceTable& table = *delta.table;
+  // The services to redo: those with a changed port, and those whose server failed to open
+  // (retried at every sync); in a full sync, every one that has or had a server.
+  std::set<config::NamespacedName> services;
+  for (const auto& [service, error] : failing_) {
+    services.insert(service);
+  }
+  if (delta.full) {
+    for (const auto& [service, instance] : open_) {
+      services.insert(service);
+    }
+    for (const auto& [service, port] : HealthCheckPorts(table)) {
+      services.insert(service);
+    }
+  } else {
+    for (const proxier::PortChange& change : delta.changes) {
+      services.insert(change.name.service);
+    }
+  }
+  std::map<config::NamespacedName, int> wanted;
+  for (const auto& service : services) {
+    ForEachPort(table, service, [&](const proxier::ServicePortInfo& info) {
+      if (info.health_check_node_port != 0) {
+        wanted[service] = info.health_check_node_port;
+      }
+    });
   }
   {
     absl::MutexLock lock(&mu_);
-    endpoints_ = std::move(counts);
+    for (const auto& service : services) {
+      if (wanted.contains(service)) {
+        endpoints_[service] = LocalReadyEndpoints(table, service, options_.node_name);
+      } else {
+        endpoints_.erase(service);
+      }
+    }
   }
   // Closed first, so a port moving from one service to another is free for the second.
-  for (auto it = open_.begin(); it != open_.end();) {
-    auto w = wanted.find(it->first);
-    if (w != wanted.end() && w->second == it->second.port) {
-      ++it;
+  for (const auto& service : services) {
+    auto it = open_.find(service);
+    auto w = wanted.find(service);
+    if (it == open_.end() || (w != wanted.end() && w->second == it->second.port)) {
       continue;
     }
-    LOG(INFO) << "closing the health check of service " << it->first.ToString() << " on port "
+    LOG(INFO) << "closing the health check of service " << service.ToString() << " on port "
               << it->second.port;
-    it = open_.erase(it);  // stops and joins its servers
+    open_.erase(it);  // stops and joins its servers
   }
   for (const auto& [service, port] : wanted) {
     if (open_.contains(service)) {
@@ -116,7 +143,9 @@ absl::Status ServiceHealthServers::Apply(
     failing_.erase(service);
     open_.emplace(service, *std::move(instance));
   }
-  std::erase_if(failing_, [&](const auto& entry) { return !wanted.contains(entry.first); });
+  std::erase_if(failing_, [&](const auto& entry) {
+    return services.contains(entry.first) && !wanted.contains(entry.first);
+  });
   return absl::OkStatus();
 }
 

@@ -63,7 +63,8 @@ class ServiceHealthServers final : public proxier::TableConsumer {
   ServiceHealthServers& operator=(const ServiceHealthServers&) = delete;
 
   // proxier::TableConsumer
-  absl::Status Apply(const std::shared_ptr<const proxier::ServiceTable>& table) override;
+  // Redoes only the services of the delta's changes (and those failing), unless it is full.
+  absl::Status Apply(const proxier::TableDelta& delta) override;
 
   // The open servers' ports by service (the control plane's view after the last Apply).
   std::map<config::NamespacedName, int> OpenPorts() const;

@@ -10,6 +10,7 @@
 #include "httplib.h"
 #include "lib/base/unique_fd.h"
 
+#include "agent/control/proxier/fake_proxier.h"
 #include "tests/testutil/process.h"
 
 namespace sluice::admin {
@@ -117,11 +118,12 @@ class ServersTest : public ::testing::Test {
   base::Registry registry_;
   std::atomic<bool> healthy_{true};
   ServiceHealthServers servers_;
+  proxier::FakeProxier feed_{servers_};  // hands servers_ tables as deltas
 };
 
 TEST_F(ServersTest, OpensAnswersAndClosesWithTheTable) {
   const int port = testutil::FreePort();
-  ASSERT_TRUE(servers_.Apply(Table({Port(kWeb, "http", port, {Ep("10.0.0.1:80", "node1")})})).ok());
+  ASSERT_TRUE(feed_.Apply(Table({Port(kWeb, "http", port, {Ep("10.0.0.1:80", "node1")})})).ok());
   auto [status, body] = Get(port, "/any/path?x=1");
   EXPECT_EQ(status, 200);
   EXPECT_NE(body.find("\"localEndpoints\": 1,"), std::string::npos) << body;
@@ -137,21 +139,20 @@ TEST_F(ServersTest, OpensAnswersAndClosesWithTheTable) {
 
   // The endpoint not ready, then on another node: 503 with 0.
   ASSERT_TRUE(
-      servers_.Apply(Table({Port(kWeb, "http", port, {Ep("10.0.0.1:80", "node1", false)})})).ok());
+      feed_.Apply(Table({Port(kWeb, "http", port, {Ep("10.0.0.1:80", "node1", false)})})).ok());
   std::tie(status, body) = Get(port);
   EXPECT_EQ(status, 503);
   EXPECT_NE(body.find("\"localEndpoints\": 0,"), std::string::npos) << body;
-  ASSERT_TRUE(servers_.Apply(Table({Port(kWeb, "http", port, {Ep("10.0.0.1:80", "node2")})})).ok());
+  ASSERT_TRUE(feed_.Apply(Table({Port(kWeb, "http", port, {Ep("10.0.0.1:80", "node2")})})).ok());
   EXPECT_EQ(Get(port).first, 503);
 
   // A new port: the old one closes.
   const int moved = testutil::FreePort();
-  ASSERT_TRUE(
-      servers_.Apply(Table({Port(kWeb, "http", moved, {Ep("10.0.0.1:80", "node1")})})).ok());
+  ASSERT_TRUE(feed_.Apply(Table({Port(kWeb, "http", moved, {Ep("10.0.0.1:80", "node1")})})).ok());
   EXPECT_EQ(Get(port).first, -1);
   EXPECT_EQ(Get(moved).first, 200);
   // No health check port any more (type or traffic policy changed), then gone.
-  ASSERT_TRUE(servers_.Apply(Table({Port(kWeb, "http", 0, {Ep("10.0.0.1:80", "node1")})})).ok());
+  ASSERT_TRUE(feed_.Apply(Table({Port(kWeb, "http", 0, {Ep("10.0.0.1:80", "node1")})})).ok());
   EXPECT_EQ(Get(moved).first, -1);
   EXPECT_TRUE(servers_.OpenPorts().empty());
 }
@@ -167,19 +168,21 @@ TEST_F(ServersTest, ATakenPortIsReportedRetriedAndHoldsNoOneUp) {
   ASSERT_EQ(::bind(holder.get(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
   ASSERT_EQ(::listen(holder.get(), 1), 0);
 
-  auto table = Table({Port(kWeb, "http", taken, {Ep("10.0.0.1:80", "node1")}),
-                      Port(kApi, "http", free, {Ep("10.0.0.2:80", "node1")})});
-  ASSERT_TRUE(servers_.Apply(table).ok());  // a sync never fails on it
+  auto web = Port(kWeb, "http", taken, {Ep("10.0.0.1:80", "node1")});
+  auto api = Port(kApi, "http", free, {Ep("10.0.0.2:80", "node1")});
+  auto table = Table({web, api});
+  ASSERT_TRUE(feed_.Apply(table).ok());  // a sync never fails on it
   EXPECT_EQ(Get(free).first, 200);
   EXPECT_EQ(servers_.OpenPorts(), (std::map<config::NamespacedName, int>{{kApi, free}}));
-  ASSERT_TRUE(servers_.Apply(table).ok());
+  ASSERT_TRUE(feed_.Apply(table).ok());
   EXPECT_NE(registry_.Render().find(
                 "sluice_service_health_check_listen_errors_total{service=\"default/web\"} 2"),
             std::string::npos)
       << registry_.Render();
 
-  holder.Reset();  // the port is free again: the next sync opens it
-  ASSERT_TRUE(servers_.Apply(table).ok());
+  holder.Reset();  // the port is free again: the next sync opens it, even one without changes
+  ASSERT_TRUE(feed_.Apply(Table({web, api})).ok());
+  EXPECT_TRUE(feed_.changes().empty());
   EXPECT_EQ(Get(taken).first, 200);
   EXPECT_EQ(servers_.OpenPorts().size(), 2u);
 }

@@ -199,16 +199,15 @@ bool DataPath::AddRoute(proxy::RouteTable& routes, const ServicePortInfo& info,
     return true;
   }
   proxy::ListenKey key = KeyFor(info, ip, port);
-  auto [it, inserted] = routes.try_emplace(key);
-  if (!inserted) {
+  if (routes.contains(key)) {
     return false;
   }
   auto& active = active_[key];
   if (!active) {
     active = std::make_shared<std::atomic<int64_t>>(0);
   }
-  it->second = proxy::Route{info.name.ToString(), BalancerFor(info, external, next), active,
-                            FiltersFor(info, ip, port)};
+  routes.insert_or_assign(key, proxy::Route{info.name.ToString(), BalancerFor(info, external, next),
+                                            active, FiltersFor(info, ip, port)});
   return true;
 }
 
@@ -228,7 +227,7 @@ std::shared_ptr<const proxy::RouteTable> DataPath::BuildRoutes(const ServiceTabl
       if (!AddRoute(*routes, info, ip, port, external, balancers)) {
         conflicts_ = true;
         LOG(WARNING) << KeyFor(info, ip, port).ToString() << " is claimed by "
-                     << routes->at(KeyFor(info, ip, port)).service << " and "
+                     << routes->find(KeyFor(info, ip, port))->second.service << " and "
                      << info.name.ToString() << "; keeping the first";
       }
     });
@@ -238,29 +237,20 @@ std::shared_ptr<const proxy::RouteTable> DataPath::BuildRoutes(const ServiceTabl
   return routes;
 }
 
-std::shared_ptr<const proxy::RouteTable> DataPath::PatchRoutes(const ServiceTable& prev,
-                                                               const ServiceTable& next) {
+std::shared_ptr<const proxy::RouteTable> DataPath::PatchRoutes(
+    const ServiceTable& prev, const ServiceTable& next, std::span<const PortChange> changes,
+    std::vector<proxy::ListenKey>& keys) {
   if (conflicts_) {
     return nullptr;  // which claim wins depends on the whole table
   }
-  // The Proxier rebuilds only the services that changed, so an unchanged port keeps its info
-  // pointer: comparing pointers finds the changes without comparing contents.
   std::vector<const ServicePortInfo*> gone;
   std::vector<const ServicePortInfo*> added;
-  auto a = prev.ports().begin();
-  auto b = next.ports().begin();
-  while (a != prev.ports().end() || b != next.ports().end()) {
-    if (b == next.ports().end() || (a != prev.ports().end() && a->first < b->first)) {
-      gone.push_back((a++)->second.get());
-    } else if (a == prev.ports().end() || b->first < a->first) {
-      added.push_back((b++)->second.get());
-    } else {
-      if (a->second != b->second) {
-        gone.push_back(a->second.get());
-        added.push_back(b->second.get());
-      }
-      ++a;
-      ++b;
+  for (const PortChange& change : changes) {
+    if (change.prev) {
+      gone.push_back(change.prev.get());
+    }
+    if (change.cur) {
+      added.push_back(change.cur.get());
     }
   }
   if (gone.empty() && added.empty()) {
@@ -269,15 +259,16 @@ std::shared_ptr<const proxy::RouteTable> DataPath::PatchRoutes(const ServiceTabl
   if (CapsInvolved(gone, prev) || CapsInvolved(added, next)) {
     return nullptr;  // admission weighs the whole table
   }
-  // A copy of the map costs allocations but no key comparisons; workers keep the old one.
+  // The copy shares routes_' chunks (workers keep reading those); a change copies its chunk.
   auto routes = std::make_shared<proxy::RouteTable>(*routes_);
   for (const ServicePortInfo* info : gone) {
     const std::string service = info->name.ToString();
     ForEachListener(*info, [&](const net::IpAddress& ip, int port, bool) {
-      auto it = routes->find(KeyFor(*info, ip, port));
-      if (it != routes->end() && it->second.service == service) {
-        routes->erase(it);
+      const proxy::ListenKey key = KeyFor(*info, ip, port);
+      if (auto it = routes->find(key); it != routes->end() && it->second.service == service) {
+        routes->erase(key);
       }
+      keys.push_back(key);
     });
   }
   BalancerMap balancers;  // of the added ports; BalancerFor reads their previous state
@@ -285,6 +276,7 @@ std::shared_ptr<const proxy::RouteTable> DataPath::PatchRoutes(const ServiceTabl
     bool conflict = false;
     ForEachListener(*info, [&](const net::IpAddress& ip, int port, bool external) {
       conflict = !AddRoute(*routes, *info, ip, port, external, balancers) || conflict;
+      keys.push_back(KeyFor(*info, ip, port));
     });
     if (conflict) {
       return nullptr;
@@ -313,16 +305,29 @@ std::shared_ptr<const proxy::RouteTable> DataPath::PatchRoutes(const ServiceTabl
   return routes;
 }
 
-absl::flat_hash_set<net::IpAddress> DataPath::WantedVips(const ServiceTable& table,
-                                                         const proxy::RouteTable& routes) {
-  absl::flat_hash_set<net::IpAddress> vips;
-  vips.reserve(table.ports().size());
+template <typename Fn>
+void DataPath::ForEachVip(const ServicePortInfo& info, Fn&& fn) {
+  for (const auto& ip : info.cluster_ips) {
+    fn(ip);
+  }
+  for (const auto& ip : info.external_ips) {
+    fn(ip);
+  }
+}
+
+absl::Status DataPath::ReconcileVips(const ServiceTable& table, const proxy::RouteTable& routes) {
+  vip_refs_.clear();
   for (const auto& [name, info] : table.ports()) {
-    vips.insert(info->cluster_ips.begin(), info->cluster_ips.end());
-    vips.insert(info->external_ips.begin(), info->external_ips.end());
+    ForEachVip(*info, [&](const net::IpAddress& ip) { ++vip_refs_[ip]; });
+  }
+  absl::flat_hash_set<net::IpAddress> vips;
+  vips.reserve(vip_refs_.size());
+  for (const auto& [ip, refs] : vip_refs_) {
+    vips.insert(ip);
   }
   // A removed listener with open connections keeps its VIP until they close (checked again on
-  // every sync, at least every --sync-period): removing the address would strand them.
+  // every sync): removing the address would strand them.
+  draining_.clear();
   auto route = routes.begin();  // both maps are sorted by key: a merge walk, no lookups
   for (auto it = active_.begin(); it != active_.end();) {
     while (route != routes.end() && route->first < it->first) {
@@ -332,63 +337,130 @@ absl::flat_hash_set<net::IpAddress> DataPath::WantedVips(const ServiceTable& tab
       ++it;
     } else if (it->second->load(std::memory_order_relaxed) > 0) {
       vips.insert(it->first.address.ip());
+      draining_.insert(it->first);
       ++it;
     } else {
       it = active_.erase(it);
     }
   }
-  return vips;
+  return vips_.Reconcile(vips);
 }
 
-absl::Status DataPath::Apply(const std::shared_ptr<const ServiceTable>& table) {
-  // A full sync rebuilds every route and re-reads the kernel's addresses: the first one, the
-  // periodic resync (the Proxier re-applies the same table), and the one after an error. It
-  // repairs drift: a VIP removed by hand, a new node address for NodePorts. Any other sync
-  // costs what changed.
-  const bool full = std::exchange(full_next_, false) || table == applied_;
+absl::Status DataPath::UpdateVips(std::span<const PortChange> changes,
+                                  const proxy::RouteTable& routes,
+                                  const std::vector<proxy::ListenKey>& keys) {
+  std::vector<net::IpAddress> add, unused;
+  for (const PortChange& change : changes) {
+    if (change.prev) {
+      ForEachVip(*change.prev, [&](const net::IpAddress& ip) {
+        if (auto it = vip_refs_.find(ip); it != vip_refs_.end() && --it->second == 0) {
+          vip_refs_.erase(it);
+          unused.push_back(ip);
+        }
+      });
+    }
+    if (change.cur) {
+      ForEachVip(*change.cur, [&](const net::IpAddress& ip) {
+        if (vip_refs_[ip]++ == 0) {
+          add.push_back(ip);
+        }
+      });
+    }
+  }
+  // Listeners this delta removed start draining while they carry connections; drained ones let
+  // their VIP go (as ReconcileVips, but over the few draining listeners, not all of them).
+  for (const proxy::ListenKey& key : keys) {
+    auto it = active_.find(key);
+    if (it != active_.end() && !routes.contains(key)) {
+      draining_.insert(key);
+    }
+  }
+  absl::flat_hash_set<net::IpAddress> held;
+  for (auto key = draining_.begin(); key != draining_.end();) {
+    auto it = active_.find(*key);
+    if (routes.contains(*key)) {
+      key = draining_.erase(key);  // served again
+    } else if (it != active_.end() && it->second->load(std::memory_order_relaxed) > 0) {
+      held.insert(key->address.ip());
+      ++key;
+    } else {
+      unused.push_back(key->address.ip());
+      if (it != active_.end()) {
+        active_.erase(it);
+      }
+      key = draining_.erase(key);
+    }
+  }
+  std::vector<net::IpAddress> remove;
+  for (const net::IpAddress& ip : unused) {
+    if (!vip_refs_.contains(ip) && !held.contains(ip)) {
+      remove.push_back(ip);
+    }
+  }
+  // An address one port released and another (or the same) took is no change.
+  const absl::flat_hash_set<net::IpAddress> had(unused.begin(), unused.end());
+  std::erase_if(
+      add, [&](const net::IpAddress& ip) { return !vip_refs_.contains(ip) || had.contains(ip); });
+  for (auto* list : {&add, &remove}) {
+    std::sort(list->begin(), list->end());
+    list->erase(std::unique(list->begin(), list->end()), list->end());
+  }
+  if (add.empty() && remove.empty()) {
+    return absl::OkStatus();
+  }
+  return vips_.Update(add, remove);
+}
+
+absl::Status DataPath::Apply(const TableDelta& delta) {
+  // A full sync rebuilds every route and re-reads the kernel's addresses, which repairs drift
+  // (a VIP removed by hand, a new node address for NodePorts); any other costs what changed.
+  const std::shared_ptr<const ServiceTable>& table = delta.table;
+  const bool full = delta.full || applied_ == nullptr;
   if (full) {
     vips_.MarkStale();
     node_ips_.reset();
     own_ips_.reset();
   }
-  std::shared_ptr<const proxy::RouteTable> routes = full ? nullptr : PatchRoutes(*applied_, *table);
-  if (routes == nullptr) {
+  std::vector<proxy::ListenKey> keys;  // the listen addresses of the changed ports
+  std::shared_ptr<const proxy::RouteTable> routes =
+      full ? nullptr : PatchRoutes(*applied_, *table, delta.changes, keys);
+  const bool patched = routes != nullptr;
+  if (!patched) {
     routes = BuildRoutes(*table);
   }
-  // The first sync's node addresses may include our leftover VIPs from an earlier run, which
-  // its Reconcile adopts or removes: the second sync reads them again.
-  full_next_ = applied_ == nullptr;
   applied_ = table;
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
 
   // VIPs before listeners, and every service address even without endpoints: the kernel
   // refuses connections to a local address without a listener, but not to a foreign one.
-  absl::Status result = vips_.Reconcile(WantedVips(*table, *routes));
+  absl::Status result =
+      patched ? UpdateVips(delta.changes, *routes, keys) : ReconcileVips(*table, *routes);
 
   // Routes before listeners: a new listener must find its route when its first client comes.
-  for (auto& w : workers_) {
-    w->SetRoutes(routes);
+  bool posted = routes != routes_;
+  if (posted) {
+    for (auto& w : workers_) {
+      w->SetRoutes(routes);
+    }
   }
   std::vector<proxy::ListenKey> closed;
-  SyncListeners(*routes, closed);  // a listener that fails is reported and retried, not fatal
+  // A listener that fails is reported and retried at every sync, not fatal.
+  posted = SyncListeners(*routes, patched ? &keys : nullptr, closed) || posted;
   routes_ = std::move(routes);
   // Routes and listener removals reach the workers as posted tasks. Waiting for them makes the
   // sync's promise exact: once it returns (and /debug/services shows the table) every worker
   // uses the new routes, and a port moved away refuses instead of reaching its old socket.
   for (auto& w : workers_) {
-    if (!w->Flush(kWorkerWait)) {
+    if (posted && !w->Flush(kWorkerWait)) {
       LOG(WARNING) << "sync: a worker took more than " << kWorkerWait << " to take it";
     }
   }
-  {
-    absl::MutexLock lock(&mu_);
-    for (const proxy::ListenKey& key : closed) {
-      open_.erase(key);
-    }
+  absl::MutexLock lock(&mu_);
+  for (const proxy::ListenKey& key : closed) {
+    open_.erase(key);
   }
-  if (!result.ok()) {
-    full_next_ = true;  // a failed listener or VIP is retried from scratch
-  }
-  return result;
+  return result;  // an error makes the next sync full: a failed VIP is retried from scratch
 }
 
 std::vector<proxy::ConnectionInfo> DataPath::Connections() const {

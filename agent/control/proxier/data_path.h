@@ -5,9 +5,12 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "lib/net/address.h"
@@ -64,7 +67,7 @@ class DataPath final : public TableConsumer {
 
   // TableConsumer. Returns once every worker has taken the new routes and closed the removed
   // listeners.
-  absl::Status Apply(const std::shared_ptr<const ServiceTable>& table) override;
+  absl::Status Apply(const TableDelta& delta) override;
 
   // Every worker's open TCP connections, for /debug/connections. Thread-safe (the admin thread
   // calls it); waits briefly for each worker loop.
@@ -103,6 +106,10 @@ class DataPath final : public TableConsumer {
   // Opens the sockets of `key` and hands them to the workers; returns how many it opened.
   absl::StatusOr<size_t> OpenListener(const proxy::ListenKey& key);
   void CloseListener(const proxy::ListenKey& key, const Open& open);
+  // Opens `key` for `service` into open_ (at `hint`), or records in failed_ why it could not;
+  // returns whether it opened.
+  bool Listen(std::map<proxy::ListenKey, Open>::iterator hint, const proxy::ListenKey& key,
+              const std::string& service) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Listeners `info` needs: addresses whose side of the port has endpoints.
   size_t ListenerCount(const ServicePortInfo& info);
   // Records an admission's outcome: logs newly skipped Services, sets the gauge.
@@ -136,18 +143,31 @@ class DataPath final : public TableConsumer {
   // The routes for `table`; replaces balancers_ with the balancers they use. Where two ports
   // claim one listener, the first in table order keeps it.
   std::shared_ptr<const proxy::RouteTable> BuildRoutes(const ServiceTable& table);
-  // The routes for `next` made from routes_ (built for `prev`) by redoing only the ports that
-  // changed; nullptr where that cannot give BuildRoutes' answer (claims conflict).
+  // The routes for `next` made from routes_ (built for `prev`) by redoing only `changes`;
+  // nullptr where that cannot give BuildRoutes' answer (claims conflict, caps).
+  // Appends the listen addresses of the changed ports to `keys`.
   std::shared_ptr<const proxy::RouteTable> PatchRoutes(const ServiceTable& prev,
-                                                       const ServiceTable& next);
-  // Every service address of `table`, plus those of removed listeners still carrying
-  // connections (forgetting the drained ones).
-  absl::flat_hash_set<net::IpAddress> WantedVips(const ServiceTable& table,
-                                                 const proxy::RouteTable& routes);
+                                                       const ServiceTable& next,
+                                                       std::span<const PortChange> changes,
+                                                       std::vector<proxy::ListenKey>& keys);
+  // Calls fn(ip) for every service address of `info` (made local even without endpoints).
+  template <typename Fn>
+  static void ForEachVip(const ServicePortInfo& info, Fn&& fn);
+  // Makes every service address of `table` local, plus those of removed listeners still
+  // carrying connections (forgetting the drained ones): a full sync.
+  absl::Status ReconcileVips(const ServiceTable& table, const proxy::RouteTable& routes);
+  // The same for a delta: adds and removes only the addresses whose use `changes` started or
+  // ended, and those of listeners that drained since. `keys` (sorted) are the listen addresses
+  // of the changed ports.
+  absl::Status UpdateVips(std::span<const PortChange> changes, const proxy::RouteTable& routes,
+                          const std::vector<proxy::ListenKey>& keys);
   // Opens the listeners of `routes` that are not open (again those that failed before) and
   // closes those it no longer has, appending them to `closed`; they stay in open_ until the
-  // caller erases them. A listener that fails to open goes to failed_; the others open.
-  void SyncListeners(const proxy::RouteTable& routes, std::vector<proxy::ListenKey>& closed);
+  // caller erases them. A listener that fails to open goes to failed_; the others open. With
+  // `keys` (sorted), only those addresses and the failed ones are looked at. Returns whether
+  // it posted anything to the workers.
+  bool SyncListeners(const proxy::RouteTable& routes, const std::vector<proxy::ListenKey>* keys,
+                     std::vector<proxy::ListenKey>& closed);
 
   const Options options_;
   vip::VipManager& vips_;
@@ -162,13 +182,16 @@ class DataPath final : public TableConsumer {
   absl::flat_hash_map<config::NamespacedName, std::string> skipped_services_;  // -> reason
   std::shared_ptr<const ServiceTable> applied_;      // the table of the last Apply
   std::shared_ptr<const proxy::RouteTable> routes_;  // built from applied_
-  bool full_next_ = true;                            // the next Apply is a full sync
   bool conflicts_ = false;  // two ports claimed one listener in the last BuildRoutes
   std::optional<std::vector<net::IpAddress>> node_ips_;  // NodeIps(), until the next full sync
   std::optional<std::vector<net::IpAddress>> own_ips_;   // OwnIps(), likewise
   // Open-connection counters by listener, kept across syncs; a removed listener's counter stays
   // (and its VIP on the node) until its connections have closed.
   std::map<proxy::ListenKey, std::shared_ptr<std::atomic<int64_t>>> active_;
+  // Of active_, the listeners no longer routed whose connections hold their VIP.
+  std::set<proxy::ListenKey> draining_;
+  // Service ports using each service address in applied_: the address goes when none does.
+  absl::flat_hash_map<net::IpAddress, int> vip_refs_;
   BalancerMap balancers_;
 
   mutable absl::Mutex mu_;

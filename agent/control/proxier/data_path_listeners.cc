@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // DataPath's listeners: opening and closing sockets, the caps, and what is skipped.
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -79,8 +80,23 @@ void DataPath::ListenFailed(const proxy::ListenKey& key, const std::string& serv
   it->second = {service, std::string(status.message())};
 }
 
-void DataPath::SyncListeners(const proxy::RouteTable& routes,
+bool DataPath::Listen(std::map<proxy::ListenKey, Open>::iterator hint, const proxy::ListenKey& key,
+                      const std::string& service) {
+  absl::StatusOr<size_t> sockets = OpenListener(key);
+  if (!sockets.ok()) {
+    ListenFailed(key, service, sockets.status());
+    return false;
+  }
+  open_.emplace_hint(hint, key, Open{service, *sockets});
+  sockets_ += *sockets;
+  failed_.erase(key);
+  return true;
+}
+
+bool DataPath::SyncListeners(const proxy::RouteTable& routes,
+                             const std::vector<proxy::ListenKey>* keys,
                              std::vector<proxy::ListenKey>& closed) {
+  bool opened = false;
   // Held while listeners open: Listeners() (the admin thread) reads open_, no worker does.
   absl::MutexLock lock(&mu_);
   // A closed listener stays in open_ (and in /debug/services) until Apply has seen every
@@ -90,29 +106,52 @@ void DataPath::SyncListeners(const proxy::RouteTable& routes,
     closed.push_back(it->first);
     return std::next(it);
   };
-  // Both maps are sorted by key: one merge walk, no lookups.
-  auto open = open_.begin();
-  for (const auto& [key, route] : routes) {
-    while (open != open_.end() && open->first < key) {
-      open = close(open);
+  if (keys != nullptr) {
+    // Only the addresses of changed ports, and those that failed before (retried every sync).
+    std::vector<proxy::ListenKey> retry;
+    for (const auto& [key, failure] : failed_) {
+      if (!std::binary_search(keys->begin(), keys->end(), key)) {
+        retry.push_back(key);
+      }
     }
-    if (open != open_.end() && open->first == key) {
-      open->second.service = route.service;
-      ++open;
-    } else if (absl::StatusOr<size_t> sockets = OpenListener(key); sockets.ok()) {
-      open_.emplace_hint(open, key, Open{route.service, *sockets});
-      sockets_ += *sockets;
-      failed_.erase(key);
-    } else {
-      ListenFailed(key, route.service, sockets.status());
+    const std::vector<proxy::ListenKey>* lists[] = {keys, &retry};
+    for (const auto* list : lists) {
+      for (const proxy::ListenKey& key : *list) {
+        auto route = routes.find(key);
+        auto it = open_.find(key);
+        if (route == routes.end()) {
+          if (it != open_.end()) {
+            close(it);
+          }
+        } else if (it != open_.end()) {
+          it->second.service = route->second.service;
+        } else {
+          opened = Listen(open_.lower_bound(key), key, route->second.service) || opened;
+        }
+      }
     }
-  }
-  while (open != open_.end()) {
-    open = close(open);
+  } else {
+    // Both maps are sorted by key: one merge walk, no lookups.
+    auto it = open_.begin();
+    for (const auto& [key, route] : routes) {
+      while (it != open_.end() && it->first < key) {
+        it = close(it);
+      }
+      if (it != open_.end() && it->first == key) {
+        it->second.service = route.service;
+        ++it;
+      } else {
+        opened = Listen(it, key, route.service) || opened;
+      }
+    }
+    while (it != open_.end()) {
+      it = close(it);
+    }
   }
   std::erase_if(failed_, [&](const auto& entry) { return !routes.contains(entry.first); });
   metrics_.listeners.Set(static_cast<double>(sockets_));
   metrics_.unserved_ports.WithLabels({"listen_failed"}).Set(static_cast<double>(failed_.size()));
+  return opened || !closed.empty();
 }
 
 void DataPath::Admitted(ListenerAdmission admission) {

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <cstring>
 #include <thread>
 
 #include "absl/algorithm/container.h"
@@ -12,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "lib/base/metrics.h"
 
+#include "agent/control/proxier/fake_proxier.h"
 #include "agent/dataplane/vip/fake_vip_manager.h"
 #include "tests/testutil/process.h"
 #include "tests/testutil/tcp_server.h"
@@ -52,44 +54,85 @@ class DataPathTest : public ::testing::Test {
     auto dp = DataPath::Create(DataPath::Options{}, vips_, metrics_);
     ASSERT_TRUE(dp.ok()) << dp.status();
     dp_ = std::move(*dp);
+    feed_ = std::make_unique<FakeProxier>(*dp_);
   }
 
   base::Registry registry_;
   proxy::DataPathMetrics metrics_{registry_};
   vip::FakeVipManager vips_;
   std::unique_ptr<DataPath> dp_;
+  std::unique_ptr<FakeProxier> feed_;  // hands dp_ tables as deltas
 };
 
-// Syncs after the first two patch only the changed ports; re-applying the same table (the
-// periodic resync) rebuilds everything and has the VipManager scan the kernel.
+// Syncs after the first two apply only the delta (routes, listeners and VIPs of the changed
+// ports); re-applying the same table (the periodic resync) rebuilds everything and has the
+// VipManager scan the kernel.
 TEST_F(DataPathTest, PatchesChangedPortsAndRescansOnPeriodicSync) {
   const int port = testutil::FreePort();
   auto a = Port("a", "127.0.0.2", port, true);
   auto b = Port("b", "127.0.0.3", port, true);
   auto c = Port("c", "127.0.0.4", port, true);
-  ASSERT_TRUE(dp_->Apply(Table({a, b})).ok());
+  ASSERT_TRUE(feed_->Apply(Table({a, b})).ok());
   EXPECT_THAT(dp_->Listeners(), SizeIs(2));
-  ASSERT_TRUE(dp_->Apply(Table({a, b})).ok());
+  ASSERT_TRUE(feed_->Apply(Table({a, b})).ok());
   EXPECT_EQ(vips_.stale_marks(), 2);  // the first two syncs are full
 
   // b loses its endpoints, c is new: patched.
-  ASSERT_TRUE(dp_->Apply(Table({a, Port("b", "127.0.0.3", port, false), c})).ok());
+  ASSERT_TRUE(feed_->Apply(Table({a, Port("b", "127.0.0.3", port, false), c})).ok());
   EXPECT_EQ(vips_.stale_marks(), 2);
   EXPECT_THAT(dp_->Listeners(), ElementsAre(Pair(a->name.ToString(), SizeIs(1)),
                                             Pair(c->name.ToString(), SizeIs(1))));
-  EXPECT_EQ(vips_.calls().back(), "Reconcile(127.0.0.2,127.0.0.3,127.0.0.4)");
+  EXPECT_EQ(vips_.calls().back(), "Update(+127.0.0.4 -)");  // b's address stays
 
   // a goes; b's endpoints come back.
   auto last = Table({b, c});
-  ASSERT_TRUE(dp_->Apply(last).ok());
+  ASSERT_TRUE(feed_->Apply(last).ok());
   EXPECT_EQ(vips_.stale_marks(), 2);
   EXPECT_THAT(dp_->Listeners(), ElementsAre(Pair(b->name.ToString(), SizeIs(1)),
                                             Pair(c->name.ToString(), SizeIs(1))));
-  EXPECT_EQ(vips_.calls().back(), "Reconcile(127.0.0.3,127.0.0.4)");
+  EXPECT_EQ(vips_.calls().back(), "Update(+ -127.0.0.2)");
 
-  ASSERT_TRUE(dp_->Apply(last).ok());  // periodic
+  ASSERT_TRUE(feed_->Apply(last).ok());  // periodic
   EXPECT_EQ(vips_.stale_marks(), 3);
   EXPECT_THAT(dp_->Listeners(), SizeIs(2));
+}
+
+// A port a delta removes keeps its address while a connection accepted on it is open (removing
+// the address would strand it); a later sync after it closed lets the address go.
+TEST_F(DataPathTest, RemovedPortKeepsItsVipUntilItsConnectionsClose) {
+  auto backend = testutil::TcpServer::Start(*net::SocketAddress::Parse("127.0.0.1:0"),
+                                            testutil::TcpServer::Mode::kEcho);
+  ASSERT_TRUE(backend);
+  const int port = testutil::FreePort();
+  auto a = std::make_shared<ServicePortInfo>(*Port("a", "127.0.0.24", port, false));
+  a->cluster_endpoints = {backend->address()};
+  auto b = Port("b", "127.0.0.25", port, true);
+  ASSERT_TRUE(feed_->Apply(Table({a, b})).ok());
+  ASSERT_TRUE(feed_->Apply(Table({a, b})).ok());
+  int err = 0;
+  auto client =
+      testutil::ConnectTcp(*net::SocketAddress::Parse(absl::StrCat("127.0.0.24:", port)), &err);
+  ASSERT_TRUE(client) << strerror(err);
+  char c = 'x';
+  ASSERT_EQ(send(client.get(), &c, 1, MSG_NOSIGNAL), 1);
+  ASSERT_EQ(recv(client.get(), &c, 1, 0), 1);  // accepted and counted by now
+
+  ASSERT_TRUE(feed_->Apply(Table({b})).ok());  // a delta: a is removed
+  EXPECT_THAT(feed_->changes(), SizeIs(1));
+  EXPECT_TRUE(vips_.Owned().contains(Ip("127.0.0.24")));
+  EXPECT_THAT(dp_->Listeners(), ElementsAre(Pair(b->name.ToString(), SizeIs(1))));
+  ASSERT_TRUE(feed_->Apply(Table({b})).ok());  // still open: still held
+  EXPECT_TRUE(vips_.Owned().contains(Ip("127.0.0.24")));
+
+  client.Reset();
+  EXPECT_TRUE(testutil::WaitFor(
+      [&] {
+        EXPECT_TRUE(feed_->Apply(Table({b})).ok());  // deltas without changes
+        return !vips_.Owned().contains(Ip("127.0.0.24"));
+      },
+      absl::Seconds(10)));
+  EXPECT_EQ(vips_.calls().back(), "Update(+ -127.0.0.24)");
+  EXPECT_TRUE(vips_.Owned().contains(Ip("127.0.0.25")));
 }
 
 // Two ports claiming one listener: the first in table order keeps it, also when the first
@@ -99,12 +142,12 @@ TEST_F(DataPathTest, ConflictingClaimsKeepTheFirstPort) {
   auto a = Port("a", "127.0.0.5", port, true);
   auto b = Port("b", "127.0.0.5", port, true);
   auto other = Port("other", "127.0.0.6", port, true);
-  ASSERT_TRUE(dp_->Apply(Table({other})).ok());
-  ASSERT_TRUE(dp_->Apply(Table({b, other})).ok());
-  ASSERT_TRUE(dp_->Apply(Table({b, Port("other", "127.0.0.6", port, true)})).ok());
+  ASSERT_TRUE(feed_->Apply(Table({other})).ok());
+  ASSERT_TRUE(feed_->Apply(Table({b, other})).ok());
+  ASSERT_TRUE(feed_->Apply(Table({b, Port("other", "127.0.0.6", port, true)})).ok());
   EXPECT_THAT(dp_->Listeners(), ElementsAre(Pair(b->name.ToString(), SizeIs(1)),
                                             Pair(other->name.ToString(), SizeIs(1))));
-  ASSERT_TRUE(dp_->Apply(Table({a, b, other})).ok());
+  ASSERT_TRUE(feed_->Apply(Table({a, b, other})).ok());
   EXPECT_THAT(dp_->Listeners(), ElementsAre(Pair(a->name.ToString(), SizeIs(1)),
                                             Pair(other->name.ToString(), SizeIs(1))));
 }
@@ -116,8 +159,8 @@ TEST_F(DataPathTest, RemovedListenerRefusesOnceApplyReturns) {
   auto a = Port("a", "127.0.0.7", port, true);
   const auto to = *net::SocketAddress::Parse(absl::StrCat("127.0.0.7:", port));
   for (int i = 0; i < 50; ++i) {
-    ASSERT_TRUE(dp_->Apply(Table({a})).ok());
-    ASSERT_TRUE(dp_->Apply(Table({})).ok());
+    ASSERT_TRUE(feed_->Apply(Table({a})).ok());
+    ASSERT_TRUE(feed_->Apply(Table({})).ok());
     int err = 0;
     EXPECT_FALSE(testutil::ConnectTcp(to, &err)) << "round " << i;
     ASSERT_EQ(err, ECONNREFUSED) << "round " << i;
@@ -141,9 +184,9 @@ TEST_F(DataPathTest, ListenerGoneFromTheListOnlyOnceClosed) {
     return false;
   };
   for (int i = 0; i < 50; ++i) {
-    ASSERT_TRUE(dp_->Apply(Table({a})).ok());
+    ASSERT_TRUE(feed_->Apply(Table({a})).ok());
     ASSERT_TRUE(is_listed());
-    std::thread remove([&] { EXPECT_TRUE(dp_->Apply(Table({})).ok()); });
+    std::thread remove([&] { EXPECT_TRUE(feed_->Apply(Table({})).ok()); });
     while (is_listed()) {
     }
     int err = 0;
@@ -203,17 +246,17 @@ TEST_F(DataPathTest, SourceRangesGuardTheLoadBalancerIp) {
   const net::SocketAddress lb_ip(Ip("127.0.0.21"), port), cluster_ip(Ip("127.0.0.20"), port);
   base::Counter& refused = metrics_.source_range_refused.WithLabels({"ns/lb:http"});
 
-  ASSERT_TRUE(dp_->Apply(Table({lb({"127.0.0.30/32", "2001:db8::/32"})})).ok());
+  ASSERT_TRUE(feed_->Apply(Table({lb({"127.0.0.30/32", "2001:db8::/32"})})).ok());
   EXPECT_EQ(Fetch(lb_ip, "127.0.0.31"), "reset");
   EXPECT_EQ(refused.Value(), 1);
   EXPECT_EQ(Fetch(lb_ip, "127.0.0.30"), "backend");
   EXPECT_EQ(Fetch(cluster_ip, "127.0.0.31"), "backend");
   EXPECT_EQ(backend->accepted(), 2);  // the refused client never reached a dial
 
-  ASSERT_TRUE(dp_->Apply(Table({lb({"127.0.0.0/8"})})).ok());
+  ASSERT_TRUE(feed_->Apply(Table({lb({"127.0.0.0/8"})})).ok());
   EXPECT_EQ(Fetch(lb_ip, "127.0.0.31"), "backend");
   // Only IPv6 ranges: kube-proxy's IPv4 proxier sees none, so the IPv4 address is open.
-  ASSERT_TRUE(dp_->Apply(Table({lb({"2001:db8::/32"})})).ok());
+  ASSERT_TRUE(feed_->Apply(Table({lb({"2001:db8::/32"})})).ok());
   EXPECT_EQ(Fetch(lb_ip, "127.0.0.31"), "backend");
   EXPECT_EQ(refused.Value(), 1);
 }
@@ -228,15 +271,15 @@ TEST_F(DataPathTest, SctpPortsAreReportedUnserved) {
   base::Gauge& gauge = metrics_.unserved_ports.WithLabels({"sctp"});
   auto both = Table({tcp, sctp});
   for (int i = 0; i < 3; ++i) {  // the first two syncs and a periodic resync are full
-    ASSERT_TRUE(dp_->Apply(both).ok());
+    ASSERT_TRUE(feed_->Apply(both).ok());
     EXPECT_THAT(dp_->Unserved(), ElementsAre(Pair("ns/s:http", HasSubstr("SCTP"))));
     EXPECT_EQ(gauge.Value(), 1);
   }
   EXPECT_THAT(dp_->Listeners(), ElementsAre(Pair("ns/a:http", SizeIs(1))));
-  ASSERT_TRUE(dp_->Apply(Table({tcp})).ok());  // patched
+  ASSERT_TRUE(feed_->Apply(Table({tcp})).ok());  // patched
   EXPECT_THAT(dp_->Unserved(), ElementsAre());
   EXPECT_EQ(gauge.Value(), 0);
-  ASSERT_TRUE(dp_->Apply(both).ok());
+  ASSERT_TRUE(feed_->Apply(both).ok());
   EXPECT_THAT(dp_->Unserved(), SizeIs(1));
   EXPECT_EQ(gauge.Value(), 1);
 }
@@ -249,14 +292,17 @@ TEST_F(DataPathTest, FailedListenerIsReportedAndRetriedWhileTheOthersServe) {
   ASSERT_TRUE(blocker);
   auto a = Port("a", "127.0.0.8", port, true);
   auto b = Port("b", "127.0.0.9", port, true);
-  ASSERT_TRUE(dp_->Apply(Table({a, b})).ok());
+  ASSERT_TRUE(feed_->Apply(Table({a, b})).ok());
   EXPECT_THAT(dp_->Listeners(), ElementsAre(Pair(b->name.ToString(), SizeIs(1))));
   auto skipped = dp_->Unserved();
   ASSERT_THAT(skipped, SizeIs(1));
   EXPECT_THAT(skipped.begin()->second, ::testing::HasSubstr("tcp/127.0.0.8"));
   EXPECT_EQ(metrics_.listener_failures.Value(), 1);
+  ASSERT_TRUE(feed_->Apply(Table({a, b})).ok());  // the second sync is full too
+  EXPECT_EQ(metrics_.listener_failures.Value(), 2);
   blocker.Reset();
-  ASSERT_TRUE(dp_->Apply(Table({a, b})).ok());
+  ASSERT_TRUE(feed_->Apply(Table({a, b})).ok());  // a delta without changes retries it
+  EXPECT_TRUE(feed_->changes().empty());
   EXPECT_THAT(dp_->Listeners(), SizeIs(2));
   EXPECT_THAT(dp_->Unserved(), SizeIs(0));
 }
@@ -267,6 +313,7 @@ TEST_F(DataPathTest, ServiceOverItsListenerCapIsSkippedAndReported) {
   options.caps.max_listeners_per_service = 2;
   auto dp = DataPath::Create(options, vips_, metrics_);
   ASSERT_TRUE(dp.ok()) << dp.status();
+  FakeProxier feed(**dp);
   const int port = testutil::FreePort();
   std::vector<ServicePortInfoPtr> ports = {Port("small", "127.0.0.10", port, true)};
   for (int i = 0; i < 3; ++i) {
@@ -274,13 +321,13 @@ TEST_F(DataPathTest, ServiceOverItsListenerCapIsSkippedAndReported) {
     big->name.port = absl::StrCat("p", i);
     ports.push_back(big);
   }
-  ASSERT_TRUE((*dp)->Apply(Table(ports)).ok());
+  ASSERT_TRUE(feed.Apply(Table(ports)).ok());
   EXPECT_THAT((*dp)->Listeners(), ElementsAre(Pair("ns/small:http", SizeIs(1))));
   EXPECT_THAT((*dp)->Unserved(), SizeIs(3));
   EXPECT_THAT((*dp)->Unserved()["ns/big:p0"], ::testing::HasSubstr("--max-listeners-per-service"));
   EXPECT_EQ(metrics_.unserved_ports.WithLabels({"service_cap"}).Value(), 3);
-  ports.pop_back();  // two ports fit: served once the Service shrinks (a patched sync)
-  ASSERT_TRUE((*dp)->Apply(Table(ports)).ok());
+  ports.pop_back();  // two ports fit: served once the Service shrinks
+  ASSERT_TRUE(feed.Apply(Table(ports)).ok());
   EXPECT_THAT((*dp)->Listeners(), SizeIs(3));
   EXPECT_THAT((*dp)->Unserved(), SizeIs(0));
 }
@@ -294,6 +341,7 @@ TEST_F(DataPathTest, SharedListenersCostOneSocketEachAndServe) {
   options.reuseport_sockets = 0;
   auto dp = DataPath::Create(options, vips_, metrics_);
   ASSERT_TRUE(dp.ok()) << dp.status();
+  FakeProxier feed(**dp);
   auto backend = testutil::TcpServer::Start(*net::SocketAddress::Parse("127.0.0.12:0"),
                                             testutil::TcpServer::Mode::kHello, 0, "b");
   ASSERT_TRUE(backend);
@@ -302,12 +350,12 @@ TEST_F(DataPathTest, SharedListenersCostOneSocketEachAndServe) {
   tcp->cluster_endpoints = {backend->address()};
   auto udp = std::make_shared<ServicePortInfo>(*tcp);
   udp->name.protocol = config::Protocol::kUdp;
-  ASSERT_TRUE((*dp)->Apply(Table({tcp, udp})).ok());
+  ASSERT_TRUE(feed.Apply(Table({tcp, udp})).ok());
   EXPECT_EQ(metrics_.listeners.Value(), 2);
   for (int i = 0; i < 20; ++i) {
     EXPECT_EQ(testutil::Hello(absl::StrCat("127.0.0.13:", port)), "b") << i;
   }
-  ASSERT_TRUE((*dp)->Apply(Table({})).ok());
+  ASSERT_TRUE(feed.Apply(Table({})).ok());
   EXPECT_EQ(metrics_.listeners.Value(), 0);
 }
 

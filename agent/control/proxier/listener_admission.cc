@@ -10,7 +10,7 @@
 namespace sluice::proxier {
 namespace {
 
-using PortIt = std::map<ServicePortName, ServicePortInfoPtr>::const_iterator;
+using PortIt = ServicePortMap::const_iterator;
 
 // One Service's ports in the table and the listeners they need.
 struct Demand {

@@ -65,17 +65,20 @@ void Proxier::ApplySliceChange(const config::EndpointSlicePtr& prev,
   }
 }
 
-void Proxier::Rebuild(const config::NamespacedName& id) {
-  if (auto old = built_.find(id); old != built_.end()) {
-    for (const auto& e : old->second) {
-      if (auto it = ports_.find(e->name); it != ports_.end() && it->second == e) {
-        ports_.erase(it);
+void Proxier::Rebuild(const config::NamespacedName& id, std::vector<ServicePortName>& touched) {
+  std::map<ServicePortName, ServicePortInfoPtr> old;
+  if (auto it = built_.find(id); it != built_.end()) {
+    for (const auto& e : it->second) {
+      touched.push_back(e->name);
+      if (auto p = ports_.find(e->name); p != ports_.end() && p->second == e) {
+        ports_.erase(e->name);
       }
+      old.emplace(e->name, e);
     }
+    built_.erase(it);
   }
   auto svc = services_.find(id);
   if (svc == services_.end() || !ShouldProgram(*svc->second, node_)) {
-    built_.erase(id);
     return;
   }
   std::vector<config::EndpointSlicePtr> slices;
@@ -86,12 +89,18 @@ void Proxier::Rebuild(const config::NamespacedName& id) {
   }
   auto& entries = built_[id];
   entries = BuildServicePorts(*svc->second, slices, node_);
-  for (const auto& e : entries) {
+  for (auto& e : entries) {
+    // Consumers redo a port only when its object changed: a port the change left as it was
+    // (another port's endpoints, an annotation) keeps its object and is no change.
+    if (auto o = old.find(e->name); o != old.end() && *o->second == *e) {
+      e = o->second;
+    }
+    touched.push_back(e->name);
     ports_.emplace(e->name, e);
   }
 }
 
-size_t Proxier::ApplyChanges(const Changes& changes) {
+size_t Proxier::ApplyChanges(const Changes& changes, std::vector<ServicePortName>& touched) {
   std::vector<config::NamespacedName> dirty;
   for (const auto& [id, change] : changes.services) {
     if (change.second) {
@@ -107,14 +116,25 @@ size_t Proxier::ApplyChanges(const Changes& changes) {
   std::sort(dirty.begin(), dirty.end());
   dirty.erase(std::unique(dirty.begin(), dirty.end()), dirty.end());
   for (const auto& id : dirty) {
-    Rebuild(id);
+    Rebuild(id, touched);
   }
   return dirty.size();
 }
 
-std::shared_ptr<const ServiceTable> Proxier::BuildTable() const {
-  // A copy of ports_: allocations, but none of the key comparisons of assembling it anew.
-  return std::make_shared<const ServiceTable>(ports_);
+std::vector<PortChange> Proxier::Delta(const ServiceTable& prev,
+                                       std::vector<ServicePortName>& touched) const {
+  std::sort(touched.begin(), touched.end());
+  touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+  std::vector<PortChange> delta;
+  for (ServicePortName& name : touched) {
+    ServicePortInfoPtr was = prev.Get(name);
+    auto now = ports_.find(name);
+    ServicePortInfoPtr is = now == ports_.end() ? nullptr : now->second;
+    if (was != is) {
+      delta.push_back({std::move(name), std::move(was), std::move(is)});
+    }
+  }
+  return delta;
 }
 
 absl::StatusOr<bool> Proxier::Sync() {
@@ -124,26 +144,37 @@ absl::StatusOr<bool> Proxier::Sync() {
   }
   const absl::Time start = clock_.Now();
   Changes changes = tracker_.Take();
+  std::shared_ptr<const ServiceTable> prev = this->table();
   std::shared_ptr<const ServiceTable> table;
+  std::vector<PortChange> delta;
   size_t rebuilt = 0;
-  if (changes.empty() && !rebuild_all_ && LastSync() != absl::InfinitePast()) {
-    // A periodic sync: nothing changed, but consumers re-apply the table, which repairs drift
-    // (a VIP removed by hand, a new node address for NodePorts) and releases drained VIPs.
-    table = this->table();
+  // A periodic sync: nothing changed, but consumers re-apply the table in full, which repairs
+  // drift (a VIP removed by hand, a new node address for NodePorts) and releases drained VIPs.
+  const bool periodic = changes.empty() && !rebuild_all_ && LastSync() != absl::InfinitePast();
+  if (periodic) {
+    table = prev;
   } else {
-    rebuilt = ApplyChanges(changes);
+    std::vector<ServicePortName> touched;
+    rebuilt = ApplyChanges(changes, touched);
     if (std::exchange(rebuild_all_, false)) {
       for (const auto& [id, svc] : services_) {
-        Rebuild(id);
+        Rebuild(id, touched);
       }
       rebuilt = services_.size();
     }
-    table = BuildTable();
+    // A copy of ports_ shares its chunks: it costs a pointer per 64 ports.
+    table = std::make_shared<const ServiceTable>(ports_);
+    delta = Delta(*prev, touched);
   }
 
   absl::Status result;
-  for (const Consumer& c : consumers_) {
-    if (absl::Status st = c.consumer->Apply(table); !st.ok()) {
+  for (Consumer& c : consumers_) {
+    const TableDelta update{
+        .table = table, .changes = delta, .full = periodic || c.syncs < 2 || c.failed};
+    absl::Status st = c.consumer->Apply(update);
+    ++c.syncs;
+    c.failed = !st.ok();
+    if (!st.ok()) {
       LOG(ERROR) << "sync: " << st;
       result.Update(st);
     }
@@ -166,8 +197,9 @@ absl::StatusOr<bool> Proxier::Sync() {
   absl::MutexLock lock(&mu_);
   last_sync_ = end;
   last_sync_timestamp_.Set(absl::ToDoubleSeconds(end - absl::UnixEpoch()));
-  VLOG(1) << "sync: " << rebuilt << " services rebuilt, " << table->ports().size()
-          << " service ports in " << absl::FormatDuration(end - start);
+  VLOG(1) << "sync: " << rebuilt << " services rebuilt, " << delta.size() << " of "
+          << table->ports().size() << " service ports changed, in "
+          << absl::FormatDuration(end - start);
   return true;
 }
 

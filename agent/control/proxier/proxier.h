@@ -3,6 +3,8 @@
 
 #include <map>
 #include <memory>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -16,16 +18,32 @@
 
 namespace sluice::proxier {
 
-// Receives each new table after a sync (the data path, the VIP manager). Thread: control plane.
+// What one sync hands a consumer: the new table, and what changed since the previous one.
+struct TableDelta {
+  std::shared_ptr<const ServiceTable> table;
+  // The service ports added, changed or removed since the previous sync's table, in name
+  // order, computed once for every consumer. A consumer that applied that table applies these.
+  std::span<const PortChange> changes;
+  // Make the whole state match `table` instead (`changes` may be left aside): the consumer's
+  // first two syncs (the first one's VIP reconcile adopts or removes an earlier agent's
+  // addresses, which node-address readers saw), the periodic resync (which repairs drift: a
+  // VIP removed by hand, a new node address for NodePorts) and the sync after it failed.
+  bool full = false;
+};
+
+// Receives each sync's delta (the proxy, socket LB, service health checks).
+// Thread: control plane.
 class TableConsumer {
  public:
   virtual ~TableConsumer() = default;
-  // Makes the kernel state match `table`. An error makes the sync retry.
-  virtual absl::Status Apply(const std::shared_ptr<const ServiceTable>& table) = 0;
+  // Makes the kernel state match `delta.table`, changing only `delta.changes` unless
+  // `delta.full`. An error makes the sync retry, and this consumer's next delta full.
+  virtual absl::Status Apply(const TableDelta& delta) = 0;
 };
 
 // Turns recorded changes into a new ServiceTable: rebuilds only the services whose Service or
-// EndpointSlices changed, hands the table to the consumers, then publishes it.
+// EndpointSlices changed, computes once which service ports that added, changed or removed,
+// hands the table and that delta to the consumers, then publishes the table.
 // Thread: control plane (Sync); table() and LastSync() are thread-safe.
 class Proxier final {
  public:
@@ -50,12 +68,14 @@ class Proxier final {
 
  private:
   // Applies recorded changes to services_/slices_ and rebuilds the affected services; returns
-  // how many were rebuilt.
-  size_t ApplyChanges(const Changes& changes);
-  // A table of ports_.
-  std::shared_ptr<const ServiceTable> BuildTable() const;
-  // Rebuilds `id`'s entries from services_ and slices_.
-  void Rebuild(const config::NamespacedName& id);
+  // how many were rebuilt. Appends the names of the ports they had or have to `touched`.
+  size_t ApplyChanges(const Changes& changes, std::vector<ServicePortName>& touched);
+  // Rebuilds `id`'s entries from services_ and slices_; a port equal to the one it replaces
+  // keeps the old object. Appends the names of its old and new ports to `touched`.
+  void Rebuild(const config::NamespacedName& id, std::vector<ServicePortName>& touched);
+  // The ports of `touched` whose entry in ports_ is not the one in `prev`.
+  std::vector<PortChange> Delta(const ServiceTable& prev,
+                                std::vector<ServicePortName>& touched) const;
   void ApplySliceChange(const config::EndpointSlicePtr& prev, const config::EndpointSlicePtr& cur,
                         std::vector<config::NamespacedName>* dirty);
 
@@ -66,6 +86,8 @@ class Proxier final {
   struct Consumer {
     TableConsumer* consumer;
     base::Histogram* applied;  // seconds from the sync's start to this consumer's end
+    int syncs = 0;             // deltas applied, failed or not
+    bool failed = false;       // the last one failed: the next one is full
   };
   std::vector<Consumer> consumers_;
 
@@ -73,8 +95,7 @@ class Proxier final {
   // Slices by the service they belong to (namespace + kubernetes.io/service-name), then by name.
   std::map<config::NamespacedName, std::map<std::string, config::EndpointSlicePtr>> slices_;
   std::map<config::NamespacedName, std::vector<ServicePortInfoPtr>> built_;
-  std::map<ServicePortName, ServicePortInfoPtr>
-      ports_;  // built_'s entries by name, kept by Rebuild
+  ServicePortMap ports_;  // built_'s entries by name, kept by Rebuild; tables are its copies
 
   base::Histogram& sync_duration_;
   base::Histogram& programming_duration_;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "agent/control/proxier/proxier.h"
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 #include "agent/control/config/mux.h"
@@ -34,14 +35,37 @@ config::EndpointSlicePtr Slice(const std::string& service, const std::string& na
   return s;
 }
 
-// Records the tables it is given; fails on demand.
+// Records the deltas it is given; fails on demand.
 class RecordingConsumer final : public TableConsumer {
  public:
-  absl::Status Apply(const std::shared_ptr<const ServiceTable>& table) override {
-    tables.push_back(table);
+  absl::Status Apply(const TableDelta& delta) override {
+    tables.push_back(delta.table);
+    changes.emplace_back(delta.changes.begin(), delta.changes.end());
+    full.push_back(delta.full);
     return fail ? absl::UnavailableError("injected") : absl::OkStatus();
   }
+  // The last delta as "name: prev -> cur" lines, each side the service port number and its
+  // cluster endpoints, or "-" when absent.
+  std::vector<std::string> Last() const {
+    auto side = [](const ServicePortInfoPtr& info) {
+      if (!info) {
+        return std::string("-");
+      }
+      std::string out = std::to_string(info->port);
+      for (const auto& e : info->cluster_endpoints) {
+        out += " " + e.ToString();
+      }
+      return out;
+    };
+    std::vector<std::string> out;
+    for (const PortChange& c : changes.back()) {
+      out.push_back(c.name.ToString() + ": " + side(c.prev) + " -> " + side(c.cur));
+    }
+    return out;
+  }
   std::vector<std::shared_ptr<const ServiceTable>> tables;
+  std::vector<std::vector<PortChange>> changes;
+  std::vector<bool> full;
   bool fail = false;
 };
 
@@ -105,12 +129,14 @@ TEST_F(ProxierTest, UnchangedServicesKeepTheirEntries) {
   src_->MarkSynced();
   src_->UpdateServices(config::Op::kSet, {Svc("a", "10.96.0.1", 80), Svc("b", "10.96.0.2", 80)});
   ASSERT_TRUE(proxier_.Sync().ok());
-  auto before = proxier_.table()->ports();
+  auto before = proxier_.table();
   src_->UpdateServices(config::Op::kAdd, {Svc("b", "10.96.0.2", 81)});
   ASSERT_TRUE(proxier_.Sync().ok());
-  auto after = proxier_.table()->ports();
-  EXPECT_EQ(before.begin()->second, after.begin()->second);  // "a" not rebuilt
-  EXPECT_NE(before.rbegin()->second, after.rbegin()->second);
+  auto after = proxier_.table();
+  const ServicePortName a{{"default", "a"}, "", {}}, b{{"default", "b"}, "", {}};
+  EXPECT_EQ(before->Get(a), after->Get(a));  // "a" not rebuilt
+  EXPECT_NE(before->Get(b), after->Get(b));
+  EXPECT_EQ(before->Get(b)->port, 80);  // the published table is a snapshot
 }
 
 TEST_F(ProxierTest, ConsumerFailureIsRetriedWithTheSameTable) {
@@ -177,6 +203,108 @@ TEST_F(ProxierTest, ProgrammingLatencyRunsFromTheSliceTriggerTime) {
       << text;
   EXPECT_NE(text.find("kubeproxy_network_programming_duration_seconds_sum 2\n"), std::string::npos)
       << text;
+}
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+config::ServicePtr WithPort(config::ServicePtr svc, const std::string& name, int port) {
+  auto s = std::make_shared<config::Service>(*svc);
+  config::ServicePort p;
+  p.name = name;
+  p.port = port;
+  s->ports.push_back(p);
+  return s;
+}
+
+// Add, change (a new port number), endpoints changed, remove: each sync's delta names only
+// those ports, with the objects before and after.
+TEST_F(ProxierTest, DeltaNamesAddedChangedAndRemovedPorts) {
+  src_->MarkSynced();
+  src_->UpdateServices(config::Op::kSet, {Svc("a", "10.96.0.1", 80), Svc("b", "10.96.0.2", 80)});
+  src_->UpdateEndpointSlices(config::Op::kSet, {Slice("a", "a-1", {"10.0.0.1"})});
+  ASSERT_TRUE(proxier_.Sync().ok());
+  EXPECT_THAT(consumer_.Last(),
+              ElementsAre("default/a:: - -> 80 10.0.0.1:8080", "default/b:: - -> 80"));
+
+  // The port moves to another number: the same service port, changed.
+  src_->UpdateServices(config::Op::kAdd, {Svc("a", "10.96.0.1", 81)});
+  ASSERT_TRUE(proxier_.Sync().ok());
+  EXPECT_THAT(consumer_.Last(), ElementsAre("default/a:: 80 10.0.0.1:8080 -> 81 10.0.0.1:8080"));
+
+  // Only the endpoints change.
+  src_->UpdateEndpointSlices(config::Op::kAdd, {Slice("a", "a-1", {"10.0.0.1", "10.0.0.2"})});
+  ASSERT_TRUE(proxier_.Sync().ok());
+  EXPECT_THAT(consumer_.Last(),
+              ElementsAre("default/a:: 81 10.0.0.1:8080 -> 81 10.0.0.1:8080 10.0.0.2:8080"));
+
+  src_->UpdateServices(config::Op::kRemove, {Svc("b", "10.96.0.2", 80)});
+  ASSERT_TRUE(proxier_.Sync().ok());
+  EXPECT_THAT(consumer_.Last(), ElementsAre("default/b:: 80 -> -"));
+  // The published table is the one the consumer got, and shows the changes.
+  EXPECT_EQ(proxier_.table(), consumer_.tables.back());
+  EXPECT_EQ(proxier_.table()->ports().size(), 1u);
+}
+
+// A renamed port is another service port: the old one goes, the new one comes. Ports the
+// change left as they were keep their objects and are not in the delta.
+TEST_F(ProxierTest, DeltaLeavesUnchangedPortsOut) {
+  src_->MarkSynced();
+  auto two = WithPort(WithPort(Svc("a", "10.96.0.1", 80), "web", 8000), "metrics", 9090);
+  src_->UpdateServices(config::Op::kSet, {two});
+  ASSERT_TRUE(proxier_.Sync().ok());
+  const ServicePortInfo* metrics = proxier_.table()->Find({{"default", "a"}, "metrics", {}});
+  ASSERT_NE(metrics, nullptr);
+
+  auto renamed = std::make_shared<config::Service>(*two);
+  renamed->ports[1].name = "www";
+  renamed->meta.annotations["note"] = "an annotation alone changes no port";
+  src_->UpdateServices(config::Op::kAdd, {renamed});
+  ASSERT_TRUE(proxier_.Sync().ok());
+  EXPECT_THAT(consumer_.Last(),
+              ElementsAre("default/a:web: 8000 -> -", "default/a:www: - -> 8000"));
+  EXPECT_EQ(proxier_.table()->Find({{"default", "a"}, "metrics", {}}), metrics);
+
+  auto annotated = std::make_shared<config::Service>(*renamed);
+  annotated->meta.annotations["note"] = "changed";
+  src_->UpdateServices(config::Op::kAdd, {annotated});
+  ASSERT_TRUE(proxier_.Sync().ok());
+  EXPECT_THAT(consumer_.Last(), IsEmpty());
+  EXPECT_FALSE(consumer_.full.back());
+}
+
+// Full: a consumer's first two syncs, the periodic resync (nothing changed), and the sync after
+// that consumer failed; the other consumers go on with deltas.
+TEST_F(ProxierTest, FullResyncWhenAConsumerNeedsOne) {
+  RecordingConsumer other;
+  proxier_.AddConsumer(&other, "other");
+  src_->MarkSynced();
+  src_->UpdateServices(config::Op::kSet, {Svc("a", "10.96.0.1", 80)});
+  ASSERT_TRUE(proxier_.Sync().ok());
+  src_->UpdateServices(config::Op::kAdd, {Svc("b", "10.96.0.2", 80)});
+  ASSERT_TRUE(proxier_.Sync().ok());
+  src_->UpdateServices(config::Op::kAdd, {Svc("c", "10.96.0.3", 80)});
+  ASSERT_TRUE(proxier_.Sync().ok());
+  EXPECT_THAT(consumer_.full, ElementsAre(true, true, false));
+  EXPECT_THAT(consumer_.Last(), ElementsAre("default/c:: - -> 80"));
+
+  ASSERT_TRUE(proxier_.Sync().ok());  // periodic: the same table, in full
+  EXPECT_EQ(consumer_.full.back(), true);
+  EXPECT_THAT(consumer_.Last(), IsEmpty());
+  EXPECT_EQ(consumer_.tables.back(), consumer_.tables[2]);
+
+  consumer_.fail = true;
+  src_->UpdateServices(config::Op::kAdd, {Svc("d", "10.96.0.4", 80)});
+  EXPECT_FALSE(proxier_.Sync().ok());
+  consumer_.fail = false;
+  src_->UpdateServices(config::Op::kAdd, {Svc("e", "10.96.0.5", 80)});
+  ASSERT_TRUE(proxier_.Sync().ok());
+  EXPECT_THAT(consumer_.full, ElementsAre(true, true, false, true, false, true));
+  EXPECT_THAT(other.full, ElementsAre(true, true, false, true, false, false));
+  EXPECT_THAT(other.Last(), ElementsAre("default/e:: - -> 80"));
+  src_->UpdateServices(config::Op::kAdd, {Svc("f", "10.96.0.6", 80)});
+  ASSERT_TRUE(proxier_.Sync().ok());
+  EXPECT_EQ(consumer_.full.back(), false);
 }
 
 }  // namespace

@@ -19,6 +19,11 @@ const ServicePortInfo* ServiceTable::Find(const ServicePortName& name) const {
   return it == ports_.end() ? nullptr : it->second.get();
 }
 
+ServicePortInfoPtr ServiceTable::Get(const ServicePortName& name) const {
+  auto it = ports_.find(name);
+  return it == ports_.end() ? nullptr : it->second;
+}
+
 std::vector<net::Cidr> SourceRangesFor(const ServicePortInfo& info, const net::IpAddress& ip) {
   std::vector<net::Cidr> out;
   if (std::find(info.load_balancer_ips.begin(), info.load_balancer_ips.end(), ip) ==

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "lib/base/cow_map.h"
 #include "lib/net/address.h"
 
 #include "agent/control/config/model.h"
@@ -57,6 +58,7 @@ struct ServicePortInfo {
   // readiness fallback, traffic policy and topology hints. Empty = refuse.
   std::vector<net::SocketAddress> cluster_endpoints;
   std::vector<net::SocketAddress> external_endpoints;
+  friend bool operator==(const ServicePortInfo&, const ServicePortInfo&) = default;
 };
 using ServicePortInfoPtr = std::shared_ptr<const ServicePortInfo>;
 
@@ -80,18 +82,33 @@ std::vector<ServicePortInfoPtr> BuildServicePorts(
     const config::Service& svc, const std::vector<config::EndpointSlicePtr>& slices,
     const NodeInfo& node);
 
+// Service ports by name. A copy shares the entries (see base::CowMap), so the Proxier keeps one
+// and publishes a copy each sync.
+using ServicePortMap = base::CowMap<ServicePortName, ServicePortInfoPtr>;
+
 // The merged, programmed view: an immutable snapshot handed to the data path and the admin
 // endpoints. Thread-safe (immutable).
 class ServiceTable final {
  public:
   ServiceTable() = default;
-  explicit ServiceTable(std::map<ServicePortName, ServicePortInfoPtr> ports)
-      : ports_(std::move(ports)) {}
-  const std::map<ServicePortName, ServicePortInfoPtr>& ports() const { return ports_; }
+  explicit ServiceTable(ServicePortMap ports) : ports_(std::move(ports)) {}
+  explicit ServiceTable(const std::map<ServicePortName, ServicePortInfoPtr>& ports)
+      : ports_(ports) {}
+  const ServicePortMap& ports() const { return ports_; }
   const ServicePortInfo* Find(const ServicePortName& name) const;
+  // The entry of `name`; null when there is none.
+  ServicePortInfoPtr Get(const ServicePortName& name) const;
 
  private:
-  std::map<ServicePortName, ServicePortInfoPtr> ports_;
+  ServicePortMap ports_;
+};
+
+// One service port a sync added (`prev` null), removed (`cur` null) or changed (both set: a new
+// object; an unchanged port keeps its object from sync to sync).
+struct PortChange {
+  ServicePortName name;
+  ServicePortInfoPtr prev;
+  ServicePortInfoPtr cur;
 };
 
 }  // namespace sluice::proxier

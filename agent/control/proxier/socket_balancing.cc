@@ -92,53 +92,27 @@ void SocketBalancing::Build(const ServicePortName& port, const ServicePortInfo* 
   }
 }
 
-absl::Status SocketBalancing::Apply(const std::shared_ptr<const ServiceTable>& table) {
-  // As DataPath: the first sync, the periodic resync (the same table again) and the one after
-  // an error rebuild every port and re-read the node's addresses; others redo changed ports.
-  const bool full = std::exchange(full_next_, false) || table == applied_ || applied_ == nullptr;
-  const auto& next = table->ports();
+absl::Status SocketBalancing::Apply(const TableDelta& delta) {
   std::vector<socklb::Change> changes;
-  absl::Status result;
-  if (full) {
-    node_ips_ = options_.node_ips ? options_.node_ips() : std::vector<net::IpAddress>{};
-    for (const auto& [name, info] : next) {
-      Build(name, info.get(), changes);
+  if (!delta.full) {
+    // One map update per changed port, against what SocketLb programmed.
+    for (const PortChange& change : delta.changes) {
+      Build(change.name, change.cur.get(), changes);
     }
-    std::map<std::string, socklb::Service> all;
-    for (auto& [name, service] : changes) {
-      if (service) {
-        all.emplace(std::move(name), std::move(*service));
-      }
-    }
-    result = lb_.ApplyAll(all);
-  } else {
-    // Both tables are sorted by name, and the Proxier rebuilds only changed ports: walk them
-    // together, and an unchanged port costs one pointer comparison, not a key lookup.
-    const auto& prev = applied_->ports();
-    auto a = prev.begin();
-    auto b = next.begin();
-    while (a != prev.end() || b != next.end()) {
-      if (a != prev.end() && b != next.end() && a->second == b->second) {
-        ++a, ++b;
-      } else if (b == next.end() || (a != prev.end() && a->first < b->first)) {
-        Build((a++)->first, nullptr, changes);  // removed
-      } else {
-        const bool same_name = a != prev.end() && !(b->first < a->first);
-        Build(b->first, b->second.get(), changes);  // added or changed
-        ++b;
-        if (same_name) {
-          ++a;
-        }
-      }
-    }
-    result = lb_.Apply(changes);
+    return lb_.Apply(changes);
   }
-  // As DataPath: the first sync's node addresses may include an earlier run's VIPs, which the
-  // VIP manager adopts or removes in that sync; the second one reads them again. A failed sync
-  // is redone in full.
-  full_next_ = applied_ == nullptr || !result.ok();
-  applied_ = table;
-  return result;
+  // A full sync re-reads the node's addresses and rewrites what differs.
+  node_ips_ = options_.node_ips ? options_.node_ips() : std::vector<net::IpAddress>{};
+  for (const auto& [name, info] : delta.table->ports()) {
+    Build(name, info.get(), changes);
+  }
+  std::map<std::string, socklb::Service> all;
+  for (auto& [name, service] : changes) {
+    if (service) {
+      all.emplace(std::move(name), std::move(*service));
+    }
+  }
+  return lb_.ApplyAll(all);
 }
 
 std::map<std::string, std::vector<std::string>> SocketBalancing::Frontends() const {

@@ -35,7 +35,7 @@ class SocketBalancing final : public TableConsumer {
   SocketBalancing(socklb::SocketLb& lb, Options options);
 
   // TableConsumer
-  absl::Status Apply(const std::shared_ptr<const ServiceTable>& table) override;
+  absl::Status Apply(const TableDelta& delta) override;
 
   // Programmed frontends by service port name ("ns/name:port/TCP"), for /debug/services.
   std::map<std::string, std::vector<std::string>> Frontends() const;
@@ -50,9 +50,7 @@ class SocketBalancing final : public TableConsumer {
 
   socklb::SocketLb& lb_;
   const Options options_;
-  std::shared_ptr<const ServiceTable> applied_;
-  bool full_next_ = true;
-  std::vector<net::IpAddress> node_ips_;
+  std::vector<net::IpAddress> node_ips_;  // read at each full sync
 };
 
 }  // namespace sluice::proxier

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "lib/base/cow_map.h"
 #include "lib/base/metrics.h"
 #include "lib/net/address.h"
 
@@ -58,7 +59,8 @@ struct Route {
 };
 
 // The data path's view of the service table: immutable, posted to every worker after a sync.
-using RouteTable = std::map<ListenKey, Route>;
+// Each sync's table is a copy of the last one that shares its unchanged chunks.
+using RouteTable = base::CowMap<ListenKey, Route>;
 using RouteTablePtr = std::shared_ptr<const RouteTable>;
 
 }  // namespace sluice::proxy

@@ -410,7 +410,7 @@ TEST(UdpWorkerTest, ProxiesThroughAWorker) {
   auto worker = Worker::Create(0, Worker::Options{}, metrics);
   ASSERT_TRUE(worker.ok()) << worker.status();
   auto routes = std::make_shared<RouteTable>();
-  (*routes)[key] = Route{"ns/svc:dns", MakeBalancer({Local(backend.get())})};
+  routes->insert_or_assign(key, Route{"ns/svc:dns", MakeBalancer({Local(backend.get())})});
   (*worker)->SetRoutes(routes);
   (*worker)->AddUdpListener(key, std::move(*fd));
 
@@ -424,7 +424,7 @@ TEST(UdpWorkerTest, ProxiesThroughAWorker) {
 
   // The endpoint leaves the route: the flow closes with the next SetRoutes.
   auto moved = std::make_shared<RouteTable>();
-  (*moved)[key] = Route{"ns/svc:dns", MakeBalancer({Addr("127.0.0.1:9")})};
+  moved->insert_or_assign(key, Route{"ns/svc:dns", MakeBalancer({Addr("127.0.0.1:9")})});
   (*worker)->SetRoutes(moved);
   ASSERT_TRUE(WaitUntil([&] { return metrics.udp_flows.Value() == 0; }));
 

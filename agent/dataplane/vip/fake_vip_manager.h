@@ -60,6 +60,24 @@ class FakeVipManager final : public VipManager {
     }
     return absl::OkStatus();
   }
+  absl::Status Update(const std::vector<net::IpAddress>& add,
+                      const std::vector<net::IpAddress>& remove) override {
+    using Set = absl::flat_hash_set<net::IpAddress>;
+    calls_.push_back(absl::StrCat("Update(+", Join(Set(add.begin(), add.end())), " -",
+                                  Join(Set(remove.begin(), remove.end())), ")"));
+    if (absl::Status status = TakeError(); !status.ok()) {
+      return status;
+    }
+    for (const net::IpAddress& ip : add) {
+      if (!local_.contains(ip) && !ip.IsUnspecified()) {
+        owned_.insert(ip);
+      }
+    }
+    for (const net::IpAddress& ip : remove) {
+      owned_.erase(ip);
+    }
+    return absl::OkStatus();
+  }
   absl::Status RemoveAll() override {
     calls_.push_back("RemoveAll()");
     if (absl::Status status = TakeError(); !status.ok()) {
@@ -78,7 +96,7 @@ class FakeVipManager final : public VipManager {
   // The next call (of any method returning Status) fails with `status` and changes nothing.
   void FailNextCall(absl::Status status) { next_error_ = std::move(status); }
   // Calls so far, e.g. "Ensure(10.96.0.10)", "Reconcile(10.96.0.1,10.96.0.10)" (sorted),
-  // "RemoveAll()".
+  // "Update(+10.96.0.2 -10.96.0.1)", "RemoveAll()".
   const std::vector<std::string>& calls() const { return calls_; }
   void ClearCalls() { calls_.clear(); }
   // How often MarkStale() was called (not recorded in calls(): it changes nothing by itself).

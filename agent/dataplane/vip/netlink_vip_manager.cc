@@ -253,18 +253,6 @@ absl::Status NetlinkVipManager::ReconcileWithKernel(
 }
 
 absl::Status NetlinkVipManager::ReconcileOwned(const absl::flat_hash_set<net::IpAddress>& wanted) {
-  ErrorTally errors;
-  std::vector<net::IpAddress> add;
-  for (const net::IpAddress& ip : wanted) {
-    if (owned_.contains(ip) || foreign_.contains(ip) || ip.IsLoopback() || InLocalRange(ip)) {
-      continue;
-    }
-    if (ip.IsUnspecified()) {
-      errors.Add(absl::InvalidArgumentError(absl::StrCat("VIP ", ip.ToString(), ": unspecified")));
-    } else {
-      add.push_back(ip);
-    }
-  }
   // owned_ holds no VIP in a local range: the scan that preceded this dropped them.
   std::vector<net::IpAddress> remove;
   for (const net::IpAddress& ip : owned_) {
@@ -272,6 +260,29 @@ absl::Status NetlinkVipManager::ReconcileOwned(const absl::flat_hash_set<net::Ip
       remove.push_back(ip);
     }
   }
+  return ChangeOwned(std::vector<net::IpAddress>(wanted.begin(), wanted.end()), std::move(remove));
+}
+
+absl::Status NetlinkVipManager::Update(const std::vector<net::IpAddress>& add,
+                                       const std::vector<net::IpAddress>& remove) {
+  absl::Status status = ChangeOwned(add, remove);
+  if (!status.ok()) {
+    stale_ = true;  // our view may be wrong: the next Reconcile scans
+  }
+  return status;
+}
+
+absl::Status NetlinkVipManager::ChangeOwned(std::vector<net::IpAddress> add,
+                                            std::vector<net::IpAddress> remove) {
+  ErrorTally errors;
+  std::erase_if(add, [&](const net::IpAddress& ip) {
+    if (ip.IsUnspecified()) {
+      errors.Add(absl::InvalidArgumentError(absl::StrCat("VIP ", ip.ToString(), ": unspecified")));
+      return true;
+    }
+    return owned_.contains(ip) || foreign_.contains(ip) || ip.IsLoopback() || InLocalRange(ip);
+  });
+  std::erase_if(remove, [&](const net::IpAddress& ip) { return !owned_.contains(ip); });
   std::sort(add.begin(), add.end());
   std::sort(remove.begin(), remove.end());
   // Adds before removals, as in ReconcileWithKernel. Everything in owned_ is on the VIP link: an

@@ -40,6 +40,8 @@ class NetlinkVipManager final : public VipManager {
   absl::Status Ensure(const net::IpAddress& ip) override;
   absl::Status Release(const net::IpAddress& ip) override;
   absl::Status Reconcile(const absl::flat_hash_set<net::IpAddress>& wanted) override;
+  absl::Status Update(const std::vector<net::IpAddress>& add,
+                      const std::vector<net::IpAddress>& remove) override;
   absl::Status RemoveAll() override;
   void MarkStale() override { stale_ = true; }
   const absl::flat_hash_set<net::IpAddress>& Owned() const override { return owned_; }
@@ -57,6 +59,8 @@ class NetlinkVipManager final : public VipManager {
   absl::Status ReconcileWithKernel(const absl::flat_hash_set<net::IpAddress>& wanted);
   // Reconcile against owned_ and foreign_ alone: no dump.
   absl::Status ReconcileOwned(const absl::flat_hash_set<net::IpAddress>& wanted);
+  // Adds `add` (checked against owned_ and foreign_) and removes `remove` (ours only), sorted.
+  absl::Status ChangeOwned(std::vector<net::IpAddress> add, std::vector<net::IpAddress> remove);
   // Adds ip on the VIP link. Returns false if it appeared there since the dump (someone else's).
   absl::StatusOr<bool> Add(const net::IpAddress& ip);
   // Deletes one of our addresses; an address that is already gone counts as deleted.

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
@@ -31,6 +32,11 @@ class VipManager {
   // call, after a failure and after MarkStale(). Best effort: it tries every change and returns
   // the first error, with the number of failures.
   virtual absl::Status Reconcile(const absl::flat_hash_set<net::IpAddress>& wanted) = 0;
+  // Reconcile for a change: makes `add` local and removes those of `remove` that are ours,
+  // against the VIPs it owns (no scan), so a sync costs what changed. Best effort, as Reconcile;
+  // a failure makes the next Reconcile scan.
+  virtual absl::Status Update(const std::vector<net::IpAddress>& add,
+                              const std::vector<net::IpAddress>& remove) = 0;
   // Makes the next Reconcile a full scan. The periodic resync (--sync-period) calls it.
   virtual void MarkStale() = 0;
   // Removes every address of ours. The clean-shutdown path.
