@@ -130,23 +130,25 @@ void ListWatcher::Run() {
   while (!stop_.HasBeenNotified()) {
     const Step step = relist ? List() : Watch();
     relist = step.relist;
+    absl::Duration delay = step.delay;
     if (step.unreachable) {
-      switch (probe_->Await(probe_->Unreachable(), stop_requested_)) {
-        case base::OutageProbe::Wait::kStopped:
-          return;
-        case base::OutageProbe::Wait::kRecovered:
-          // What was watched may have moved on in any way while the server was away (or it was
-          // restarted): list again, as every watcher of this server does now, so that the
-          // source can hold back until all of them have.
-          relist = true;
-          break;
-        case base::OutageProbe::Wait::kAnswered:
-          break;
+      const base::OutageProbe::Wait wait = probe_->Await(probe_->Unreachable(), stop_requested_);
+      if (wait == base::OutageProbe::Wait::kStopped) {
+        break;
       }
-      backoff_.Reset();
-      continue;
+      if (wait == base::OutageProbe::Wait::kRecovered) {
+        // What was watched may have moved on in any way while the server was away (or it was
+        // restarted): list again, at once, as every watcher of this server does now, so that
+        // the source can hold back until all of them have.
+        relist = true;
+        backoff_.Reset();
+        continue;
+      }
+      // The server answered the probe at once: only this connection failed. The usual backoff,
+      // so that a server (or a proxy) that keeps dropping connections is not hammered.
+      delay = backoff_.Next();
     }
-    if (step.delay > absl::ZeroDuration() && stop_.WaitForNotificationWithTimeout(step.delay)) {
+    if (delay > absl::ZeroDuration() && stop_.WaitForNotificationWithTimeout(delay)) {
       break;
     }
   }

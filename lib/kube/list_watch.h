@@ -74,8 +74,9 @@ struct ListWatchOptions {
 // 5xx backs off with jitter; 401 re-reads the token file. A server that cannot be reached
 // (refused, reset, timed out) is waited for through the OutageProbe that all watchers of that
 // server share, which finds it back within its short interval whatever the outage's length;
-// after an outage (not a single dropped connection) the resource is listed again. Without a
-// probe, connection errors back off like 5xx.
+// after an outage the resource is listed again at once. A connection that failed while the
+// server answers the probe (a dropped watch) is retried after the backoff, from the last
+// resourceVersion. Without a probe, connection errors back off like 5xx.
 // Thread: its own (Start, Stop and the destructor: the owner's; Stop is thread-safe).
 class ListWatcher final {
  public:

@@ -143,10 +143,17 @@ void EtcdSource::Run() {
       // restarts; a compaction meanwhile makes it re-read).
       LOG(WARNING) << channel_->name() << ": " << status << "; retrying when etcd answers";
       client_->NextEndpoint();  // the probe tries the failed endpoint last
-      if (probe_->Await(probe_->Unreachable(), stopping_) == base::OutageProbe::Wait::kStopped) {
+      const base::OutageProbe::Wait wait = probe_->Await(probe_->Unreachable(), stopping_);
+      if (wait == base::OutageProbe::Wait::kStopped) {
         return;
       }
-      backoff.Reset();
+      if (wait == base::OutageProbe::Wait::kRecovered) {
+        backoff.Reset();
+        continue;
+      }
+      // A member answered at once: only this call failed. Back off as for other failures, on
+      // the endpoint that answered.
+      client_->Sleep(backoff.Next());
       continue;
     }
     const absl::Duration delay = backoff.Next();

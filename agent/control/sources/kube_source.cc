@@ -20,6 +20,9 @@ namespace {
 // A probe of an unreachable API server is over within this: an answer from a live server takes
 // milliseconds, and a dead one must not keep the probe from its next interval for long.
 constexpr absl::Duration kProbeTimeout = absl::Seconds(1);
+// The kinds of the RelistGate.
+constexpr int kServicesKind = 0;
+constexpr int kSlicesKind = 1;
 
 double NowSeconds() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
 
@@ -95,14 +98,16 @@ class ObjectMirror final : public kube::WatchHandler {
       all.push_back(object);
     }
     Push(config::Op::kSet, std::move(all));
-    gate_.Listed(gate_kind_);
-    Applied();
     if (listed_) {
       metrics_.relists.Inc();
     } else {
       listed_ = true;
-      on_first_list_();
+      // Through the gate too, so that "synced" never overtakes the state it announces (a first
+      // list held back when the server was away at startup).
+      gate_.Push([this] { on_first_list_(); });
     }
+    gate_.Listed(gate_kind_);
+    Applied();
   }
 
   void OnWatchEvent(kube::EventType type, const simdjson::dom::element& object) override {
@@ -185,6 +190,10 @@ KubeSource::~KubeSource() {
     w->Stop();
   }
   watchers_.clear();
+  // Before the handlers: the gate's thread may still let held pushes through, and they call
+  // the handlers; the probe's thread holds the gate.
+  probe_.reset();
+  gate_.reset();
 }
 
 void KubeSource::OnKindListed() {
@@ -237,9 +246,11 @@ absl::StatusOr<std::unique_ptr<KubeSource>> KubeSource::Create(Options options,
   const config::AddressPolicy policy{.api_validated = true,
                                      .allow_loopback = source->options_.allow_loopback};
   source->handlers_.push_back(std::make_unique<ObjectMirror<ServiceKind>>(
-      channel, *source->gate_, 0, source->metrics_, policy, [self] { self->OnKindListed(); }));
+      channel, *source->gate_, kServicesKind, source->metrics_, policy,
+      [self] { self->OnKindListed(); }));
   source->handlers_.push_back(std::make_unique<ObjectMirror<EndpointSliceKind>>(
-      channel, *source->gate_, 1, source->metrics_, policy, [self] { self->OnKindListed(); }));
+      channel, *source->gate_, kSlicesKind, source->metrics_, policy,
+      [self] { self->OnKindListed(); }));
   source->gating_kinds_ = 2;
   if (source->options_.on_zone || source->options_.on_eligible) {
     specs.push_back({.name = "node",

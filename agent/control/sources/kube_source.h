@@ -67,7 +67,7 @@ class KubeSource final {
   static absl::StatusOr<std::unique_ptr<KubeSource>> Create(Options options,
                                                             config::SourceChannel* channel,
                                                             SourceMetricFamilies& metrics);
-  // Stops every watcher at once, then joins them.
+  // Stops every watcher at once, then joins them; then the probe and the gate.
   ~KubeSource();
 
  private:

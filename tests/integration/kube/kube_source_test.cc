@@ -431,19 +431,26 @@ TEST_F(KubeSourceTest, AfterAnOutageTheProbeFindsTheServerAndBothKindsComeBackTo
   EXPECT_GE(api_->Requests("/version").size(), 1u);
 }
 
-// A dropped connection to a server that is still there is no outage: the probe answers at once
-// and the watch resumes from its resourceVersion, without a relist.
-TEST_F(KubeSourceTest, ADroppedWatchToALiveServerResumesWithoutARelist) {
+// After an outage, EndpointSlices that cannot be listed (RBAC taken away meanwhile) hold the
+// Services back for relist_hold, not for as long as the slices fail.
+TEST_F(KubeSourceTest, AfterAnOutageAKindThatCannotBeListedHoldsTheOtherBackOnlyBriefly) {
   StartApi();
   PutService("a", "10.96.0.1");
   KubeSource::Options o = Defaults(api_->WriteKubeconfig({.ca = ""}));
-  o.watch.backoff = {.initial = absl::Seconds(20), .max = absl::Seconds(60)};
+  o.relist_hold = absl::Seconds(1);
   Start(std::move(o));
-  api_->Control(R"({"op":"close_watches","mode":"abrupt","resource":"services"})");
+  const double connection_errors = h_.Errors("connection");
+  api_->Control(R"({"op":"outage","value":true})");
+  ASSERT_TRUE(Eventually([&] { return h_.Errors("connection") >= connection_errors + 2; }));
+  api_->Control(R"({"op":"fault","verb":"list","resource":"endpointslices","status":403,
+                   "count":1000})");
   PutService("b", "10.96.0.2");
-  ASSERT_TRUE(Eventually([&] { return HasService("ns/b"); }));
-  EXPECT_EQ(Lists(kServices).size(), 1u);
-  EXPECT_EQ(h_.Metric(R"(sluice_source_relists_total{source="kube"})"), 0);
+  const absl::Time restarting = absl::Now();  // before the server can answer the probe
+  api_->Control(R"({"op":"outage","value":false})");
+  ASSERT_TRUE(Eventually([&] { return HasService("ns/b"); })) << api_->Output();
+  // Held for the second, then let through (a wall-clock step aside).
+  EXPECT_GE(absl::Now() - restarting, absl::Milliseconds(990));
+  EXPECT_GE(h_.Errors("forbidden"), 1);
 }
 
 TEST_F(KubeSourceTest, ASilentWatchIsAbandonedAfterItsDeadline) {
