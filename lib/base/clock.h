@@ -3,6 +3,10 @@
 
 #include <time.h>
 
+#include <atomic>
+#include <cstdint>
+
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
@@ -25,6 +29,13 @@ class Clock {
   virtual absl::Time Now() const = 0;
   // For intervals and deadlines; see base::MonotonicNow.
   virtual absl::Duration MonotonicNow() const = 0;
+  // Waits with `mu` held until `cond` holds or MonotonicNow() reaches `deadline`, as
+  // absl::Mutex::AwaitWithTimeout does on real time; returns whether `cond` holds. For waits
+  // that a test drives with a FakeClock (retry intervals, timeouts).
+  virtual bool AwaitUntil(absl::Mutex& mu, const absl::Condition& cond,
+                          absl::Duration deadline) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return mu.AwaitWithTimeout(cond, deadline - MonotonicNow());
+  }
 };
 
 // Thread-safe.
@@ -39,20 +50,33 @@ class RealClock final : public Clock {
 };
 
 // A clock that moves only when told to: Advance moves the wall and the monotonic reading
-// together. Thread: the test's.
+// together. Thread-safe: the test advances it while the code under test reads it and waits.
 class FakeClock final : public Clock {
  public:
-  explicit FakeClock(absl::Time start = absl::FromUnixSeconds(1'700'000'000)) : now_(start) {}
-  absl::Time Now() const override { return now_; }
-  absl::Duration MonotonicNow() const override { return mono_; }
+  explicit FakeClock(absl::Time start = absl::FromUnixSeconds(1'700'000'000))
+      : now_ns_(absl::ToUnixNanos(start)) {}
+  absl::Time Now() const override { return absl::FromUnixNanos(now_ns_.load()); }
+  absl::Duration MonotonicNow() const override { return absl::Nanoseconds(mono_ns_.load()); }
   void Advance(absl::Duration d) {
-    now_ += d;
-    mono_ += d;
+    now_ns_ += absl::ToInt64Nanoseconds(d);
+    mono_ns_ += absl::ToInt64Nanoseconds(d);
+  }
+  // Advance does not know the waiters' mutexes, so a waiter re-reads the fake time every real
+  // millisecond (tests only).
+  bool AwaitUntil(absl::Mutex& mu, const absl::Condition& cond,
+                  absl::Duration deadline) const override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    while (!cond.Eval()) {
+      if (MonotonicNow() >= deadline) {
+        return false;
+      }
+      mu.AwaitWithTimeout(cond, absl::Milliseconds(1));
+    }
+    return true;
   }
 
  private:
-  absl::Time now_;
-  absl::Duration mono_ = absl::Hours(1);  // "since boot": any fixed start will do
+  std::atomic<int64_t> now_ns_;
+  std::atomic<int64_t> mono_ns_{absl::ToInt64Nanoseconds(absl::Hours(1))};  // "since boot"
 };
 
 }  // namespace sluice::base

@@ -199,6 +199,23 @@ absl::StatusOr<int64_t> Client::RangeAll(const std::string& key, const std::stri
   }
 }
 
+absl::Status Client::Probe(const std::string& key, absl::Duration timeout) {
+  etcdserverpb::RangeRequest request;
+  request.set_key(key);
+  request.set_limit(1);
+  request.set_keys_only(true);
+  etcdserverpb::RangeResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  Channel();
+  if (!Begin(&context)) {
+    return absl::CancelledError("etcd client cancelled");
+  }
+  const grpc::Status status = kv_->Range(&context, request, &response);
+  End(&context);
+  return status.ok() ? absl::OkStatus() : FromGrpc(status, "range", endpoint().url);
+}
+
 absl::StatusOr<std::unique_ptr<WatchStream>> Client::Watch(
     const etcdserverpb::WatchCreateRequest& create) {
   Channel();

@@ -69,6 +69,7 @@ class Client final {
   ~Client() = default;
 
   const Endpoint& endpoint() const { return options_.endpoints[current_]; }
+  size_t endpoints() const { return options_.endpoints.size(); }
   void NextEndpoint();
 
   // Reads every key in [key, range_end) at one revision, page by page, calling `fn` for each
@@ -77,6 +78,10 @@ class Client final {
   // revision was compacted between pages.
   absl::StatusOr<int64_t> RangeAll(const std::string& key, const std::string& range_end,
                                    absl::FunctionRef<void(const mvccpb::KeyValue&)> fn);
+
+  // One cheap linearizable read (at most one key, no value) of `key` with a `timeout`: OK
+  // when the current endpoint answered with a quorum behind it, the call's status otherwise.
+  absl::Status Probe(const std::string& key, absl::Duration timeout);
 
   // Opens a Watch stream and sends `create`. etcd is asked to end the stream when its member
   // has no leader, so a partitioned member does not leave us watching a stale view.

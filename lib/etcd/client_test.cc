@@ -155,6 +155,22 @@ TEST_F(ClientTest, MovesToTheNextEndpoint) {
   EXPECT_EQ(client->endpoint().port, 1);  // round robin
 }
 
+TEST_F(ClientTest, ProbeReadsOneKeyWithoutItsValue) {
+  Fill(3, 1000);
+  auto client = NewClient({}, {"http://127.0.0.1:1", absl::StrCat("http://127.0.0.1:", port_)});
+  const absl::Status down = client->Probe("/p/", absl::Seconds(5));
+  EXPECT_EQ(down.code(), absl::StatusCode::kUnavailable) << down;
+  EXPECT_NE(down.message().find("http://127.0.0.1:1"), absl::string_view::npos) << down;
+  client->NextEndpoint();
+  EXPECT_TRUE(client->Probe("/p/", absl::Seconds(5)).ok());
+  absl::MutexLock lock(&kv_.mu_);
+  ASSERT_EQ(kv_.requests_.size(), 1u);
+  EXPECT_EQ(kv_.requests_[0].key(), "/p/");
+  EXPECT_EQ(kv_.requests_[0].limit(), 1);
+  EXPECT_TRUE(kv_.requests_[0].keys_only());
+  EXPECT_FALSE(kv_.requests_[0].serializable());  // a member without a leader must not answer
+}
+
 TEST_F(ClientTest, CancelEndsTheCallInProgressAndEveryLaterOne) {
   kv_.block_ = true;
   auto client = NewClient();

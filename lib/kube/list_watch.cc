@@ -85,23 +85,23 @@ std::string StatusMessage(std::string_view body) {
 }
 
 ListWatcher::ListWatcher(ResourceSpec resource, ListWatchOptions options, BearerToken& token,
-                         WatchHandler& handler, std::unique_ptr<HttpClient> client)
+                         WatchHandler& handler, base::OutageProbe* probe,
+                         std::unique_ptr<HttpClient> client)
     : resource_(std::move(resource)),
       options_(options),
       token_(token),
       handler_(handler),
+      probe_(probe),
       client_(std::move(client)),
       backoff_(options.backoff),
       rng_(std::random_device{}()) {}
 
-absl::StatusOr<std::unique_ptr<ListWatcher>> ListWatcher::Create(ResourceSpec resource,
-                                                                 ListWatchOptions options,
-                                                                 const ClientConfig& config,
-                                                                 BearerToken& token,
-                                                                 WatchHandler& handler) {
+absl::StatusOr<std::unique_ptr<ListWatcher>> ListWatcher::Create(
+    ResourceSpec resource, ListWatchOptions options, const ClientConfig& config, BearerToken& token,
+    WatchHandler& handler, base::OutageProbe* probe) {
   ASSIGN_OR_RETURN(std::unique_ptr<HttpClient> client, HttpClient::Create(config, token));
   return std::unique_ptr<ListWatcher>(
-      new ListWatcher(std::move(resource), options, token, handler, std::move(client)));
+      new ListWatcher(std::move(resource), options, token, handler, probe, std::move(client)));
 }
 
 ListWatcher::~ListWatcher() {
@@ -119,6 +119,9 @@ void ListWatcher::Stop() {
   if (!stop_requested_.exchange(true)) {
     stop_.Notify();
     client_->Stop();
+    if (probe_ != nullptr) {
+      probe_->Wake();
+    }
   }
 }
 
@@ -127,7 +130,25 @@ void ListWatcher::Run() {
   while (!stop_.HasBeenNotified()) {
     const Step step = relist ? List() : Watch();
     relist = step.relist;
-    if (step.delay > absl::ZeroDuration() && stop_.WaitForNotificationWithTimeout(step.delay)) {
+    absl::Duration delay = step.delay;
+    if (step.unreachable) {
+      const base::OutageProbe::Wait wait = probe_->Await(probe_->Unreachable(), stop_requested_);
+      if (wait == base::OutageProbe::Wait::kStopped) {
+        break;
+      }
+      if (wait == base::OutageProbe::Wait::kRecovered) {
+        // What was watched may have moved on in any way while the server was away (or it was
+        // restarted): list again, at once, as every watcher of this server does now, so that
+        // the source can hold back until all of them have.
+        relist = true;
+        backoff_.Reset();
+        continue;
+      }
+      // The server answered the probe at once: only this connection failed. The usual backoff,
+      // so that a server (or a proxy) that keeps dropping connections is not hammered.
+      delay = backoff_.Next();
+    }
+    if (delay > absl::ZeroDuration() && stop_.WaitForNotificationWithTimeout(delay)) {
       break;
     }
   }
@@ -306,6 +327,13 @@ ListWatcher::Step ListWatcher::RequestFailed(std::string_view what, const absl::
     return Step{.relist = relist};  // stopping
   }
   const char* reason = "connection";
+  if (probe_ != nullptr && (status.code() == absl::StatusCode::kUnavailable ||
+                            status.code() == absl::StatusCode::kDeadlineExceeded)) {
+    LOG(WARNING) << "kube " << resource_.name << ": " << what << " failed: " << status.message()
+                 << "; retrying when the API server answers";
+    Error(status.code() == absl::StatusCode::kDeadlineExceeded ? "timeout" : reason);
+    return Step{.relist = relist, .unreachable = true};
+  }
   switch (status.code()) {
     case absl::StatusCode::kDeadlineExceeded:
       reason = "timeout";

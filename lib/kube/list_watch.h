@@ -13,6 +13,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "lib/base/backoff.h"
+#include "lib/base/outage_probe.h"
 #include "lib/kube/bearer_token.h"
 #include "lib/kube/client_config.h"
 #include "lib/kube/http_client.h"
@@ -70,16 +71,19 @@ struct ListWatchOptions {
 // (limit/continue, one snapshot), then a watch from the list's resourceVersion with bookmarks,
 // re-watching from the last resourceVersion seen whenever a watch ends or the connection
 // drops. 410 Gone (an HTTP status or an in-stream ERROR event) relists. 429 waits Retry-After;
-// 5xx and connection errors back off with jitter; 401 re-reads the token file.
+// 5xx backs off with jitter; 401 re-reads the token file. A server that cannot be reached
+// (refused, reset, timed out) is waited for through the OutageProbe that all watchers of that
+// server share, which finds it back within its short interval whatever the outage's length;
+// after an outage the resource is listed again at once. A connection that failed while the
+// server answers the probe (a dropped watch) is retried after the backoff, from the last
+// resourceVersion. Without a probe, connection errors back off like 5xx.
 // Thread: its own (Start, Stop and the destructor: the owner's; Stop is thread-safe).
 class ListWatcher final {
  public:
-  // `token` and `handler` must outlive the watcher.
-  static absl::StatusOr<std::unique_ptr<ListWatcher>> Create(ResourceSpec resource,
-                                                             ListWatchOptions options,
-                                                             const ClientConfig& config,
-                                                             BearerToken& token,
-                                                             WatchHandler& handler);
+  // `token`, `handler` and `probe` (optional) must outlive the watcher.
+  static absl::StatusOr<std::unique_ptr<ListWatcher>> Create(
+      ResourceSpec resource, ListWatchOptions options, const ClientConfig& config,
+      BearerToken& token, WatchHandler& handler, base::OutageProbe* probe = nullptr);
   // Stops and joins the thread.
   ~ListWatcher();
 
@@ -92,6 +96,7 @@ class ListWatcher final {
   struct Step {
     bool relist = false;
     absl::Duration delay = absl::ZeroDuration();
+    bool unreachable = false;  // wait for the probe instead of `delay`
   };
   struct StreamState {
     bool answered = false;  // the server sent a 200 and started the stream
@@ -101,7 +106,7 @@ class ListWatcher final {
   };
 
   ListWatcher(ResourceSpec resource, ListWatchOptions options, BearerToken& token,
-              WatchHandler& handler, std::unique_ptr<HttpClient> client);
+              WatchHandler& handler, base::OutageProbe* probe, std::unique_ptr<HttpClient> client);
   void Run();
   Step List();
   Step Watch();
@@ -117,6 +122,7 @@ class ListWatcher final {
   const ListWatchOptions options_;
   BearerToken& token_;
   WatchHandler& handler_;
+  base::OutageProbe* const probe_;
   std::unique_ptr<HttpClient> client_;
   absl::Notification stop_;
   std::atomic<bool> stop_requested_{false};

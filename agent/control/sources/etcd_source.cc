@@ -18,6 +18,8 @@ namespace {
 // jitter instead of arriving together.
 constexpr absl::Duration kInitialBackoff = absl::Milliseconds(200);
 constexpr absl::Duration kMaxBackoff = absl::Seconds(10);
+// A member that answers does so in milliseconds; a probe must not hold up the next one long.
+constexpr absl::Duration kProbeTimeout = absl::Seconds(1);
 // Compaction can overtake a re-read too (between its pages, or before the next watch starts);
 // after this many re-reads in a row without a watch, back off like any other failure.
 constexpr int kMaxQuickRelists = 3;
@@ -94,12 +96,20 @@ absl::StatusOr<std::unique_ptr<EtcdSource>> EtcdSource::Create(const EtcdSourceO
                      channel, metrics));
   LOG(INFO) << channel->name() << ": reading " << source->layout_.RangeStart()
             << "{services,endpointslices}/";
-  source->thread_ = std::thread([self = source.get()] { self->Run(); });
+  EtcdSource* self = source.get();
+  source->probe_ = std::make_unique<base::OutageProbe>(
+      base::OutageProbe::Options{.server = channel->name(), .interval = options.probe_interval},
+      base::OutageProbe::Callbacks{.probe = [self] { return self->Probe(); },
+                                   .cancel = [self] { self->client_->Cancel(); }},
+      base::RealClock::Get());
+  source->thread_ = std::thread([self] { self->Run(); });
   return source;
 }
 
 EtcdSource::~EtcdSource() {
+  stopping_ = true;
   client_->Cancel();
+  probe_->Wake();
   if (thread_.joinable()) {
     thread_.join();
   }
@@ -127,12 +137,45 @@ void EtcdSource::Run() {
       continue;
     }
     metrics_.Error(stage).Inc();
+    if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) {
+      // No backoff that grows with the outage: the probe finds a member again within its
+      // interval. The watch then resumes from revision_ (etcd keeps its history across
+      // restarts; a compaction meanwhile makes it re-read).
+      LOG(WARNING) << channel_->name() << ": " << status << "; retrying when etcd answers";
+      client_->NextEndpoint();  // the probe tries the failed endpoint last
+      const base::OutageProbe::Wait wait = probe_->Await(probe_->Unreachable(), stopping_);
+      if (wait == base::OutageProbe::Wait::kStopped) {
+        return;
+      }
+      if (wait == base::OutageProbe::Wait::kRecovered) {
+        backoff.Reset();
+        continue;
+      }
+      // A member answered at once: only this call failed. Back off as for other failures, on
+      // the endpoint that answered.
+      client_->Sleep(backoff.Next());
+      continue;
+    }
     const absl::Duration delay = backoff.Next();
     client_->NextEndpoint();
     LOG(WARNING) << channel_->name() << ": " << status << "; retrying with "
                  << client_->endpoint().url << " in " << absl::FormatDuration(delay);
     client_->Sleep(delay);
   }
+}
+
+absl::Status EtcdSource::Probe() {
+  // Every endpoint in turn, each on a fresh channel (NextEndpoint): a failed one would wait out
+  // gRPC's reconnect backoff. The one that answers is where Run goes on.
+  absl::Status status;
+  for (size_t i = 0; i < client_->endpoints(); ++i) {
+    status = client_->Probe(layout_.RangeStart(), kProbeTimeout);
+    if (!absl::IsUnavailable(status) && !absl::IsDeadlineExceeded(status)) {
+      return absl::IsCancelled(status) ? status : absl::OkStatus();  // any answer will do
+    }
+    client_->NextEndpoint();
+  }
+  return status;
 }
 
 absl::Status EtcdSource::List() {

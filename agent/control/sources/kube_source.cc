@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "lib/base/clock.h"
 #include "lib/base/log.h"
 #include "lib/base/status.h"
 #include "simdjson.h"
@@ -15,6 +16,13 @@
 namespace sluice::sources {
 
 namespace {
+
+// A probe of an unreachable API server is over within this: an answer from a live server takes
+// milliseconds, and a dead one must not keep the probe from its next interval for long.
+constexpr absl::Duration kProbeTimeout = absl::Seconds(1);
+// The kinds of the RelistGate.
+constexpr int kServicesKind = 0;
+constexpr int kSlicesKind = 1;
 
 double NowSeconds() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
 
@@ -45,17 +53,20 @@ struct EndpointSliceKind {
   static base::Gauge& Count(SourceMetrics& m) { return m.endpoint_slices; }
 };
 
-// Mirrors one kind into the source's channel and remembers what it pushed, so that a refused
-// object keeps its last good version across events and relists.
+// Mirrors one kind into the source's channel (through the gate) and remembers what it pushed,
+// so that a refused object keeps its last good version across events and relists.
 // Thread: its ListWatcher's.
 template <typename Kind>
 class ObjectMirror final : public kube::WatchHandler {
  public:
   using Ptr = std::shared_ptr<const typename Kind::Object>;
 
-  ObjectMirror(config::SourceChannel* channel, SourceMetrics& metrics,
-               const config::AddressPolicy& policy, absl::AnyInvocable<void()> on_first_list)
+  ObjectMirror(config::SourceChannel* channel, RelistGate& gate, int gate_kind,
+               SourceMetrics& metrics, const config::AddressPolicy& policy,
+               absl::AnyInvocable<void()> on_first_list)
       : channel_(channel),
+        gate_(gate),
+        gate_kind_(gate_kind),
         metrics_(metrics),
         policy_(policy),
         on_first_list_(std::move(on_first_list)) {}
@@ -86,14 +97,17 @@ class ObjectMirror final : public kube::WatchHandler {
     for (const auto& [id, object] : current_) {
       all.push_back(object);
     }
-    Kind::Push(channel_, config::Op::kSet, std::move(all));
-    Applied();
+    Push(config::Op::kSet, std::move(all));
     if (listed_) {
       metrics_.relists.Inc();
     } else {
       listed_ = true;
-      on_first_list_();
+      // Through the gate too, so that "synced" never overtakes the state it announces (a first
+      // list held back when the server was away at startup).
+      gate_.Push([this] { on_first_list_(); });
     }
+    gate_.Listed(gate_kind_);
+    Applied();
   }
 
   void OnWatchEvent(kube::EventType type, const simdjson::dom::element& object) override {
@@ -108,7 +122,7 @@ class ObjectMirror final : public kube::WatchHandler {
       if (current_.erase(*id) > 0) {
         auto gone = std::make_shared<typename Kind::Object>();
         gone->meta.id = *id;
-        Kind::Push(channel_, config::Op::kRemove, {std::move(gone)});
+        Push(config::Op::kRemove, {std::move(gone)});
       }
       Applied();
       return;
@@ -119,7 +133,7 @@ class ObjectMirror final : public kube::WatchHandler {
       return;
     }
     current_[(*decoded)->meta.id] = *decoded;
-    Kind::Push(channel_, config::Op::kAdd, {*std::move(decoded)});
+    Push(config::Op::kAdd, {*std::move(decoded)});
     Applied();
   }
 
@@ -131,6 +145,11 @@ class ObjectMirror final : public kube::WatchHandler {
   void OnError(std::string_view reason) override { metrics_.Error(std::string(reason)).Inc(); }
 
  private:
+  void Push(config::Op op, std::vector<Ptr> objects) {
+    gate_.Push([channel = channel_, op, objects = std::move(objects)]() mutable {
+      Kind::Push(channel, op, std::move(objects));
+    });
+  }
   void Refuse(const absl::Status& status) {
     LOG(ERROR) << channel_->name() << ": skipping " << status.message();
     metrics_.decode_errors.Inc();
@@ -142,6 +161,8 @@ class ObjectMirror final : public kube::WatchHandler {
   }
 
   config::SourceChannel* const channel_;
+  RelistGate& gate_;
+  const int gate_kind_;
   SourceMetrics& metrics_;
   const config::AddressPolicy policy_;
   absl::AnyInvocable<void()> on_first_list_;
@@ -169,6 +190,10 @@ KubeSource::~KubeSource() {
     w->Stop();
   }
   watchers_.clear();
+  // Before the handlers: the gate's thread may still let held pushes through, and they call
+  // the handlers; the probe's thread holds the gate.
+  probe_.reset();
+  gate_.reset();
 }
 
 void KubeSource::OnKindListed() {
@@ -192,6 +217,25 @@ absl::StatusOr<std::unique_ptr<KubeSource>> KubeSource::Create(Options options,
     return base::Annotate(token.status(), absl::StrCat("API token of ", config.origin));
   }
   source->token_ = std::move(*token);
+  ASSIGN_OR_RETURN(source->probe_client_, kube::HttpClient::Create(config, *source->token_));
+  source->gate_ =
+      std::make_unique<RelistGate>(std::vector<std::string>{"services", "endpointslices"},
+                                   source->options_.relist_hold, base::RealClock::Get());
+  source->probe_ = std::make_unique<base::OutageProbe>(
+      base::OutageProbe::Options{.server = absl::StrCat("API server ", config.server),
+                                 .interval = source->options_.probe_interval},
+      base::OutageProbe::Callbacks{
+          // Any HTTP answer will do: a server that answers 429 or 5xx is back too, and its
+          // answer to the watchers' requests says how long to wait.
+          .probe = [client = source->probe_client_.get()]() -> absl::Status {
+            return client
+                ->Get("/version", kProbeTimeout, [](std::string_view) { return absl::OkStatus(); })
+                .status();
+          },
+          .cancel = [client = source->probe_client_.get()] { client->Stop(); },
+          .on_recovered = [gate = source->gate_.get()] { gate->Hold(); },
+      },
+      base::RealClock::Get());
   const std::string selector = KubeLabelSelector(source->options_.service_proxy_name);
   std::vector<kube::ResourceSpec> specs = {
       {.name = "services", .path = "/api/v1/services", .label_selector = selector},
@@ -202,9 +246,11 @@ absl::StatusOr<std::unique_ptr<KubeSource>> KubeSource::Create(Options options,
   const config::AddressPolicy policy{.api_validated = true,
                                      .allow_loopback = source->options_.allow_loopback};
   source->handlers_.push_back(std::make_unique<ObjectMirror<ServiceKind>>(
-      channel, source->metrics_, policy, [self] { self->OnKindListed(); }));
+      channel, *source->gate_, kServicesKind, source->metrics_, policy,
+      [self] { self->OnKindListed(); }));
   source->handlers_.push_back(std::make_unique<ObjectMirror<EndpointSliceKind>>(
-      channel, source->metrics_, policy, [self] { self->OnKindListed(); }));
+      channel, *source->gate_, kSlicesKind, source->metrics_, policy,
+      [self] { self->OnKindListed(); }));
   source->gating_kinds_ = 2;
   if (source->options_.on_zone || source->options_.on_eligible) {
     specs.push_back({.name = "node",
@@ -222,9 +268,9 @@ absl::StatusOr<std::unique_ptr<KubeSource>> KubeSource::Create(Options options,
         source->options_.node_name, source->metrics_, std::move(callbacks)));
   }
   for (size_t i = 0; i < specs.size(); ++i) {
-    ASSIGN_OR_RETURN(auto watcher,
-                     kube::ListWatcher::Create(specs[i], source->options_.watch, config,
-                                               *source->token_, *source->handlers_[i]));
+    ASSIGN_OR_RETURN(auto watcher, kube::ListWatcher::Create(
+                                       specs[i], source->options_.watch, config, *source->token_,
+                                       *source->handlers_[i], source->probe_.get()));
     source->watchers_.push_back(std::move(watcher));
   }
   LOG(INFO) << channel->name() << ": API server " << config.server << " (" << config.origin

@@ -8,10 +8,13 @@
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
+#include "lib/base/outage_probe.h"
 #include "lib/kube/bearer_token.h"
+#include "lib/kube/http_client.h"
 #include "lib/kube/list_watch.h"
 
 #include "agent/control/config/mux.h"
+#include "agent/control/sources/relist_gate.h"
 #include "agent/control/sources/source_metrics.h"
 
 namespace sluice::sources {
@@ -28,7 +31,10 @@ std::string KubeLabelSelector(const std::string& service_proxy_name);
 // meanwhile go), watch events add or remove single objects. A malformed object is skipped,
 // logged and counted, keeping its last good version. MarkSynced follows the first complete
 // list of both kinds and, when the zone is read from the Node, of the Node, so that the first
-// sync already knows this node's zone.
+// sync already knows this node's zone. The watchers share one OutageProbe of the API server:
+// while it is unreachable a GET /version every probe_interval finds it back, and all watchers
+// list again at once; until both kinds have (or relist_hold passed), a RelistGate holds back
+// what they push, so Services and EndpointSlices from after the outage are applied together.
 // Thread: created and destroyed on the control plane; the watchers' threads push into the
 // channel (thread-safe) and call on_zone and on_eligible.
 class KubeSource final {
@@ -51,12 +57,17 @@ class KubeSource final {
     absl::AnyInvocable<void(bool eligible)> on_eligible;
     kube::ListWatchOptions watch;
     absl::Duration token_reload_period = kube::BearerToken::kReloadPeriod;
+    // How often an unreachable API server is probed: a change made once it answers again is
+    // applied within about this plus one list of each kind.
+    absl::Duration probe_interval = absl::Milliseconds(500);
+    // The longest that one kind's relist after an outage holds back the other's updates.
+    absl::Duration relist_hold = absl::Seconds(10);
   };
 
   static absl::StatusOr<std::unique_ptr<KubeSource>> Create(Options options,
                                                             config::SourceChannel* channel,
                                                             SourceMetricFamilies& metrics);
-  // Stops every watcher at once, then joins them.
+  // Stops every watcher at once, then joins them; then the probe and the gate.
   ~KubeSource();
 
  private:
@@ -69,6 +80,11 @@ class KubeSource final {
   std::atomic<int> kinds_listed_{0};
   int gating_kinds_ = 2;  // the kinds listed before MarkSynced: services, slices, [the Node]
   std::unique_ptr<kube::BearerToken> token_;
+  // Each before what uses it: the probe uses its client and the gate, the handlers the gate,
+  // the watchers the probe.
+  std::unique_ptr<kube::HttpClient> probe_client_;
+  std::unique_ptr<RelistGate> gate_;
+  std::unique_ptr<base::OutageProbe> probe_;
   // Handlers before watchers: a watcher calls its handler until it is joined.
   std::vector<std::unique_ptr<kube::WatchHandler>> handlers_;
   std::vector<std::unique_ptr<kube::ListWatcher>> watchers_;

@@ -22,7 +22,9 @@ documentation describes them, not as sluice happens to use them:
 
 A test drives it through a plain HTTP control port: POST /control with a JSON body {"op": ...}
 (see Control.handle), GET /control/requests for the request log (one line per API request:
-"<unix time> <status> <method> <path?query> <authorization>").
+"<unix time> <status> <method> <path?query> <authorization>"). Op "outage" stops the API
+listener (refused connections, open ones dropped) until it is called again with false; GET
+/version answers as the real one does.
 
 Usage: fake_apiserver.py --ports-file PATH [--tls-dir DIR [--client-ca]]
 With --tls-dir, a test CA, server and client certificates are generated there with openssl
@@ -154,6 +156,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.control_get()
         url = urllib.parse.urlsplit(self.path)
         query = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query).items()}
+        if url.path == "/version":  # public, as the real one (system:public-info-viewer)
+            self.record(200)
+            return self.send_json(200, {"major": "1", "minor": "31", "gitVersion": "v1.31.0"})
         resource = PATHS.get(url.path)
         if resource is None:
             self.record(404)
@@ -433,6 +438,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.record(405)
             return self.send_json(405, status_body(405, "MethodNotAllowed", "read-only"))
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
+        if body.get("op") == "outage":  # not under STATE.cond: stopping waits for the server
+            outage(bool(body["value"]))
+            return self.send_json(200, {})
         try:
             with STATE.cond:
                 result = control(body)
@@ -519,8 +527,28 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
         super().__init__(addr, Handler)
         self.control = control_port
         self.ssl_ctx = ssl_ctx
+        self.conns = set()  # open connections, for an outage to drop
+        self.conns_lock = threading.Lock()
 
     def finish_request(self, request, client_address):
+        with self.conns_lock:
+            self.conns.add(request)
+        try:
+            self.serve_connection(request, client_address)
+        finally:
+            with self.conns_lock:
+                self.conns.discard(request)
+
+    def drop_connections(self):
+        with self.conns_lock:
+            conns = list(self.conns)
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def serve_connection(self, request, client_address):
         # The TLS handshake runs on the connection's thread, not the accept loop's.
         if self.ssl_ctx is not None:
             try:
@@ -533,6 +561,31 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
 
     def handle_error(self, request, client_address):
         pass  # a client that went away
+
+
+# The API server's listener, which an outage stops and a restart opens again on the same port.
+API = {"server": None, "addr": None, "ssl_ctx": None}
+API_LOCK = threading.Lock()
+
+
+def serve(server):
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+
+def outage(down):
+    """op "outage" {"value": true}: the API port closes (connections are refused) and every open
+    connection drops, as when kube-apiserver stops; {"value": false} listens again."""
+    with API_LOCK:
+        if down and API["server"] is not None:
+            server, API["server"] = API["server"], None
+            server.shutdown()
+            server.server_close()
+            server.drop_connections()
+        elif not down and API["server"] is None:
+            API["server"] = Server(API["addr"], False, API["ssl_ctx"])
+            serve(API["server"])
+    with STATE.cond:
+        STATE.log.append("%.3f 0 OUTAGE %s -" % (time.time(), "start" if down else "end"))
 
 
 def openssl(*args):
@@ -579,8 +632,9 @@ def main():
             ctx.load_verify_locations(f"{a.tls_dir}/ca.crt")
     api = Server((a.bind, 0), False, ctx)
     ctl = Server((a.bind, 0), True)
+    API.update(server=api, addr=api.server_address, ssl_ctx=ctx)
     for s in (api, ctl):
-        threading.Thread(target=s.serve_forever, daemon=True).start()
+        serve(s)
     tmp = a.ports_file + ".tmp"
     with open(tmp, "w") as f:
         json.dump({"api": api.server_address[1], "control": ctl.server_address[1]}, f)

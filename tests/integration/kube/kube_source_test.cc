@@ -5,8 +5,11 @@
 // Unprivileged: everything is on 127.0.0.1.
 #include "agent/control/sources/kube_source.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -311,8 +314,8 @@ TEST_F(KubeSourceTest, WatchesThatEndAreResumedFromTheLastVersionSeen) {
   EXPECT_EQ(h_.Metric(R"(sluice_source_relists_total{source="kube"})"), 0);
 }
 
-// An outage builds up the retry backoff; the first answer from the server resets it, so the
-// relist its "too old resourceVersion" asks for happens at once, not a backoff later.
+// Reconnects that are reset; then the first answer from the server is a "too old
+// resourceVersion", and the relist it asks for happens at once, not a backoff later.
 TEST_F(KubeSourceTest, AnAnswerAfterAnOutageRelistsAtOnce) {
   StartApi();
   PutService("a", "10.96.0.1");
@@ -341,6 +344,113 @@ TEST_F(KubeSourceTest, AnAnswerAfterAnOutageRelistsAtOnce) {
   EXPECT_LT(relist->time - expired->time, 1.5) << "the relist waited out the outage's backoff";
   EXPECT_GE(h_.Errors("connection"), 2);
   EXPECT_GE(h_.Errors("expired"), 1);
+}
+
+// When each add and change of the merged view arrived, by namespace/name ("service ns/a").
+class UpdateLog final : public config::ServiceHandler, public config::EndpointSliceHandler {
+ public:
+  void OnServiceUpdate(const config::ServicePtr&, const config::ServicePtr& cur) override {
+    Record(cur, "service ");
+  }
+  void OnServicesSynced() override {}
+  void OnEndpointSliceUpdate(const config::EndpointSlicePtr&,
+                             const config::EndpointSlicePtr& cur) override {
+    Record(cur, "slice ");
+  }
+  void OnEndpointSlicesSynced() override {}
+  // When `what` first arrived; nullopt if it has not.
+  std::optional<absl::Time> When(const std::string& what) const {
+    absl::MutexLock lock(&mu_);
+    auto it = first_.find(what);
+    return it == first_.end() ? std::nullopt : std::optional<absl::Time>(it->second);
+  }
+
+ private:
+  template <typename T>
+  void Record(const T& cur, const char* kind) {
+    if (cur) {
+      absl::MutexLock lock(&mu_);
+      first_.emplace(kind + cur->meta.id.ToString(), absl::Now());
+    }
+  }
+  mutable absl::Mutex mu_;
+  std::map<std::string, absl::Time> first_ ABSL_GUARDED_BY(mu_);
+};
+
+// kube-apiserver stops (connections refused, watches dropped), then starts again. The retry
+// backoff here is so long (10-20 s for the first retry) that only the shared probe can bring
+// the watchers back within the bound: the outage's length is irrelevant to it (the unit tests
+// of base::OutageProbe drive 30 s and 2 min outages on a fake clock).
+TEST_F(KubeSourceTest, AfterAnOutageTheProbeFindsTheServerAndBothKindsComeBackTogether) {
+  StartApi();
+  PutService("a", "10.96.0.1");
+  api_->Put("endpointslices", SliceJson("ns", "a", "a-1", {"10.0.0.1"}, 80));
+  UpdateLog log;
+  h_.mux.AddServiceHandler(&log);
+  h_.mux.AddEndpointSliceHandler(&log);
+  KubeSource::Options o = Defaults(api_->WriteKubeconfig({.ca = ""}));
+  o.watch.backoff = {.initial = absl::Seconds(20), .max = absl::Seconds(60)};
+  Start(std::move(o));
+  const double connection_errors = h_.Errors("connection");
+
+  api_->Control(R"({"op":"outage","value":true})");
+  // Both watches dropped and found the server gone.
+  ASSERT_TRUE(Eventually([&] { return h_.Errors("connection") >= connection_errors + 2; }));
+  // Created while the server is away: the EndpointSlice controller's slice is there at once.
+  PutService("b", "10.96.0.2");
+  api_->Put("endpointslices", SliceJson("ns", "b", "b-1", {"10.0.0.2"}, 80));
+  // After the restart the slices are listed a second later than the services (the server asks
+  // for that: 429 with Retry-After 1), which must neither hold the slices back longer nor let
+  // service b be applied without its slice.
+  api_->Control(R"({"op":"fault","verb":"list","resource":"endpointslices","status":429,
+                   "retry_after":1})");
+  api_->Control(R"({"op":"outage","value":false})");
+  const absl::Time restarted = absl::Now();
+  // A change made once the server answers.
+  PutService("a", "10.96.0.1", 81);
+
+  ASSERT_TRUE(Eventually([&] {
+    return log.When("service ns/b") && log.When("slice ns/b-1") &&
+           h_.Service("ns/a")->ports[0].port == 81;
+  })) << api_->Output();
+  // 10 s or more with a backoff; the probe's interval (0.5 s), two lists and the Retry-After
+  // second here, with room for a loaded machine.
+  EXPECT_LT(absl::Now() - restarted, absl::Seconds(8));
+  // Applied together: one release of what was held, not a second apart.
+  EXPECT_LT(absl::AbsDuration(*log.When("service ns/b") - *log.When("slice ns/b-1")),
+            absl::Milliseconds(500));
+  // The throttled list waited as asked.
+  std::vector<ApiRequest> slice_lists = Lists(kSlices);
+  auto throttled = std::find_if(slice_lists.begin(), slice_lists.end(),
+                                [](const ApiRequest& r) { return r.status == 429; });
+  ASSERT_NE(throttled, slice_lists.end());
+  ASSERT_NE(throttled + 1, slice_lists.end());
+  EXPECT_GE((throttled + 1)->time - throttled->time, 1.0 - 0.05);
+  // Each kind was listed again after the outage, not re-watched from before it.
+  EXPECT_GE(h_.Metric(R"(sluice_source_relists_total{source="kube"})"), 2);
+  EXPECT_GE(api_->Requests("/version").size(), 1u);
+}
+
+// After an outage, EndpointSlices that cannot be listed (RBAC taken away meanwhile) hold the
+// Services back for relist_hold, not for as long as the slices fail.
+TEST_F(KubeSourceTest, AfterAnOutageAKindThatCannotBeListedHoldsTheOtherBackOnlyBriefly) {
+  StartApi();
+  PutService("a", "10.96.0.1");
+  KubeSource::Options o = Defaults(api_->WriteKubeconfig({.ca = ""}));
+  o.relist_hold = absl::Seconds(1);
+  Start(std::move(o));
+  const double connection_errors = h_.Errors("connection");
+  api_->Control(R"({"op":"outage","value":true})");
+  ASSERT_TRUE(Eventually([&] { return h_.Errors("connection") >= connection_errors + 2; }));
+  api_->Control(R"({"op":"fault","verb":"list","resource":"endpointslices","status":403,
+                   "count":1000})");
+  PutService("b", "10.96.0.2");
+  const absl::Time restarting = absl::Now();  // before the server can answer the probe
+  api_->Control(R"({"op":"outage","value":false})");
+  ASSERT_TRUE(Eventually([&] { return HasService("ns/b"); })) << api_->Output();
+  // Held for the second, then let through (a wall-clock step aside).
+  EXPECT_GE(absl::Now() - restarting, absl::Milliseconds(990));
+  EXPECT_GE(h_.Errors("forbidden"), 1);
 }
 
 TEST_F(KubeSourceTest, ASilentWatchIsAbandonedAfterItsDeadline) {

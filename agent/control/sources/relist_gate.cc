@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "agent/control/sources/relist_gate.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_join.h"
+#include "lib/base/log.h"
+
+namespace sluice::sources {
+
+RelistGate::RelistGate(std::vector<std::string> kinds, absl::Duration timeout, base::Clock& clock)
+    : kinds_(std::move(kinds)), timeout_(timeout), clock_(clock), listed_(kinds_.size(), false) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+RelistGate::~RelistGate() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  thread_.join();
+}
+
+void RelistGate::Hold() {
+  absl::MutexLock lock(&mu_);
+  held_ = true;
+  deadline_ = clock_.MonotonicNow() + timeout_;
+  std::fill(listed_.begin(), listed_.end(), false);
+}
+
+void RelistGate::Push(absl::AnyInvocable<void()> push) {
+  absl::MutexLock lock(&mu_);
+  if (held_) {
+    queue_.push_back(std::move(push));
+    return;
+  }
+  push();  // under mu_: a release running meanwhile keeps the order
+}
+
+void RelistGate::Listed(int kind) {
+  absl::MutexLock lock(&mu_);
+  listed_[kind] = true;
+  if (held_ && std::all_of(listed_.begin(), listed_.end(), [](bool b) { return b; })) {
+    VLOG(1) << "kube: every kind listed again; applying " << queue_.size() << " held updates";
+    Release();
+  }
+}
+
+bool RelistGate::held() const {
+  absl::MutexLock lock(&mu_);
+  return held_;
+}
+
+void RelistGate::Release() {
+  held_ = false;
+  while (!queue_.empty()) {
+    absl::AnyInvocable<void()> push = std::move(queue_.front());
+    queue_.pop_front();
+    push();
+  }
+}
+
+void RelistGate::Run() {
+  absl::MutexLock lock(&mu_);
+  auto held_or_stopping = [this]()
+                              ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return held_ || stopping_; };
+  auto released_or_stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !held_ || stopping_;
+  };
+  while (true) {
+    mu_.Await(absl::Condition(&held_or_stopping));
+    if (stopping_) {
+      return;
+    }
+    // A new Hold() while waiting moves the deadline on: wait again for the new one.
+    const absl::Duration deadline = deadline_;
+    if (clock_.AwaitUntil(mu_, absl::Condition(&released_or_stopping), deadline) ||
+        deadline_ != deadline) {
+      continue;
+    }
+    std::vector<std::string> missing;
+    for (size_t i = 0; i < kinds_.size(); ++i) {
+      if (!listed_[i]) {
+        missing.push_back(kinds_[i]);
+      }
+    }
+    LOG(WARNING) << "kube: " << absl::StrJoin(missing, " and ") << " not listed again within "
+                 << absl::FormatDuration(timeout_) << " after the outage; applying "
+                 << queue_.size() << " held updates without waiting longer";
+    Release();
+  }
+}
+
+}  // namespace sluice::sources
