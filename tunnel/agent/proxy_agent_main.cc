@@ -52,6 +52,8 @@ struct ProxyAgentFlags {
   base::KlogFlags klog;
   std::vector<std::string> allowed_destinations;
   int64_t max_connection_buffer = 16 << 20;
+  absl::Duration stall_timeout = wire::StallWatch::kDefaultTimeout;
+  bool window_extension = true;
 };
 
 void Register(base::FlagSet& f, ProxyAgentFlags& o) {
@@ -96,6 +98,12 @@ void Register(base::FlagSet& f, ProxyAgentFlags& o) {
          "entries naming them open (docs/tunnel.md).");
   f.Int("max-connection-buffer", &o.max_connection_buffer,
         "(sluice) Bytes queued toward one backend before that connection is closed.");
+  f.Bool("window-extension", &o.window_extension,
+         "(sluice) Per-connection flow control with servers that offer it too (sluice's): a "
+         "backend that reads nothing pauses only its own connection.");
+  f.Duration("stall-timeout", &o.stall_timeout,
+             "(sluice) With a server without the window extension: a backend that reads "
+             "nothing for this long while bytes wait for it is closed.");
 }
 
 // Logs once for each upstream flag that was set but means nothing to sluice.
@@ -136,6 +144,8 @@ TunnelAgentConfig ToConfig(const ProxyAgentFlags& o) {
   c.own_ports = {static_cast<uint16_t>(o.health_server_port),
                  static_cast<uint16_t>(o.admin_server_port)};
   c.max_connection_buffer = static_cast<size_t>(o.max_connection_buffer);
+  c.window_extension = o.window_extension;
+  c.stall_timeout = o.stall_timeout;
   return c;
 }
 
