@@ -210,9 +210,8 @@ void BackendConn::CheckStall() {
     case wire::StallWatch::Verdict::kWait:
       break;
     case wire::StallWatch::Verdict::kRelease:
-      VLOG(1) << "connection " << connect_id_ << " to " << address_
-              << ": backend took nothing for " << wire::ReadGate::kStallGrace
-              << "; the server stream moves on without it";
+      VLOG(1) << "connection " << connect_id_ << " to " << address_ << ": backend took nothing for "
+              << wire::ReadGate::kStallGrace << "; the server stream moves on without it";
       hold_.Release();
       break;
     case wire::StallWatch::Verdict::kCut:

@@ -110,7 +110,7 @@ class BackendConn final : public wire::SocketPump::Callbacks {
   std::unique_ptr<event::FileEvent> connect_watch_;  // on connecting_, until it completes
   std::unique_ptr<event::Timer> dial_timer_;
   std::unique_ptr<wire::SocketPump> pump_;
-  wire::SendWindow window_;                     // toward the server stream
+  wire::SendWindow window_;                      // toward the server stream
   std::unique_ptr<wire::CreditReturn> credits_;  // windowed only
   bool dial_reported_ = false;
   bool closing_ = false;

@@ -134,7 +134,7 @@ TEST_F(ServerSessionTest, DialTimesOutOnTheLoopClock) {
 // drain; then the stream moves on without it (the connection stays, its bytes keep queueing),
 // and only after the stall timeout is it closed, alone.
 TEST_F(ServerSessionTest, BackendThatNeverReadsLetsGoOfTheStreamThenIsCutAtTheTimeout) {
-  Listener backend;  // never accepts: the connection and its bytes sit in the backlog
+  Listener backend;              // never accepts: the connection and its bytes sit in the backlog
   policy_.max_queued = 1 << 20;  // holds past 256 KiB, overflows past 1 MiB
   policy_.stall_timeout = absl::Seconds(30);
   bool reading = true;

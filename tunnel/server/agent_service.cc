@@ -154,7 +154,7 @@ class AgentStream final : public Reactor, public AgentLink {
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::string agent_id_;
   AgentIdentifiers identifiers_;
-  std::string node_;  // set once, before the Router sees us
+  std::string node_;         // set once, before the Router sees us
   int64_t peer_window_ = 0;  // the agent's window; set once, before the Router sees us
   wire::Packet in_;
   bool registered_ = false;

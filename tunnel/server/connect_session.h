@@ -82,11 +82,11 @@ class ConnectSession final : public wire::SocketPump::Callbacks,
   // Ends the head (408) while the request head is awaited, then the session once it replied.
   std::unique_ptr<event::Timer> deadline_timer_;
   int64_t connect_id_ = 0;
-  wire::SendWindow window_;                     // toward the agent stream
+  wire::SendWindow window_;                      // toward the agent stream
   std::unique_ptr<wire::CreditReturn> credits_;  // windowed agents only
   size_t reply_unwritten_ = 0;                   // our own bytes (the 200) ahead of DATA
-  std::atomic<size_t> posted_bytes_{0};  // DATA posted to the loop, not yet queued
-  size_t pump_charged_ = 0;              // loop thread: pump bytes charged to the budget
+  std::atomic<size_t> posted_bytes_{0};          // DATA posted to the loop, not yet queued
+  size_t pump_charged_ = 0;                      // loop thread: pump bytes charged to the budget
   // On the agent stream while this connection lags (client or loop). Taken on gRPC threads.
   absl::Mutex hold_mu_;
   wire::GateHold hold_ ABSL_GUARDED_BY(hold_mu_);

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tunnel/server/connect_session.h"
 
-#include <netinet/in.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>

@@ -207,12 +207,12 @@ void ProxyStream::CheckStall(const std::shared_ptr<Credit>& credit) {
   if (credit->stall == nullptr) {
     // Weak: the watch lives inside the Credit. A check that drops the last reference frees the
     // watch through ~Credit's Post, not inside its own timer callback.
-    credit->stall = std::make_unique<wire::StallWatch>(
-        credit->loop, credit->stall_timeout, [weak = std::weak_ptr<Credit>(credit)] {
-          if (auto c = weak.lock()) {
-            CheckStall(c);
-          }
-        });
+    credit->stall = std::make_unique<wire::StallWatch>(credit->loop, credit->stall_timeout,
+                                                       [weak = std::weak_ptr<Credit>(credit)] {
+                                                         if (auto c = weak.lock()) {
+                                                           CheckStall(c);
+                                                         }
+                                                       });
   }
   ProxyStream* self = nullptr;
   {

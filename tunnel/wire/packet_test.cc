@@ -61,7 +61,7 @@ TEST(SendWindowTest, PeerWindowPausesAtZeroCreditAndResumesOnAGrant) {
   w.SetPeerWindow(100);
   EXPECT_TRUE(w.windowed());
   EXPECT_FALSE(w.Charge(99));
-  EXPECT_TRUE(w.Charge(1));  // no credit left, however little is in flight
+  EXPECT_TRUE(w.Charge(1));     // no credit left, however little is in flight
   EXPECT_FALSE(w.Credit(100));  // gRPC wrote it all, but the peer has granted nothing
   EXPECT_FALSE(w.open());
   EXPECT_TRUE(w.Grant(10));

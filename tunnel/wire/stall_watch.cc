@@ -5,8 +5,7 @@
 
 namespace sluice::tunnel::wire {
 
-StallWatch::Verdict StallWatch::Check(absl::Duration last_drained, bool held,
-                                      absl::Duration now) {
+StallWatch::Verdict StallWatch::Check(absl::Duration last_drained, bool held, absl::Duration now) {
   const absl::Duration idle_since = std::max(last_drained, since_);
   const absl::Duration cut_at = idle_since + std::max(timeout_, ReadGate::kStallGrace);
   if (now >= cut_at) {
