@@ -38,6 +38,10 @@ AgentMetrics::AgentMetrics(base::Registry& r)
                                    "Tunnelled connections closed because their backend did not "
                                    "read its bounded queue.")
                           .Get()),
+      stall_closes(r.AddCounter(S("stall_closes_total"),
+                                "Tunnelled connections closed because their backend read nothing "
+                                "for --stall-timeout (servers without the window extension only).")
+                       .Get()),
       dials_denied(r.AddCounter(S("dials_denied_total"),
                                 "Dials refused by --allowed-destinations, by reason: not_listed, "
                                 "loopback, link_local, own_port.",

@@ -17,6 +17,7 @@ struct AgentMetrics {
   base::Histogram& dial_duration;
   base::Family<base::Counter>& bad_packets;   // {reason}, sluice extension
   base::Counter& overflow_closes;             // sluice extension
+  base::Counter& stall_closes;                // sluice extension (--stall-timeout)
   base::Family<base::Counter>& dials_denied;  // {reason}, sluice extension (AllowList)
 };
 

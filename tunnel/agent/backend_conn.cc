@@ -64,7 +64,7 @@ BackendConn::BackendConn(event::EventLoop& loop, Resolver& resolver, Owner& owne
       started_(loop.MonotonicNow()),
       dial_timer_(loop.CreateTimer(
           [this] { FailDial(absl::StrCat("dial tcp ", address_, ": i/o timeout")); })),
-      stall_(loop, [this] { CheckStall(); }) {}
+      stall_(loop, policy.stall_timeout, [this] { CheckStall(); }) {}
 
 BackendConn::~BackendConn() = default;
 
@@ -178,6 +178,11 @@ void BackendConn::FailDial(const std::string& error) {
   owner_->OnDialDone(*this, error);
 }
 
+void BackendConn::EnableWindow(int64_t peer_window, int64_t own_window) {
+  window_.SetPeerWindow(peer_window);
+  credits_ = std::make_unique<wire::CreditReturn>(own_window);
+}
+
 bool BackendConn::Write(std::string bytes, const std::shared_ptr<wire::ReadGate>& gate) {
   if (pump_ == nullptr) {
     return true;
@@ -185,7 +190,8 @@ bool BackendConn::Write(std::string bytes, const std::shared_ptr<wire::ReadGate>
   if (!pump_->Write(std::move(bytes))) {
     return false;
   }
-  if (gate != nullptr && !hold_.held() && pump_->queued() > policy_.max_queued / 4) {
+  if (gate != nullptr && !hold_.held() && pump_->queued() > policy_.max_queued / 4 &&
+      stall_.MayHold(pump_->last_write())) {
     hold_.Take(gate);
     stall_.Start();
     CheckStall();
@@ -193,15 +199,37 @@ bool BackendConn::Write(std::string bytes, const std::shared_ptr<wire::ReadGate>
   return true;
 }
 
-// While holding the stream: a backend that accepted nothing for kStallGrace is stalled.
+// From a hold until the backend drains: one that took nothing for kStallGrace lets go of the
+// server stream (its bytes keep queueing up to the hard bound); after the stall timeout it is
+// closed.
 void BackendConn::CheckStall() {
-  if (!hold_.held() || pump_ == nullptr) {
+  if (pump_ == nullptr || pump_->queued() == 0) {
     return;
   }
-  if (stall_.Expired(pump_->last_write())) {
-    // From a timer, never from inside Write: the owner retires us.
-    stall_.Stop();
-    owner_->OnBackendStalled(*this);
+  switch (stall_.Check(pump_->last_write(), hold_.held())) {
+    case wire::StallWatch::Verdict::kWait:
+      break;
+    case wire::StallWatch::Verdict::kRelease:
+      VLOG(1) << "connection " << connect_id_ << " to " << address_ << ": backend took nothing for "
+              << wire::ReadGate::kStallGrace << "; the server stream moves on without it";
+      hold_.Release();
+      break;
+    case wire::StallWatch::Verdict::kCut:
+      // From a timer, never from inside Write: the owner retires us.
+      LOG(WARNING) << "connection " << connect_id_ << " to " << address_
+                   << ": backend took nothing for " << stall_.timeout() << " with "
+                   << pump_->queued() << " bytes queued; closing it (--stall-timeout)";
+      owner_->OnBackendStalled(*this);
+      break;
+  }
+}
+
+void BackendConn::OnSocketWritten(size_t n) {
+  if (credits_ == nullptr) {
+    return;
+  }
+  if (const int64_t grant = credits_->Consumed(n, pump_->queued() == 0); grant > 0) {
+    owner_->OnBackendCredit(*this, grant);
   }
 }
 
@@ -217,6 +245,7 @@ void BackendConn::Abandon() {
     void OnBackendData(BackendConn&, std::string) override {}
     void OnBackendDone(BackendConn&, absl::Status) override {}
     void OnBackendStalled(BackendConn&) override {}
+    void OnBackendCredit(BackendConn&, int64_t) override {}
   };
   static Silent silent;
   owner_ = &silent;
@@ -237,6 +266,12 @@ void BackendConn::Charge(size_t n) {
 
 void BackendConn::Credit(size_t n) {
   if (window_.Credit(n) && !closing_ && pump_ != nullptr && !pump_->done()) {
+    pump_->SetReading(true);
+  }
+}
+
+void BackendConn::Grant(int64_t n) {
+  if (window_.Grant(n) && !closing_ && pump_ != nullptr && !pump_->done()) {
     pump_->SetReading(true);
   }
 }

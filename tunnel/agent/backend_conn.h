@@ -26,6 +26,9 @@ struct DialPolicy {
   const AllowList* allow = nullptr;               // null: every destination (tests)
   base::Family<base::Counter>* denied = nullptr;  // {reason}: dials the allow list refused
   size_t max_queued = 16 << 20;  // bytes toward the backend before the connection is closed
+  // A server without the window extension: how long a backend may take nothing before it is
+  // closed (wire::StallWatch).
+  absl::Duration stall_timeout = wire::StallWatch::kDefaultTimeout;
 };
 
 // One tunnelled connection at the agent: an asynchronous dial with a deadline, then a
@@ -41,8 +44,11 @@ class BackendConn final : public wire::SocketPump::Callbacks {
     virtual void OnBackendData(BackendConn& conn, std::string bytes) = 0;
     // The backend socket is finished (EOF, error, or the requested close completed).
     virtual void OnBackendDone(BackendConn& conn, absl::Status reason) = 0;
-    // The backend has not drained its queue within ReadGate::kStallGrace: close it.
+    // The backend took nothing for the stall timeout (a server without the window extension):
+    // close it.
     virtual void OnBackendStalled(BackendConn& conn) = 0;
+    // Windowed: the backend took `bytes` more of what the server sent; grant them back.
+    virtual void OnBackendCredit(BackendConn& conn, int64_t bytes) = 0;
   };
 
   BackendConn(event::EventLoop& loop, Resolver& resolver, Owner& owner, const DialPolicy& policy,
@@ -53,8 +59,12 @@ class BackendConn final : public wire::SocketPump::Callbacks {
 
   // `self` is a weak handle used to deliver the resolver's answer safely.
   void Dial(const std::string& address, const std::weak_ptr<BackendConn>& self);
+  // The server announced a window of `peer_window` per connection and we ours, `own_window`:
+  // sending waits for its credit, and what the backend takes is granted back (OnBackendCredit).
+  void EnableWindow(int64_t peer_window, int64_t own_window);
   // Bytes from the tunnel. False: the bounded queue overflowed (the caller closes us). Past the
-  // high watermark the connection holds `gate` (the server stream's reads) until it drains.
+  // high watermark the connection holds `gate` (the server stream's reads; null when windowed)
+  // until it drains, for at most ReadGate::kStallGrace without progress (wire::StallWatch).
   bool Write(std::string bytes, const std::shared_ptr<wire::ReadGate>& gate);
   // Flushes queued bytes, then closes; OnBackendDone follows.
   void Close();
@@ -64,6 +74,8 @@ class BackendConn final : public wire::SocketPump::Callbacks {
   // Bytes we sent upstream were written by gRPC (flow control credit).
   void Credit(size_t n);
   void Charge(size_t n);
+  // The server granted `n` more bytes (SLUICE_CREDIT).
+  void Grant(int64_t n);
 
   int64_t connect_id() const { return connect_id_; }
   int64_t random() const { return random_; }
@@ -75,6 +87,7 @@ class BackendConn final : public wire::SocketPump::Callbacks {
   // wire::SocketPump::Callbacks
   void OnSocketData(std::string bytes) override;
   void OnSocketDone(absl::Status reason) override;
+  void OnSocketWritten(size_t n) override;
   void OnSocketDrained() override;
 
  private:
@@ -97,11 +110,12 @@ class BackendConn final : public wire::SocketPump::Callbacks {
   std::unique_ptr<event::FileEvent> connect_watch_;  // on connecting_, until it completes
   std::unique_ptr<event::Timer> dial_timer_;
   std::unique_ptr<wire::SocketPump> pump_;
-  wire::SendWindow window_;  // toward the server stream
+  wire::SendWindow window_;                      // toward the server stream
+  std::unique_ptr<wire::CreditReturn> credits_;  // windowed only
   bool dial_reported_ = false;
   bool closing_ = false;
   wire::GateHold hold_;
-  wire::StallWatch stall_;  // while hold_ is held
+  wire::StallWatch stall_;  // from a hold until the backend drains
 };
 
 // "host:port" / "[v6]:port" -> host, port. False if malformed.

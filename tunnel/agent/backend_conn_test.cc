@@ -20,6 +20,7 @@ class Owner final : public BackendConn::Owner {
   void OnBackendData(BackendConn&, std::string) override {}
   void OnBackendDone(BackendConn&, absl::Status) override {}
   void OnBackendStalled(BackendConn&) override {}
+  void OnBackendCredit(BackendConn&, int64_t) override {}
   std::promise<std::string> dial;
 };
 

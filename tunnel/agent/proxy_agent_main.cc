@@ -48,6 +48,8 @@ TunnelAgentConfig ToConfig(const ProxyAgentFlags& o) {
   c.own_ports = {static_cast<uint16_t>(o.health_server_port),
                  static_cast<uint16_t>(o.admin_server_port)};
   c.max_connection_buffer = static_cast<size_t>(o.max_connection_buffer);
+  c.window_extension = o.window_extension;
+  c.stall_timeout = o.stall_timeout;
   return c;
 }
 

@@ -61,6 +61,14 @@ std::vector<base::Option> ProxyAgentOptionTable(ProxyAgentFlags& o) {
        kSluice},
       {"max-connection-buffer", &o.max_connection_buffer,
        "(sluice) Bytes queued toward one backend before that connection is closed.", kSluice},
+      {"window-extension", &o.window_extension,
+       "(sluice) Per-connection flow control with servers that offer it too (sluice's): a "
+       "backend that reads nothing pauses only its own connection.",
+       kSluice},
+      {"stall-timeout", &o.stall_timeout,
+       "(sluice) With a server without the window extension: a backend that reads "
+       "nothing for this long while bytes wait for it is closed.",
+       kSluice},
   };
   for (std::vector<O> more : {wire::UpstreamCommonOptions(o.common), base::KlogOptions(o.klog)}) {
     table.insert(table.end(), more.begin(), more.end());

@@ -12,6 +12,7 @@
 #include "lib/base/klog.h"
 #include "lib/base/option_table.h"
 
+#include "tunnel/wire/stall_watch.h"
 #include "tunnel/wire/upstream_flags.h"
 
 namespace sluice::tunnel::agent {
@@ -45,6 +46,8 @@ struct ProxyAgentFlags {
   base::KlogFlags klog{.v = 4};
   std::vector<std::string> allowed_destinations;
   int64_t max_connection_buffer = 16 << 20;
+  absl::Duration stall_timeout = wire::StallWatch::kDefaultTimeout;
+  bool window_extension = true;
 };
 
 // The option table (lib/base/option_table.h), its rows pointing into `o`: registration, --help,

@@ -17,6 +17,10 @@ ServerSession::ServerSession(event::EventLoop& loop, Resolver& resolver, AgentMe
 
 ServerSession::~ServerSession() = default;
 
+void ServerSession::Negotiated(int64_t peer_window) {
+  loop_.Post([self = shared_from_this(), peer_window] { self->peer_window_ = peer_window; });
+}
+
 void ServerSession::Post(wire::Packet packet) {
   loop_.Post(
       [self = shared_from_this(), p = std::move(packet)]() mutable { self->Handle(std::move(p)); });
@@ -53,6 +57,12 @@ void ServerSession::Handle(wire::Packet p) {
     case DIAL_CLS:
       HandleCloseDial(p.closedial().random());
       break;
+    case SLUICE_CREDIT:
+      if (peer_window_ > 0) {
+        HandleCredit(p);
+        break;
+      }
+      [[fallthrough]];  // not negotiated: a type this stream does not carry
     default:
       metrics_.bad_packets.WithLabels({"unexpected_type"}).Inc();
       VLOG(5) << "from server: ignored " << wire::TypeName(p.type());
@@ -72,6 +82,9 @@ void ServerSession::HandleDial(const wire::Packet& p) {
   }
   const int64_t id = next_id_++;
   auto conn = std::make_shared<BackendConn>(loop_, resolver_, *this, policy_, id, req.random());
+  if (peer_window_ > 0) {
+    conn->EnableWindow(peer_window_, wire::WindowFor(policy_.max_queued));
+  }
   conns_[id] = conn;
   dialing_[req.random()] = id;
   conn->Dial(req.address(), conn);
@@ -120,9 +133,20 @@ void ServerSession::OnBackendDone(BackendConn& conn, absl::Status reason) {
 }
 
 void ServerSession::OnBackendStalled(BackendConn& conn) {
-  metrics_.overflow_closes.Inc();
+  metrics_.stall_closes.Inc();
   (void)outbox_->Send(wire::MakeCloseResponse(conn.connect_id(), "backend stopped reading"));
   Retire(conn.connect_id());
+}
+
+void ServerSession::OnBackendCredit(BackendConn& conn, int64_t bytes) {
+  (void)outbox_->Send(wire::MakeCredit(conn.connect_id(), bytes));
+}
+
+void ServerSession::HandleCredit(const wire::Packet& p) {
+  // A connection closed meanwhile has no use for it: credits cross CLOSE packets.
+  if (auto it = conns_.find(p.credit().connectid()); it != conns_.end()) {
+    it->second->Grant(p.credit().bytes());
+  }
 }
 
 void ServerSession::HandleData(wire::Packet p) {
@@ -133,7 +157,10 @@ void ServerSession::HandleData(wire::Packet p) {
     (void)outbox_->Send(wire::MakeCloseResponse(id, "unknown connectID"));
     return;
   }
-  if (!it->second->Write(std::move(*p.mutable_data()->mutable_data()), gate_)) {
+  // Windowed, the server sends no more than we granted: the queue is bounded without holding
+  // the stream, so a backend that reads nothing stalls nobody else.
+  if (!it->second->Write(std::move(*p.mutable_data()->mutable_data()),
+                         peer_window_ > 0 ? nullptr : gate_)) {
     // The backend does not read: close this connection only (STYLE A14).
     metrics_.overflow_closes.Inc();
     (void)outbox_->Send(wire::MakeCloseResponse(id, "backend write queue overflow"));

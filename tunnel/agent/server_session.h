@@ -28,6 +28,10 @@ class ServerSession final : public BackendConn::Owner,
                 std::shared_ptr<wire::ReadGate> gate);
   ~ServerSession() override;
 
+  // Any thread, before the stream's first read: the server's answer to our window header
+  // (wire::kWindowHeader), 0 if it has none (an upstream server). Windowed, connections pause
+  // only themselves: a backend that reads nothing stops its server's credit, not the stream.
+  void Negotiated(int64_t peer_window);
   // Any thread: hand a packet from the server to the loop.
   void Post(wire::Packet packet);
   // Loop thread. The stream ended: close every connection it carried.
@@ -40,6 +44,7 @@ class ServerSession final : public BackendConn::Owner,
   void OnBackendData(BackendConn& conn, std::string bytes) override;
   void OnBackendDone(BackendConn& conn, absl::Status reason) override;
   void OnBackendStalled(BackendConn& conn) override;
+  void OnBackendCredit(BackendConn& conn, int64_t bytes) override;
 
  private:
   void Handle(wire::Packet packet);
@@ -47,6 +52,7 @@ class ServerSession final : public BackendConn::Owner,
   void HandleData(wire::Packet packet);
   void HandleClose(int64_t connect_id);
   void HandleCloseDial(int64_t random);
+  void HandleCredit(const wire::Packet& packet);
   // Drops the connection on a later loop turn (we may be inside its callback); until then it
   // reports nothing (BackendConn::Abandon).
   void Retire(int64_t connect_id);
@@ -60,6 +66,7 @@ class ServerSession final : public BackendConn::Owner,
   std::map<int64_t, std::shared_ptr<BackendConn>> conns_;
   std::map<int64_t, int64_t> dialing_;  // random -> connectID, until the dial finishes
   int64_t next_id_ = 1;
+  int64_t peer_window_ = 0;  // the server's window per connection; 0: no extension
   bool torn_down_ = false;
 };
 

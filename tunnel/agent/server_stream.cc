@@ -33,18 +33,33 @@ ServerStream::ServerStream(TunnelAgent& agent, const std::shared_ptr<grpc::Chann
   if (!token.empty()) {
     context_.AddMetadata("authorization", "Bearer " + token);
   }
+  if (agent.config_.window_extension) {
+    context_.AddMetadata(wire::kWindowHeader,
+                         std::to_string(wire::WindowFor(agent.config_.max_connection_buffer)));
+  }
   stub_->async()->Connect(&context_, this);
   // Writes start from the tunnel loop, outside reactions, so the stream needs a hold (gRPC
   // ClientBidiReactor::AddHold). Released once the read side ends and the Outbox is closed.
   AddHold();
-  StartRead(&in_);
+  // The first read starts in OnReadInitialMetadataDone: the callback API may run that
+  // reaction and a first OnReadDone concurrently, and the session must know the server's
+  // window before it handles any packet.
 }
 
 void ServerStream::OnReadInitialMetadataDone(bool ok) {
+  Negotiate(ok);
+  StartRead(&in_);  // fails at once on a failed or cancelled call, ending the read side
+}
+
+void ServerStream::Negotiate(bool ok) {
   if (!ok) {
     Resolve(false);
     return;
   }
+  // An upstream server sends no such header (and never sees our credits): then 0.
+  session_->Negotiated(agent_.config_.window_extension
+                           ? wire::ParseWindow(Header(context_, wire::kWindowHeader))
+                           : 0);
   server_id_ = Header(context_, "serverid");
   int count = 1;
   if (!absl::SimpleAtoi(Header(context_, "servercount"), &count) || count < 1) {

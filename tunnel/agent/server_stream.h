@@ -10,6 +10,7 @@
 #include "grpcpp/grpcpp.h"
 
 #include "tunnel/agent/server_session.h"
+#include "tunnel/wire/packet.h"
 #include "tunnel/wire/read_gate.h"
 
 namespace sluice::tunnel::agent {
@@ -40,6 +41,8 @@ class ServerStream final : public StreamReactor {
   void OnDone(const grpc::Status& status) override;
 
  private:
+  // Reads the server's headers (serverid, servercount, its window); may cancel a duplicate.
+  void Negotiate(bool ok);
   void Resolve(bool ready);
   // Once, from the final OnReadDone.
   void EndWrites();

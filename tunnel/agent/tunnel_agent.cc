@@ -55,6 +55,7 @@ TunnelAgent::TunnelAgent(TunnelAgentConfig config, base::Registry& registry, All
   policy_.allow = &allow_;
   policy_.denied = &metrics_.dials_denied;
   policy_.max_queued = config_.max_connection_buffer;
+  policy_.stall_timeout = config_.stall_timeout;
 }
 
 TunnelAgent::~TunnelAgent() {

@@ -42,6 +42,12 @@ struct TunnelAgentConfig {
   std::vector<uint16_t> own_ports;  // the hosting process's status ports, denied by default
   size_t max_connection_buffer = 16 << 20;
   absl::Duration dial_timeout = absl::Seconds(5);
+  // Announce (and use, with servers that announce it too) the per-connection window extension
+  // (wire::kWindowHeader). Off: the agent speaks upstream's protocol only.
+  bool window_extension = true;
+  // With a server without the extension: how long a backend may read nothing while its bytes
+  // are queued before the connection is cut (wire::StallWatch).
+  absl::Duration stall_timeout = wire::StallWatch::kDefaultTimeout;
 };
 
 // The tunnel agent: keeps one AgentService stream to each of servercount distinct servers,

@@ -47,13 +47,16 @@ class AgentStream final : public Reactor, public AgentLink {
 
   // AgentLink
   bool SendToAgent(wire::Packet p, absl::AnyInvocable<void()> on_written) override {
-    metrics_.packets.WithLabels({"to_agent", wire::TypeLabel(p.type())}).Inc();
+    if (p.type() != SLUICE_CREDIT) {  // upstream's metric keeps upstream's packet types
+      metrics_.packets.WithLabels({"to_agent", wire::TypeLabel(p.type())}).Inc();
+    }
     return outbox_.Send(std::move(p), std::move(on_written));
   }
   const std::string& agent_id() const override { return agent_id_; }
   const AgentIdentifiers& identifiers() const override { return identifiers_; }
   const std::string& node() const override { return node_; }
   std::shared_ptr<wire::ReadGate> gate() override { return gate_; }
+  int64_t peer_window() const override { return peer_window_; }
 
   // grpc::ServerBidiReactor
   void OnSendInitialMetadataDone(bool) override {}
@@ -110,6 +113,9 @@ class AgentStream final : public Reactor, public AgentLink {
       // The upstream agent blocks until it sees these, so they go out before any message.
       ctx_->AddInitialMetadata("serverid", options_.server_id);
       ctx_->AddInitialMetadata("servercount", std::to_string(options_.server_count));
+      if (peer_window_ > 0) {
+        ctx_->AddInitialMetadata(wire::kWindowHeader, std::to_string(options_.window));
+      }
       StartSendInitialMetadata();
       added = router_.AddAgent(this);
     }
@@ -148,7 +154,8 @@ class AgentStream final : public Reactor, public AgentLink {
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::string agent_id_;
   AgentIdentifiers identifiers_;
-  std::string node_;  // set once, before the Router sees us
+  std::string node_;         // set once, before the Router sees us
+  int64_t peer_window_ = 0;  // the agent's window; set once, before the Router sees us
   wire::Packet in_;
   bool registered_ = false;
   std::shared_ptr<wire::ReadGate> gate_ =
@@ -166,6 +173,12 @@ absl::Status AgentStream::Authenticate() {
     return absl::InvalidArgumentError("expected at most one agentidentifiers header");
   }
   identifiers_ = ParseAgentIdentifiers(ids);
+  // Only an agent that announced a window gets ours, and with it credits; an upstream agent
+  // sends no such header.
+  const std::string window = OneHeader(*ctx_, wire::kWindowHeader, &n);
+  if (options_.window > 0 && n == 1) {
+    peer_window_ = wire::ParseWindow(window);
+  }
   if (options_.tokens != nullptr) {
     const std::string auth = OneHeader(*ctx_, "authorization", &n);
     if (n != 1 || !options_.tokens->Allows(auth, agent_id_)) {
@@ -181,7 +194,9 @@ void AgentStream::OnReadDone(bool ok) {
     FinishOnce(grpc::Status::OK);
     return;
   }
-  metrics_.packets.WithLabels({"from_agent", wire::TypeLabel(in_.type())}).Inc();
+  if (in_.type() != SLUICE_CREDIT) {  // upstream's metric keeps upstream's packet types
+    metrics_.packets.WithLabels({"from_agent", wire::TypeLabel(in_.type())}).Inc();
+  }
   if (absl::Status st = wire::Validate(in_); !st.ok()) {
     // Per frame (counted in bad_packets): above -v 4, the tunnel binaries' default.
     VLOG(5) << "agent " << agent_id_ << ": dropped " << st.message();

@@ -33,6 +33,9 @@ struct AgentServiceOptions {
   const TokenFile* tokens = nullptr;
   TokenReviewer* reviewer = nullptr;
   wire::ByteBudget* budget = nullptr;  // server-wide; charged by the streams' outboxes
+  // Our receive window per connection, announced to agents that announce theirs
+  // (wire::kWindowHeader); 0: the extension is off and agents are served as upstream's.
+  int64_t window = 0;
 };
 
 // AgentService/Connect: one reactor per agent stream (agent_service.cc). Thread-safe.

@@ -52,7 +52,7 @@ ConnectSession::ConnectSession(event::EventLoop& loop, HttpConnectFrontend& owne
       // Owned by the session, so plain `this`: it is destroyed later, on a loop turn of its own
       // (HttpConnectFrontend::Retire), never inside these callbacks.
       deadline_timer_(loop.CreateTimer([this] { OnDeadline(); })),
-      stall_(loop, [this] { CheckStall(); }) {
+      stall_(loop, options.stall_timeout, [this] { CheckStall(); }) {
   metrics_.http_connections.Add(1);
 }
 
@@ -142,6 +142,26 @@ bool ConnectSession::Deliver(wire::Packet p, const std::shared_ptr<wire::ReadGat
   return true;
 }
 
+void ConnectSession::OnPeerWindow(int64_t peer_window) {
+  // Posted ahead of the DIAL_RSP that Deliver posts next.
+  loop_.Post([weak = weak_from_this(), peer_window] {
+    if (auto self = weak.lock()) {
+      self->window_.SetPeerWindow(peer_window);
+      self->credits_ =
+          std::make_unique<wire::CreditReturn>(wire::WindowFor(self->options_.max_queued));
+    }
+  });
+}
+
+void ConnectSession::OnCredit(int64_t bytes) {
+  loop_.Post([weak = weak_from_this(), bytes] {
+    auto self = weak.lock();
+    if (self && self->window_.Grant(bytes) && self->state_ == State::kEstablished) {
+      self->pump_->SetReading(true);
+    }
+  });
+}
+
 void ConnectSession::Abort(const std::string& why) {
   loop_.Post([weak = weak_from_this(), why] {
     if (auto self = weak.lock()) {
@@ -205,6 +225,7 @@ void ConnectSession::OnDialResponse(const wire::Packet& p) {
   }
   connect_id_ = p.dialresponse().connectid();
   state_ = State::kEstablished;
+  reply_unwritten_ = sizeof(kEstablished) - 1;
   (void)pump_->Write(kEstablished);
   if (!head_.empty()) {
     SendUpstream(std::move(head_));
@@ -229,11 +250,12 @@ void ConnectSession::OnAgentData(std::string bytes, const std::shared_ptr<wire::
   }
 }
 
-// The client (or this loop) lags: hold the agent stream (see wire::ReadGate) until we drain.
+// The client (or this loop) lags: hold the agent stream (see wire::ReadGate) until we drain,
+// unless we let go of it for a stall and the client has taken nothing since.
 void ConnectSession::HoldAgent(const std::shared_ptr<wire::ReadGate>& gate) {
   {
     absl::MutexLock lock(&hold_mu_);
-    if (hold_.held()) {
+    if (hold_.held() || stalled_) {
       return;
     }
     hold_.Take(gate);
@@ -241,12 +263,9 @@ void ConnectSession::HoldAgent(const std::shared_ptr<wire::ReadGate>& gate) {
   loop_.Post([weak = weak_from_this()] {
     if (auto self = weak.lock()) {
       self->stall_.Start();
-    }
-  });
-  loop_.Post([weak = weak_from_this()] {
-    auto self = weak.lock();
-    if (self && !self->stall_.watching() && self->state_ == State::kEstablished) {
-      self->CheckStall();
+      if (self->state_ == State::kEstablished) {
+        self->CheckStall();
+      }
     }
   });
 }
@@ -256,21 +275,57 @@ void ConnectSession::ReleaseAgent() {
   hold_.Release();
 }
 
-// Loop thread, while holding: a client that wrote nothing for kStallGrace is stalled, not
-// slow; close it so the other connections on that agent stream move again.
+// Loop thread, from a hold until the client drains: a client that took nothing for
+// kStallGrace lets go of the agent stream (its bytes keep queueing up to --max-connection-
+// buffer); one that took nothing for the stall timeout is cut.
 void ConnectSession::CheckStall() {
+  if (state_ != State::kEstablished) {
+    return;
+  }
+  bool held;
   {
     absl::MutexLock lock(&hold_mu_);
-    if (!hold_.held() || state_ != State::kEstablished) {
-      return;
-    }
+    held = hold_.held();
+  }
+  const bool queued = pump_->queued() > 0;
+  if (!held && !queued) {
+    return;  // drained since: the watch ends
   }
   // Nothing queued toward the client: it is the loop's backlog that holds, not a stall.
-  if (stall_.Expired(pump_->last_write()) && pump_->queued() > 0) {
-    stall_.Stop();
-    metrics_.overflow_closes.Inc();
-    VLOG(1) << "http-connect: client stalled for " << wire::ReadGate::kStallGrace;
-    End();
+  switch (stall_.Check(queued ? pump_->last_write() : loop_.MonotonicNow(), held)) {
+    case wire::StallWatch::Verdict::kWait:
+      break;
+    case wire::StallWatch::Verdict::kRelease: {
+      VLOG(1) << "http-connect: connection " << connect_id_ << " (" << client_
+              << "): client took nothing for " << wire::ReadGate::kStallGrace
+              << "; the agent stream moves on without it";
+      absl::MutexLock lock(&hold_mu_);
+      stalled_ = true;
+      hold_.Release();
+      break;
+    }
+    case wire::StallWatch::Verdict::kCut:
+      metrics_.stall_closes.Inc();
+      LOG(WARNING) << "http-connect: connection " << connect_id_ << " (" << client_
+                   << "): client took nothing for " << stall_.timeout() << " with "
+                   << pump_->queued() << " bytes queued; closing it (--stall-timeout)";
+      End();
+      break;
+  }
+}
+
+void ConnectSession::OnSocketWritten(size_t n) {
+  {
+    absl::MutexLock lock(&hold_mu_);
+    stalled_ = false;  // the client reads again: it may pace the stream again
+  }
+  const size_t ours = std::min(n, reply_unwritten_);
+  reply_unwritten_ -= ours;
+  if (credits_ == nullptr || state_ != State::kEstablished || n == ours) {
+    return;
+  }
+  if (const int64_t grant = credits_->Consumed(n - ours, pump_->queued() == 0); grant > 0) {
+    router_.Credit(this, connect_id_, grant);
   }
 }
 
@@ -278,6 +333,7 @@ void ConnectSession::OnSocketDrained() {
   SyncBudget();
   if (posted_bytes_.load() <= options_.max_queued / 8) {
     ReleaseAgent();
+    stall_.Stop();
   }
 }
 
@@ -290,7 +346,7 @@ void ConnectSession::SendUpstream(std::string bytes) {
       router_.SendData(this, wire::MakeData(connect_id_, std::move(bytes)), [loop, weak, n] {
         loop->Post([weak, n] {
           if (auto self = weak.lock()) {
-            self->OnCredit(n);
+            self->OnSent(n);
           }
         });
       });
@@ -304,7 +360,7 @@ void ConnectSession::SendUpstream(std::string bytes) {
   }
 }
 
-void ConnectSession::OnCredit(size_t n) {
+void ConnectSession::OnSent(size_t n) {
   if (window_.Credit(n) && state_ == State::kEstablished) {
     pump_->SetReading(true);
   }

@@ -38,10 +38,13 @@ class ConnectSession final : public wire::SocketPump::Callbacks,
   // Frontend (any thread)
   bool Deliver(wire::Packet packet, const std::shared_ptr<wire::ReadGate>& gate) override;
   void Abort(const std::string& why) override;
+  void OnPeerWindow(int64_t peer_window) override;
+  void OnCredit(int64_t bytes) override;
 
   // wire::SocketPump::Callbacks
   void OnSocketData(std::string bytes) override;
   void OnSocketDone(absl::Status reason) override;
+  void OnSocketWritten(size_t n) override;
   void OnSocketDrained() override;
 
  private:
@@ -59,7 +62,8 @@ class ConnectSession final : public wire::SocketPump::Callbacks,
   void ReleaseAgent();
   void CheckStall();
   void SendUpstream(std::string bytes);
-  void OnCredit(size_t n);
+  // gRPC wrote `n` of our bytes toward the agent.
+  void OnSent(size_t n);
   void Reply(const std::string& bytes);
   void End();
   // Charges the budget with what the pump queue grew by (released as it drains).
@@ -78,13 +82,18 @@ class ConnectSession final : public wire::SocketPump::Callbacks,
   // Ends the head (408) while the request head is awaited, then the session once it replied.
   std::unique_ptr<event::Timer> deadline_timer_;
   int64_t connect_id_ = 0;
-  wire::SendWindow window_;              // toward the agent stream
-  std::atomic<size_t> posted_bytes_{0};  // DATA posted to the loop, not yet queued
-  size_t pump_charged_ = 0;              // loop thread: pump bytes charged to the budget
+  wire::SendWindow window_;                      // toward the agent stream
+  std::unique_ptr<wire::CreditReturn> credits_;  // windowed agents only
+  size_t reply_unwritten_ = 0;                   // our own bytes (the 200) ahead of DATA
+  std::atomic<size_t> posted_bytes_{0};          // DATA posted to the loop, not yet queued
+  size_t pump_charged_ = 0;                      // loop thread: pump bytes charged to the budget
   // On the agent stream while this connection lags (client or loop). Taken on gRPC threads.
   absl::Mutex hold_mu_;
   wire::GateHold hold_ ABSL_GUARDED_BY(hold_mu_);
-  wire::StallWatch stall_;  // loop thread, while hold_ is held
+  // Let go of the stream for a stall (StallWatch kRelease): no hold until the client takes
+  // bytes again.
+  bool stalled_ ABSL_GUARDED_BY(hold_mu_) = false;
+  wire::StallWatch stall_;  // loop thread, from a hold until the client drains
 };
 
 }  // namespace sluice::tunnel::server

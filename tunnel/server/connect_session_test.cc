@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tunnel/server/connect_session.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -23,18 +24,26 @@ namespace sluice::tunnel::server {
 namespace {
 
 constexpr absl::Duration kHeaderTimeout = absl::Seconds(5);
+constexpr absl::Duration kStallTimeout = absl::Seconds(30);
+constexpr size_t kMaxQueued = 1 << 20;
 
 // The HTTP CONNECT frontend and its sessions on a loop turned by the test with a fake clock,
 // with real loopback clients and a FakeAgent behind the Router: no root, no sleeps.
 class ConnectSessionTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { StartFrontend(&budget_); }
+  // Replaces the frontend (SetUp's has the tiny byte budget).
+  void StartFrontend(wire::ByteBudget* budget) {
+    frontend_.reset();
+    Settle();
     base::UniqueFd listener = ListenTcp("127.0.0.1", 0).value();  // the frontend's own
     socklen_t len = sizeof(address_);
     ASSERT_EQ(getsockname(listener.get(), reinterpret_cast<sockaddr*>(&address_), &len), 0);
     HttpConnectOptions options;
     options.header_timeout = kHeaderTimeout;
-    options.budget = &budget_;
+    options.max_queued = kMaxQueued;
+    options.stall_timeout = kStallTimeout;
+    options.budget = budget;
     frontend_ = HttpConnectFrontend::Create(*loop_, std::move(listener), router_, metrics_, options)
                     .value();
   }
@@ -45,9 +54,14 @@ class ConnectSessionTest : public ::testing::Test {
     Settle();
   }
 
-  // A client whose connect completed (the listener's backlog took it).
-  base::UniqueFd Connect() {
+  // A client whose connect completed (the listener's backlog took it). A small receive buffer
+  // (fixed, no autotuning) makes a client that does not read fill up after a few KiB.
+  base::UniqueFd Connect(bool small_buffer = false) {
     base::UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (small_buffer) {
+      const int size = 4096;
+      EXPECT_EQ(setsockopt(fd.get(), SOL_SOCKET, SO_RCVBUF, &size, sizeof(size)), 0);
+    }
     EXPECT_EQ(connect(fd.get(), reinterpret_cast<const sockaddr*>(&address_), sizeof(address_)), 0);
     return fd;
   }
@@ -81,6 +95,20 @@ class ConnectSessionTest : public ::testing::Test {
   void Advance(absl::Duration d) {
     clock_.Advance(d);
     Settle();
+  }
+
+  // Established through the FakeAgent as connect ID 7, the 200 read.
+  base::UniqueFd Establish(bool small_buffer) {
+    EXPECT_TRUE(router_.AddAgent(&agent_).ok());
+    base::UniqueFd client = Connect(small_buffer);
+    Send(client.get(), "CONNECT 10.0.0.1:443 HTTP/1.1\r\n\r\n");
+    Settle();
+    EXPECT_EQ(agent_.sent.size(), 1u);
+    EXPECT_TRUE(router_.OnAgentPacket(
+        &agent_, wire::MakeDialResponse(agent_.sent[0].dialrequest().random(), 7, "")));
+    Settle();
+    EXPECT_EQ(ReadNow(client.get()), "HTTP/1.1 200 Connection Established\r\n\r\n");
+    return client;
   }
 
   wire::ByteBudget budget_{4};  // bytes: spent by any DATA
@@ -181,6 +209,111 @@ TEST_F(ConnectSessionTest, SpentByteBudgetPausesTheAgentStreamUntilWritten) {
   EXPECT_EQ(reads, 1);
   EXPECT_EQ(ReadNow(client.get()), "0123456789");
   EXPECT_EQ(budget_.used(), 0u);
+}
+
+// Behind an agent without the window extension, a client that reads nothing holds the agent
+// stream only for the grace, then lets go (the others move on) and keeps its tunnel; only
+// after --stall-timeout is it cut, counted and alone.
+TEST_F(ConnectSessionTest, PausedClientLetsGoOfTheStreamThenIsCutAtTheStallTimeout) {
+  StartFrontend(nullptr);
+  int reads = 0;
+  agent_.read_gate = std::make_shared<wire::ReadGate>([&reads] { ++reads; });
+  base::UniqueFd client = Establish(/*small_buffer=*/true);
+  // As AgentStream reads: each packet, then the next read unless the gate holds it.
+  for (int i = 0; i < 512 && reads == i; ++i) {
+    ASSERT_TRUE(router_.OnAgentPacket(&agent_, wire::MakeData(7, std::string(16 << 10, 'x'))));
+    Settle();
+    agent_.read_gate->ReadNext();
+  }
+  const int held_at = reads;
+  ASSERT_LT(held_at, 512) << "the client's socket buffers never filled";
+  Advance(wire::ReadGate::kStallGrace - absl::Milliseconds(1));
+  EXPECT_EQ(reads, held_at);
+  Advance(absl::Milliseconds(1));
+  EXPECT_EQ(reads, held_at + 1);  // released: the stream reads again
+  // More for it queues without holding again: the client has taken nothing since.
+  ASSERT_TRUE(router_.OnAgentPacket(&agent_, wire::MakeData(7, std::string(16 << 10, 'y'))));
+  Settle();
+  agent_.read_gate->ReadNext();
+  EXPECT_EQ(reads, held_at + 2);
+  Advance(kStallTimeout - wire::ReadGate::kStallGrace - absl::Milliseconds(1));
+  EXPECT_EQ(metrics_.stall_closes.Value(), 0);
+  Advance(absl::Milliseconds(1));
+  EXPECT_EQ(metrics_.stall_closes.Value(), 1);
+  EXPECT_EQ(metrics_.overflow_closes.Value(), 0);
+  EXPECT_EQ(agent_.sent.back().type(), CLOSE_REQ);  // the agent is told
+}
+
+// Behind a windowed agent, a client that reads nothing for as long as it likes keeps its
+// tunnel and holds nothing: the agent sends no more than our window. What the client takes
+// once it reads again is granted back, and the client's own sending waits for the agent's
+// credit.
+TEST_F(ConnectSessionTest, WindowedClientPausesOnlyItself) {
+  StartFrontend(nullptr);
+  int reads = 0;
+  agent_.read_gate = std::make_shared<wire::ReadGate>([&reads] { ++reads; });
+  agent_.window = wire::kMinWindow;
+  base::UniqueFd client = Establish(/*small_buffer=*/true);
+  const int64_t window = wire::WindowFor(kMaxQueued);  // ours, what the agent may send
+  for (int64_t off = 0; off < window; off += 16 << 10) {
+    ASSERT_TRUE(router_.OnAgentPacket(&agent_, wire::MakeData(7, std::string(16 << 10, 'x'))));
+    Settle();
+    const int before = reads;
+    agent_.read_gate->ReadNext();
+    ASSERT_EQ(reads, before + 1) << "a windowed connection held the agent stream";
+  }
+  Advance(absl::Minutes(30));
+  bool eof = false;
+  int64_t taken = static_cast<int64_t>(ReadNow(client.get(), &eof).size());
+  EXPECT_FALSE(eof);
+  EXPECT_EQ(metrics_.stall_closes.Value() + metrics_.overflow_closes.Value(), 0);
+  for (int i = 0; i < 10000 && taken < window && !eof; ++i) {
+    Settle();
+    taken += static_cast<int64_t>(ReadNow(client.get(), &eof).size());
+  }
+  ASSERT_EQ(taken, window);
+  int64_t granted = 0;
+  for (const wire::Packet& p : agent_.sent) {
+    if (p.type() == SLUICE_CREDIT) {
+      EXPECT_EQ(p.credit().connectid(), 7);
+      granted += p.credit().bytes();
+    }
+  }
+  EXPECT_EQ(granted, window);
+
+  // Upload: the agent's credit (kMinWindow) bounds what is read from the client, give or take
+  // one read.
+  auto uploaded = [&] {
+    int64_t n = 0;
+    for (const wire::Packet& p : agent_.sent) {
+      if (p.type() == DATA) {
+        n += static_cast<int64_t>(p.data().data().size());
+      }
+    }
+    return n;
+  };
+  ASSERT_EQ(fcntl(client.get(), F_SETFL, O_NONBLOCK), 0);
+  const std::string payload(3 * wire::kMinWindow, 'u');
+  size_t sent = 0;
+  auto turn = [&] {
+    if (sent < payload.size()) {
+      const ssize_t n = write(client.get(), payload.data() + sent, payload.size() - sent);
+      if (n > 0) {
+        sent += static_cast<size_t>(n);
+      }
+    }
+    Settle();
+  };
+  for (int i = 0; i < 200; ++i) {
+    turn();
+  }
+  EXPECT_GE(uploaded(), wire::kMinWindow);
+  EXPECT_LE(uploaded(), wire::kMinWindow + static_cast<int64_t>(wire::kReadChunk));
+  ASSERT_TRUE(router_.OnAgentPacket(&agent_, wire::MakeCredit(7, 3 * wire::kMinWindow)));
+  for (int i = 0; i < 1000 && uploaded() < static_cast<int64_t>(payload.size()); ++i) {
+    turn();
+  }
+  EXPECT_EQ(uploaded(), static_cast<int64_t>(payload.size()));
 }
 
 // Out of descriptors, the frontend stops watching its listener for a while instead of being

@@ -29,7 +29,9 @@ class FakeAgent final : public AgentLink {
   const AgentIdentifiers& identifiers() const override { return ids_; }
   const std::string& node() const override { return node_; }
   std::shared_ptr<wire::ReadGate> gate() override { return read_gate; }
+  int64_t peer_window() const override { return window; }
   std::vector<wire::Packet> sent;
+  int64_t window = 0;                         // > 0: the agent announced the window extension
   std::shared_ptr<wire::ReadGate> read_gate;  // the stream's reads, if a test watches them
 
  private:

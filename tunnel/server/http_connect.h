@@ -19,6 +19,7 @@
 #include "tunnel/server/router.h"
 #include "tunnel/server/server_metrics.h"
 #include "tunnel/wire/byte_budget.h"
+#include "tunnel/wire/stall_watch.h"
 #include "tunnel/wire/tls.h"
 
 namespace sluice::tunnel::server {
@@ -39,6 +40,9 @@ struct HttpConnectOptions {
   absl::Duration header_timeout = absl::Seconds(10);
   size_t max_header_bytes = 16 * 1024;
   size_t max_queued = 16 << 20;
+  // With an agent without the window extension: how long a client may read nothing while
+  // bytes wait for it before it is cut (wire::StallWatch).
+  absl::Duration stall_timeout = wire::StallWatch::kDefaultTimeout;
   wire::ByteBudget* budget = nullptr;     // server-wide, outlives the frontend
   const wire::TlsContext* tls = nullptr;  // TCP frontends: TLS (mTLS with a client CA)
 };

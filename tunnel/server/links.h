@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,6 +37,9 @@ class AgentLink {
   virtual const std::string& node() const = 0;
   // The stream's read gate, which congested frontends hold (may be null in tests).
   virtual std::shared_ptr<wire::ReadGate> gate() = 0;
+  // The agent's receive window per connection, when both sides announced the window extension
+  // (wire::kWindowHeader); 0 for an agent without it (upstream's).
+  virtual int64_t peer_window() const { return 0; }
 };
 
 // One frontend connection (a Proxy stream or an HTTP CONNECT client). The Router calls these
@@ -43,11 +47,18 @@ class AgentLink {
 class Frontend {
  public:
   virtual ~Frontend() = default;
-  // A packet from the agent for this frontend's tunnel, read from the stream behind `gate`. A
-  // frontend over its high watermark holds `gate` until it drains (or closes itself after
-  // ReadGate::kStallGrace). False means its hard bound overflowed; the Router then closes the
+  // A packet from the agent for this frontend's tunnel, read from the stream behind `gate`
+  // (null when the agent is windowed: its credit bounds the queue). A frontend over its high
+  // watermark holds `gate` until it drains, for at most ReadGate::kStallGrace without progress
+  // (wire::StallWatch). False means its hard bound overflowed; the Router then closes the
   // tunnel and calls Abort.
   virtual bool Deliver(wire::Packet packet, const std::shared_ptr<wire::ReadGate>& gate) = 0;
+  // The tunnel's agent is windowed (`peer_window` per connection), called before its successful
+  // DIAL_RSP is delivered: from then on the frontend sends no more than the agent's credit
+  // (OnCredit) and grants back what its client took (Router::Credit).
+  virtual void OnPeerWindow(int64_t /*peer_window*/) {}
+  // The agent granted `bytes` more (SLUICE_CREDIT).
+  virtual void OnCredit(int64_t /*bytes*/) {}
   // The tunnel is gone for good (overflow); the frontend finishes itself asynchronously.
   virtual void Abort(const std::string& why) = 0;
 };

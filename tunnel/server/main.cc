@@ -131,6 +131,7 @@ absl::StatusOr<std::unique_ptr<HttpConnectFrontend>> StartHttpFrontend(
   ho.header_timeout = o.http_header_timeout;
   ho.max_header_bytes = static_cast<size_t>(o.max_http_header_bytes);
   ho.max_queued = static_cast<size_t>(o.max_connection_buffer);
+  ho.stall_timeout = o.stall_timeout;
   ho.budget = &budget;
   return HttpConnectFrontend::Create(loop, std::move(fd), router, metrics, ho);
 }
@@ -267,10 +268,11 @@ int Serve(const ServerOptions& o, std::vector<Strategy> strategies, const TokenF
     return 1;
   }
   AgentService agent_service(
-      {o.server_id, static_cast<int>(o.server_count), tokens, reviewer->get(), &budget}, router,
-      metrics);
+      {o.server_id, static_cast<int>(o.server_count), tokens, reviewer->get(), &budget,
+       o.window_extension ? wire::WindowFor(static_cast<size_t>(o.max_connection_buffer)) : 0},
+      router, metrics);
   ProxyService proxy_service(router, metrics, loop, static_cast<size_t>(o.max_connection_buffer),
-                             &budget);
+                             &budget, o.stall_timeout);
   auto agent_server = StartAgentServer(o, agent_service, loop);
   GrpcServing grpc_frontend;
   std::unique_ptr<wire::TlsContext> http_tls;  // outlives http_frontend

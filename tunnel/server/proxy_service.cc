@@ -2,6 +2,7 @@
 #include "tunnel/server/proxy_service.h"
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <utility>
 
@@ -22,12 +23,13 @@ using Reactor = grpc::ServerBidiReactor<wire::Packet, wire::Packet>;
 class ProxyStream final : public Reactor, public Frontend {
  public:
   ProxyStream(Router& router, ServerMetrics& metrics, event::EventLoop& loop, size_t max_queued,
-              wire::ByteBudget* budget, std::string client)
+              wire::ByteBudget* budget, absl::Duration stall_timeout, std::string client)
       : router_(router),
         metrics_(metrics),
         loop_(loop),
         max_queued_(max_queued),
         budget_(budget),
+        stall_timeout_(stall_timeout),
         client_(std::move(client)),
         outbox_([this](const wire::Packet* p) { StartWrite(p); }, budget) {
     metrics_.grpc_connections.WithLabels({"Proxy"}).Add(1);
@@ -41,11 +43,33 @@ class ProxyStream final : public Reactor, public Frontend {
       return false;
     }
     metrics_.packets.WithLabels({"to_client", wire::TypeLabel(p.type())}).Inc();
-    (void)outbox_.Send(std::move(p));  // a closed stream drops it: the client left
+    absl::AnyInvocable<void()> on_written;
+    if (p.type() == DATA) {
+      connect_id_.store(p.data().connectid(), std::memory_order_relaxed);
+      if (windowed_.load(std::memory_order_relaxed)) {
+        // Granted back to the agent once gRPC took it toward our client.
+        on_written = [this, id = p.data().connectid(), n = p.data().data().size()] {
+          Consumed(id, n);
+        };
+      }
+    }
+    (void)outbox_.Send(std::move(p), std::move(on_written));  // a closed stream drops it
     if (gate != nullptr && (queued > max_queued_ / 4 || BudgetSpent())) {
       HoldAgent(gate);
     }
     return true;
+  }
+  void OnPeerWindow(int64_t peer_window) override {
+    absl::MutexLock lock(&credit_->mu);
+    credit_->sent.SetPeerWindow(peer_window);
+    credit_->returns = std::make_unique<wire::CreditReturn>(wire::WindowFor(max_queued_));
+    windowed_.store(true, std::memory_order_relaxed);
+  }
+  void OnCredit(int64_t bytes) override {
+    absl::MutexLock lock(&credit_->mu);
+    if (credit_->sent.Grant(bytes)) {
+      credit_->window.Release();  // starts the parked read, unless finished
+    }
   }
   void Abort(const std::string& why) override {
     // Called under the Router's lock: finish from the loop so no reaction can run inline.
@@ -62,8 +86,10 @@ class ProxyStream final : public Reactor, public Frontend {
     const bool drained = outbox_.queued_bytes() < max_queued_ / 8;
     absl::MutexLock lock(&credit_->mu);
     credit_->last_write = loop_.clock().MonotonicNow();
+    credit_->stalled = false;  // the client reads again: it may pace the agent stream again
     if (drained) {
       credit_->hold.Release();  // the agent stream may read again
+      credit_->watching = false;
     }
   }
   // A parked read would otherwise keep a cancelled stream from ever reaching OnDone.
@@ -78,9 +104,10 @@ class ProxyStream final : public Reactor, public Frontend {
   // Shared with write hooks and deferred tasks, which reach the reactor only through the one
   // Finish claim (ClaimFinish), so nothing touches it after Finish.
   struct Credit {
-    Credit(event::EventLoop& l, ProxyStream* s)
+    Credit(event::EventLoop& l, ProxyStream* s, absl::Duration timeout)
         : loop(l),
           self(s),
+          stall_timeout(timeout),
           reads(std::make_shared<wire::ReadGate>([s] { s->StartRead(&s->in_); })) {}
     // The last reference may drop on a gRPC thread; the watch belongs to the loop's.
     ~Credit() {
@@ -89,7 +116,8 @@ class ProxyStream final : public Reactor, public Frontend {
       }
     }
     event::EventLoop& loop;
-    ProxyStream* const self;                  // alive until the claimant calls Finish
+    ProxyStream* const self;  // alive until the claimant calls Finish
+    const absl::Duration stall_timeout;
     std::unique_ptr<wire::StallWatch> stall;  // loop thread; made by the first CheckStall
     // This stream's reads: held by its own send window, closed by the Finish claim.
     const std::shared_ptr<wire::ReadGate> reads;
@@ -97,6 +125,10 @@ class ProxyStream final : public Reactor, public Frontend {
     wire::SendWindow sent ABSL_GUARDED_BY(mu);  // toward the agent stream
     wire::GateHold window ABSL_GUARDED_BY(mu);  // on `reads` while `sent` is past the window
     wire::GateHold hold ABSL_GUARDED_BY(mu);    // on the agent stream while we are congested
+    bool watching ABSL_GUARDED_BY(mu) = false;  // from a hold until we drain
+    // Let go of the agent stream for a stall: no hold until the client takes bytes again.
+    bool stalled ABSL_GUARDED_BY(mu) = false;
+    std::unique_ptr<wire::CreditReturn> returns ABSL_GUARDED_BY(mu);  // windowed agents only
     // Last write gRPC completed toward the client, on the loop's monotonic clock.
     absl::Duration last_write ABSL_GUARDED_BY(mu);
   };
@@ -110,6 +142,8 @@ class ProxyStream final : public Reactor, public Frontend {
     return true;
   }
   static void CheckStall(const std::shared_ptr<Credit>& credit);
+  // Windowed: gRPC took `n` bytes of connection `id` toward our client.
+  void Consumed(int64_t id, size_t n);
   static void Release(const std::shared_ptr<Credit>& credit, size_t n);
 
   // The one Finish claim (ReadGate::Close, as AgentStream's): true for the first caller only,
@@ -142,60 +176,91 @@ class ProxyStream final : public Reactor, public Frontend {
   event::EventLoop& loop_;
   const size_t max_queued_;
   wire::ByteBudget* const budget_;  // may be null
-  const std::string client_;        // ClientOf(peer), for the pending-dial limit
+  const absl::Duration stall_timeout_;
+  const std::string client_;  // ClientOf(peer), for the pending-dial limit
+  std::atomic<int64_t> connect_id_{0};
+  std::atomic<bool> windowed_{false};  // the agent announced a window (OnPeerWindow)
   wire::Outbox outbox_;
   wire::Packet in_;
-  std::shared_ptr<Credit> credit_ = std::make_shared<Credit>(loop_, this);
+  std::shared_ptr<Credit> credit_ = std::make_shared<Credit>(loop_, this, stall_timeout_);
 };
 
-// Our client reads slower than the agent sends: slow the agent stream down (hold its reads)
-// instead of queueing without bound. If we are still congested after kStallGrace, the client
-// is stalled, not slow: finish this stream so the others on that agent stream move again.
+// Our client reads slower than an agent without the window extension sends: slow the agent
+// stream down (hold its reads) instead of queueing without bound. A client that took nothing
+// for kStallGrace is paused, not slow: let go of the agent stream so the others on it move
+// again, and cut it only after the stall timeout (wire::StallWatch).
 void ProxyStream::HoldAgent(const std::shared_ptr<wire::ReadGate>& gate) {
   {
     absl::MutexLock lock(&credit_->mu);
-    if (credit_->hold.held() || credit_->reads->closed()) {
+    if (credit_->hold.held() || credit_->stalled || credit_->reads->closed()) {
       return;
     }
     credit_->hold.Take(gate);
-    credit_->last_write = loop_.clock().MonotonicNow();
+    credit_->watching = true;
+    credit_->last_write = loop_.clock().MonotonicNow();  // the grace counts from the hold
   }
   loop_.Post([credit = credit_] { CheckStall(credit); });
 }
 
-// Loop thread, while holding: no write completed toward the client for kStallGrace means it
-// stopped reading; finish the stream (claiming Finish through `credit`).
+// Loop thread, from a hold until we drain.
 void ProxyStream::CheckStall(const std::shared_ptr<Credit>& credit) {
   if (credit->stall == nullptr) {
     // Weak: the watch lives inside the Credit. A check that drops the last reference frees the
     // watch through ~Credit's Post, not inside its own timer callback.
-    credit->stall =
-        std::make_unique<wire::StallWatch>(credit->loop, [weak = std::weak_ptr<Credit>(credit)] {
-          if (auto c = weak.lock()) {
-            CheckStall(c);
-          }
-        });
+    credit->stall = std::make_unique<wire::StallWatch>(credit->loop, credit->stall_timeout,
+                                                       [weak = std::weak_ptr<Credit>(credit)] {
+                                                         if (auto c = weak.lock()) {
+                                                           CheckStall(c);
+                                                         }
+                                                       });
   }
   ProxyStream* self = nullptr;
   {
     absl::MutexLock lock(&credit->mu);
-    if (!credit->hold.held()) {
-      return;  // drained, or finished (the claim releases the hold)
+    if (!credit->watching || credit->reads->closed()) {
+      return;  // drained, or finished
     }
     // A fresh reading: last_write is stamped on gRPC threads, not by this loop's iterations.
-    if (credit->stall->Expired(credit->last_write, credit->loop.clock().MonotonicNow()) &&
-        ClaimFinish(*credit)) {
-      self = credit->self;
+    switch (credit->stall->Check(credit->last_write, credit->hold.held(),
+                                 credit->loop.clock().MonotonicNow())) {
+      case wire::StallWatch::Verdict::kWait:
+        return;
+      case wire::StallWatch::Verdict::kRelease:
+        VLOG(1) << "frontend " << credit->self->client_ << ": connection "
+                << credit->self->connect_id_.load() << " took nothing for "
+                << wire::ReadGate::kStallGrace << "; the agent stream moves on without it";
+        credit->stalled = true;
+        credit->hold.Release();
+        return;
+      case wire::StallWatch::Verdict::kCut:
+        if (!ClaimFinish(*credit)) {
+          return;
+        }
+        self = credit->self;
+        break;
     }
   }
-  if (self == nullptr) {
-    return;
-  }
-  credit->stall->Stop();
-  self->metrics_.overflow_closes.Inc();
+  self->metrics_.stall_closes.Inc();
+  LOG(WARNING) << "frontend " << self->client_ << ": connection " << self->connect_id_.load()
+               << " read nothing for " << credit->stall_timeout << " with "
+               << self->outbox_.queued_bytes() << " bytes queued; closing it (--stall-timeout)";
   self->outbox_.Close();
   self->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                            "stalled reader: the client stopped reading"));
+                            "stalled reader: the client read nothing for --stall-timeout"));
+}
+
+void ProxyStream::Consumed(int64_t id, size_t n) {
+  const bool drained = outbox_.queued_bytes() == 0;
+  int64_t grant = 0;
+  {
+    absl::MutexLock lock(&credit_->mu);
+    if (credit_->returns != nullptr) {
+      grant = credit_->returns->Consumed(n, drained);
+    }
+  }
+  if (grant > 0) {
+    router_.Credit(this, id, grant);
+  }
 }
 
 void ProxyStream::OnReadDone(bool ok) {
@@ -288,7 +353,8 @@ void ProxyStream::Release(const std::shared_ptr<Credit>& credit, size_t n) {
 
 grpc::ServerBidiReactor<wire::Packet, wire::Packet>* ProxyService::Proxy(
     grpc::CallbackServerContext* context) {
-  return new ProxyStream(router_, metrics_, loop_, max_queued_, budget_, ClientOf(context->peer()));
+  return new ProxyStream(router_, metrics_, loop_, max_queued_, budget_, stall_timeout_,
+                         ClientOf(context->peer()));
 }
 
 }  // namespace sluice::tunnel::server

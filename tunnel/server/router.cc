@@ -244,6 +244,9 @@ void Router::OnDialResponse(AgentLink* agent, const wire::Packet& packet) {
   } else {
     t.connect_id = rsp.connectid();
     established_[{agent, rsp.connectid()}] = f;
+    if (agent->peer_window() > 0) {
+      f->OnPeerWindow(agent->peer_window());
+    }
   }
   UpdateGauges();
   DeliverOrAbort(f, packet, nullptr);
@@ -258,7 +261,26 @@ void Router::OnAgentData(AgentLink* agent, wire::Packet packet) {
     (void)agent->SendToAgent(wire::MakeCloseRequest(id), nullptr);
     return;
   }
-  DeliverOrAbort(it->second, std::move(packet), agent->gate());
+  // A windowed agent sends no more than the frontend granted: nothing to hold the stream for.
+  DeliverOrAbort(it->second, std::move(packet), agent->peer_window() > 0 ? nullptr : agent->gate());
+}
+
+void Router::OnAgentCredit(AgentLink* agent, const wire::Packet& packet) {
+  absl::MutexLock lock(&mu_);
+  // Credits cross CLOSE packets: one for a connection already gone is no error.
+  if (auto it = established_.find({agent, packet.credit().connectid()}); it != established_.end()) {
+    it->second->OnCredit(packet.credit().bytes());
+  }
+}
+
+void Router::Credit(Frontend* frontend, int64_t connect_id, int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  auto it = tunnels_.find(frontend);
+  if (it == tunnels_.end() || it->second.connect_id != connect_id ||
+      it->second.agent->peer_window() == 0) {
+    return;
+  }
+  (void)it->second.agent->SendToAgent(wire::MakeCredit(connect_id, bytes), nullptr);
 }
 
 bool Router::OnAgentPacket(AgentLink* agent, wire::Packet packet) {
@@ -275,6 +297,12 @@ bool Router::OnAgentPacket(AgentLink* agent, wire::Packet packet) {
     case DRAIN:
       LOG(INFO) << "agent " << agent->agent_id() << " is draining";
       SetDraining(agent);
+      return true;
+    case SLUICE_CREDIT:
+      if (agent->peer_window() == 0) {
+        return false;  // not negotiated: a type this stream does not carry
+      }
+      OnAgentCredit(agent, packet);
       return true;
     default:
       return false;

@@ -54,6 +54,7 @@ class Router final {
   void OnDialResponse(AgentLink* agent, const wire::Packet& packet) ABSL_LOCKS_EXCLUDED(mu_);
   void OnAgentData(AgentLink* agent, wire::Packet packet) ABSL_LOCKS_EXCLUDED(mu_);
   void OnAgentClose(AgentLink* agent, const wire::Packet& packet) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnAgentCredit(AgentLink* agent, const wire::Packet& packet) ABSL_LOCKS_EXCLUDED(mu_);
   // One packet from `agent`'s stream, already wire::Validate'd, to the handler above for its
   // type. False for a type agents do not send (the caller counts it).
   bool OnAgentPacket(AgentLink* agent, wire::Packet packet) ABSL_LOCKS_EXCLUDED(mu_);
@@ -69,6 +70,9 @@ class Router final {
   bool SendData(Frontend* frontend, wire::Packet data, absl::AnyInvocable<void()> on_written)
       ABSL_LOCKS_EXCLUDED(mu_);
   bool Close(Frontend* frontend, int64_t connect_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // The frontend's client took `bytes` more of the tunnel's data: grant them to a windowed
+  // agent (nothing for an agent without the extension, or a tunnel gone).
+  void Credit(Frontend* frontend, int64_t connect_id, int64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
   void CancelDial(Frontend* frontend, int64_t random) ABSL_LOCKS_EXCLUDED(mu_);
   // The frontend is going away: its dial is cancelled or its connection closed at the agent.
   void RemoveFrontend(Frontend* frontend) ABSL_LOCKS_EXCLUDED(mu_);

@@ -46,6 +46,10 @@ ServerMetrics::ServerMetrics(base::Registry& r)
                                    "Tunnelled connections closed because their client did not "
                                    "read its bounded queue.")
                           .Get()),
+      stall_closes(r.AddCounter(S("stall_closes_total"),
+                                "Tunnelled connections closed because their client read nothing "
+                                "for --stall-timeout (agents without the window extension only).")
+                       .Get()),
       limited(r.AddCounter(S("limited_total"),
                            "Requests refused (or, for byte_budget, paused) at a configured "
                            "limit, by limit: pending_dials_per_client, tunnels_per_client, "

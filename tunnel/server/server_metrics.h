@@ -22,6 +22,7 @@ struct ServerMetrics {
   base::Family<base::Counter>& packets;         // {segment, packet_type}
   base::Family<base::Counter>& bad_packets;     // {reason}, sluice extension
   base::Counter& overflow_closes;               // sluice extension
+  base::Counter& stall_closes;                  // sluice extension (--stall-timeout)
   base::Family<base::Counter>& limited;         // {limit}, sluice extension
   base::Family<base::Counter>& agent_refusals;  // {reason}, sluice extension
   base::Family<base::Counter>& token_reviews;   // {outcome}, sluice extension

@@ -82,6 +82,14 @@ std::vector<base::Option> ServerOptionTable(ServerOptions& o) {
        "(sluice) Static agent bearer tokens, one per line, optionally 'token,agent-id'.", kSluice},
       {"max-connection-buffer", &o.max_connection_buffer,
        "(sluice) Bytes queued per tunnelled connection before it is closed.", kSluice},
+      {"window-extension", &o.window_extension,
+       "(sluice) Per-connection flow control with agents that offer it too (sluice's): a "
+       "client that reads nothing pauses only its own connection.",
+       kSluice},
+      {"stall-timeout", &o.stall_timeout,
+       "(sluice) With an agent without the window extension: a client that reads nothing "
+       "for this long while bytes wait for it is closed.",
+       kSluice},
       {"http-header-timeout", &o.http_header_timeout,
        "(sluice) Time an HTTP CONNECT client has to finish its TLS handshake and send its "
        "request head (408 after it).",
@@ -182,6 +190,9 @@ absl::Status ValidateServerOptions(ServerOptions& o) {
   if (o.max_queued_bytes < o.max_connection_buffer) {
     return absl::InvalidArgumentError(
         "--max-queued-bytes must be at least --max-connection-buffer");
+  }
+  if (o.stall_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--stall-timeout must be positive");
   }
   if (o.kubeconfig_qps < 0 || o.kubeconfig_burst < 0) {
     return absl::InvalidArgumentError("--kubeconfig-qps and --kubeconfig-burst must be >= 0");

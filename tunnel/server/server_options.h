@@ -59,6 +59,8 @@ struct ServerOptions {
   int64_t max_queued_bytes = 256 << 20;
   int64_t max_pending_token_reviews_per_client = 8;
   absl::Duration shutdown_grace_period = absl::Seconds(10);
+  bool window_extension = true;
+  absl::Duration stall_timeout = absl::Minutes(5);  // wire::StallWatch::kDefaultTimeout
 };
 
 // sluice-tunnel-server's option table (lib/base/option_table.h), its rows pointing into `o`:

@@ -3,8 +3,10 @@
 
 #include <malloc.h>
 
+#include <algorithm>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "lib/base/strings.h"
 
@@ -71,6 +73,26 @@ Packet MakeDrain() {
   return p;
 }
 
+Packet MakeCredit(int64_t connect_id, int64_t bytes) {
+  Packet p;
+  p.set_type(SLUICE_CREDIT);
+  p.mutable_credit()->set_connectid(connect_id);
+  p.mutable_credit()->set_bytes(bytes);
+  return p;
+}
+
+int64_t WindowFor(size_t max_connection_buffer) {
+  return std::clamp(static_cast<int64_t>(max_connection_buffer / 4), kMinWindow, kMaxWindow);
+}
+
+int64_t ParseWindow(std::string_view value) {
+  int64_t w = 0;
+  if (!absl::SimpleAtoi(base::Absl(value), &w) || w < kMinWindow || w > kMaxWindow) {
+    return 0;
+  }
+  return w;
+}
+
 std::string TypeName(int type) {
   if (PacketType_IsValid(type)) {
     return PacketType_Name(static_cast<PacketType>(type));
@@ -111,6 +133,14 @@ absl::Status Validate(const Packet& p) {
     case DIAL_CLS:
       return p.has_closedial() ? absl::OkStatus() : bad("missing closeDial");
     case DRAIN:
+      return absl::OkStatus();
+    case SLUICE_CREDIT:
+      if (!p.has_credit()) {
+        return bad("missing credit");
+      }
+      if (p.credit().connectid() <= 0 || p.credit().bytes() <= 0) {
+        return bad("connectID and bytes must be positive");
+      }
       return absl::OkStatus();
     default:
       return absl::UnimplementedError(absl::StrCat("unknown packet type ", p.type()));

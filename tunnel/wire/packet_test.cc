@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tunnel/wire/packet.h"
 
+#include <string>
+
 #include "gtest/gtest.h"
 
 namespace sluice::tunnel::wire {
@@ -52,6 +54,53 @@ TEST(SendWindowTest, PausesPastTheWindowAndResumesAtHalf) {
   EXPECT_FALSE(w.Credit(kSendWindow / 2));  // open again, but not yet down to half
   EXPECT_TRUE(w.open());
   EXPECT_TRUE(w.Credit(1));
+}
+
+TEST(SendWindowTest, PeerWindowPausesAtZeroCreditAndResumesOnAGrant) {
+  SendWindow w;
+  w.SetPeerWindow(100);
+  EXPECT_TRUE(w.windowed());
+  EXPECT_FALSE(w.Charge(99));
+  EXPECT_TRUE(w.Charge(1));     // no credit left, however little is in flight
+  EXPECT_FALSE(w.Credit(100));  // gRPC wrote it all, but the peer has granted nothing
+  EXPECT_FALSE(w.open());
+  EXPECT_TRUE(w.Grant(10));
+  EXPECT_TRUE(w.open());
+  EXPECT_TRUE(w.Charge(50));  // one message may overshoot the credit
+  EXPECT_EQ(w.credit(), -40);
+  EXPECT_FALSE(w.Grant(40));
+  EXPECT_TRUE(w.Grant(1));
+}
+
+TEST(CreditReturnTest, GrantsAQuarterWindowAtATimeOrWhatIsLeftOnceDrained) {
+  CreditReturn r(1000);
+  EXPECT_EQ(r.Consumed(100, false), 0);
+  EXPECT_EQ(r.Consumed(149, false), 0);
+  EXPECT_EQ(r.Consumed(1, false), 250);
+  EXPECT_EQ(r.Consumed(7, false), 0);
+  EXPECT_EQ(r.Consumed(3, true), 10);  // drained: nothing is left owed
+  EXPECT_EQ(r.Consumed(0, true), 0);
+}
+
+TEST(WindowTest, HeaderValuesOutsideTheBoundsMeanNoExtension) {
+  EXPECT_EQ(ParseWindow("4194304"), 4194304);
+  EXPECT_EQ(ParseWindow(""), 0);
+  EXPECT_EQ(ParseWindow("abc"), 0);
+  EXPECT_EQ(ParseWindow("-1"), 0);
+  EXPECT_EQ(ParseWindow("1"), 0);  // below one read chunk
+  EXPECT_EQ(ParseWindow(std::to_string(kMaxWindow + 1)), 0);
+  EXPECT_EQ(WindowFor(16 << 20), 4 << 20);
+  EXPECT_EQ(WindowFor(1024), kMinWindow);
+}
+
+TEST(PacketTest, CreditIsValidatedLikeData) {
+  EXPECT_TRUE(Validate(MakeCredit(3, 100)).ok());
+  EXPECT_FALSE(Validate(MakeCredit(0, 100)).ok());
+  EXPECT_FALSE(Validate(MakeCredit(3, 0)).ok());
+  Packet bare;
+  bare.set_type(SLUICE_CREDIT);
+  EXPECT_FALSE(Validate(bare).ok());
+  EXPECT_EQ(TypeName(SLUICE_CREDIT), "SLUICE_CREDIT");
 }
 
 }  // namespace

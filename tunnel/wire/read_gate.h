@@ -11,16 +11,17 @@
 
 namespace sluice::tunnel::wire {
 
-// Per-connection backpressure where the protocol has none. Konnectivity has no per-connection
-// window, so when one tunnelled connection's receiver falls behind (its queue passes the high
-// watermark) the only lever is the shared stream: the gate holds that stream's next read until
-// the connection drains, for at most kStallGrace. A receiver that is merely slower than the
-// sender thus slows its sender instead of being cut off; one that stays stalled past the grace
-// is closed by its owner, which releases the hold, so other connections on the stream wait at
-// most kStallGrace (apiserver-network-proxy#180, #881). Thread-safe.
+// Per-connection backpressure where the protocol has none. Upstream Konnectivity has no
+// per-connection window (sluice peers negotiate one: packet.h, kWindowHeader), so when one
+// tunnelled connection's receiver falls behind (its queue passes the high watermark) the only
+// lever is the shared stream: the gate holds that stream's next read until the connection
+// drains. A receiver that is merely slower than the sender thus slows its sender instead of
+// being cut off; one that takes nothing for kStallGrace lets go (wire::StallWatch), so other
+// connections on the stream wait at most kStallGrace (apiserver-network-proxy#180, #881).
+// Thread-safe.
 class ReadGate final {
  public:
-  // How long one congested connection may hold a shared stream before it is closed.
+  // How long one congested connection may hold a shared stream without progress.
   static constexpr absl::Duration kStallGrace = absl::Seconds(2);
 
   // `start_read` starts the stream's next read; it is called with the gate's lock held and must

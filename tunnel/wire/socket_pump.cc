@@ -197,6 +197,7 @@ ssize_t SocketPump::WriteOnce(const char* buf, size_t len) {
 
 void SocketPump::HandleWrite() {
   const bool had_bytes = !out_.empty();
+  size_t written = 0;
   while (!out_.empty() && !done_) {
     const std::string& front = out_.front();
     const ssize_t n = WriteOnce(front.data() + out_offset_, front.size() - out_offset_);
@@ -205,6 +206,7 @@ void SocketPump::HandleWrite() {
     }
     out_offset_ += static_cast<size_t>(n);
     queued_ -= static_cast<size_t>(n);
+    written += static_cast<size_t>(n);
     last_write_ = loop_.MonotonicNow();
     if (out_offset_ == front.size()) {
       out_.pop_front();
@@ -219,7 +221,10 @@ void SocketPump::HandleWrite() {
     return;
   }
   UpdateInterest();
-  if (had_bytes && out_.empty()) {
+  if (written > 0) {
+    callbacks_.OnSocketWritten(written);
+  }
+  if (had_bytes && out_.empty() && !done_) {
     callbacks_.OnSocketDrained();
   }
 }

@@ -28,6 +28,9 @@ class SocketPump final {
     // Called once: EOF from the peer (OK), a socket error, or CloseAfterFlush finished. The
     // owner destroys the pump later (never inside this callback).
     virtual void OnSocketDone(absl::Status reason) = 0;
+    // `n` queued bytes were written to the socket (per-connection window credit); called
+    // before OnSocketDrained when that follows.
+    virtual void OnSocketWritten(size_t /*n*/) {}
     // Everything queued was written (after the queue had been non-empty).
     virtual void OnSocketDrained() {}
   };
