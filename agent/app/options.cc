@@ -156,8 +156,7 @@ void RegisterFlags(base::FlagSet& flags, AgentOptions& o) {
                  "serving this long before stopping (a second signal stops at once)");
   base::RegisterKlogFlags(flags, o.klog);
   RegisterKubeProxyFlags(flags, o.kube_proxy);
-  flags.Bool("help", &o.help, "Show this help and exit");
-  flags.Bool("version", &o.version, "Print the version and exit");
+  cli::RegisterStandardFlags(flags, o.standard, cli::Upstream::kKubeProxy);
 }
 
 std::string SourceSpec::ToString() const {
@@ -392,9 +391,13 @@ absl::Status Validate(AgentOptions& o) {
 
 absl::Status ParseAgentOptions(int argc, char** argv, base::FlagSet& flags, AgentOptions& o) {
   RETURN_IF_ERROR(flags.Parse(argc, argv));
-  if (o.help || o.version) {
+  if (o.standard.Asked()) {
     return absl::OkStatus();
   }
+  return CompleteAgentOptions(argc, argv, flags, o);
+}
+
+absl::Status CompleteAgentOptions(int argc, char** argv, base::FlagSet& flags, AgentOptions& o) {
   const bool config_file = !o.config_file.empty();
   bool kube_proxy_file = false;
   if (config_file) {
