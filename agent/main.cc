@@ -1,50 +1,52 @@
 // SPDX-License-Identifier: Apache-2.0
 // sluice-agent: flags -> wiring, nothing else.
-#include <signal.h>
+#include <sys/utsname.h>
 
-#include <cstdio>
 #include <filesystem>
-#include <memory>
+#include <string>
 
+#include "absl/strings/str_cat.h"
 #include "lib/base/flags.h"
 #include "lib/base/klog.h"
 #include "lib/base/log.h"
+#include "lib/cli/program.h"
 
 #include "agent/app/agent.h"
 #include "agent/app/options.h"
 
-int main(int argc, char** argv) {
-  // Block the shutdown signals before any thread starts, so only the signalfd sees them.
-  sigset_t mask;
-  sigemptyset(&mask);
-  sigaddset(&mask, SIGINT);
-  sigaddset(&mask, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &mask, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+namespace {
 
-  // Installed as kube-proxy too (an existing kube-proxy DaemonSet runs it unchanged).
-  const std::string program = std::filesystem::path(argv[0]).filename();
-  sluice::app::AgentOptions opts;
-  sluice::base::FlagSet flags(program == "kube-proxy" ? program : "sluice-agent");
-  sluice::app::RegisterFlags(flags, opts);
-  if (absl::Status st = sluice::app::ParseAgentOptions(argc, argv, flags, opts); !st.ok()) {
-    std::fprintf(stderr, "%s: %s\n", flags.program().c_str(), std::string(st.message()).c_str());
-    return 2;
+// The kube-proxy release whose flags and KubeProxyConfiguration sluice takes as its own; the
+// 1.26-1.33 fields it reads besides are listed in docs/configuration.md.
+constexpr const char* kKubeProxyVersion = "v1.31.0";
+
+// Go's GOARCH for this machine, as Kubernetes' version.Info names the platform.
+std::string Platform() {
+  utsname u{};
+  uname(&u);
+  const std::string machine = u.machine;
+  const std::string arch = machine == "x86_64" ? "amd64" : machine == "aarch64" ? "arm64" : machine;
+  return "linux/" + arch;
+}
+
+// kube-proxy's `--version` ("Kubernetes vX.Y.Z", which scripts cut at the second word) and
+// `--version=raw` (Go's %#v of version.Info), with sluice's own version beside them.
+std::string VersionText(const std::string& program, const std::string& how) {
+  if (program != "kube-proxy") {
+    return absl::StrCat("sluice-agent ", SLUICE_VERSION, " (kube-proxy ", kKubeProxyVersion, ")");
   }
-  if (opts.help) {
-    std::fputs(flags.Help().c_str(), stdout);
-    return 0;
+  if (how == "raw") {
+    return absl::StrCat(
+        "version.Info{Major:\"1\", Minor:\"31\", GitVersion:\"", kKubeProxyVersion,
+        "\", GitCommit:\"\", GitTreeState:\"\", BuildDate:\"1970-01-01T00:00:00Z\", "
+        "GoVersion:\"\", Compiler:\"sluice ",
+        SLUICE_VERSION, "\", Platform:\"", Platform(), "\"}");
   }
-  if (opts.version) {
-    std::printf("sluice-agent %s\n", SLUICE_VERSION);
-    return 0;
-  }
-  auto log = sluice::base::LogOutput::Start(opts.klog, flags.program());  // lives until exit
-  if (!log.ok()) {
-    std::fprintf(stderr, "%s: %s\n", flags.program().c_str(),
-                 std::string(log.status().message()).c_str());
-    return 2;
-  }
+  return absl::StrCat("Kubernetes ", kKubeProxyVersion, " (sluice ", SLUICE_VERSION, ")");
+}
+
+// Everything after the command line: kube-proxy's one-shot modes, or the agent.
+int Run(sluice::app::AgentOptions& opts, const sluice::base::FlagSet& flags) {
   sluice::base::WarnIgnoredFlags(flags, "kube-proxy", {});  // klog's unsupported flags
   sluice::app::ReportNotApplied(opts.kube_proxy);
   if (!opts.kube_proxy.write_config_to.empty()) {
@@ -52,10 +54,10 @@ int main(int argc, char** argv) {
         sluice::app::WriteKubeProxyConfiguration(opts, opts.kube_proxy.write_config_to);
     if (!st.ok()) {
       LOG(ERROR) << st;
-      return 1;
+      return sluice::cli::kExitFailure;
     }
     LOG(INFO) << "wrote the configuration to " << opts.kube_proxy.write_config_to;
-    return 0;
+    return sluice::cli::kExitOk;
   }
   if (absl::Status st = sluice::app::ApplyOomScoreAdj(opts.kube_proxy.oom_score_adj); !st.ok()) {
     // As kube-proxy: not fatal (lowering it needs CAP_SYS_RESOURCE); loud only when asked for.
@@ -68,25 +70,44 @@ int main(int argc, char** argv) {
   if (opts.cleanup) {
     if (absl::Status st = sluice::app::Agent::Cleanup(opts); !st.ok()) {
       LOG(ERROR) << "cleanup: " << st;
-      return 1;
+      return sluice::cli::kExitFailure;
     }
-    return 0;
+    return sluice::cli::kExitOk;
   }
   if (opts.kube_proxy.init_only) {
     if (absl::Status st = sluice::app::Agent::InitOnly(opts); !st.ok()) {
       LOG(ERROR) << "--init-only: " << st;
-      return 1;
+      return sluice::cli::kExitFailure;
     }
-    return 0;
+    return sluice::cli::kExitOk;
   }
   auto agent = sluice::app::Agent::Create(opts);
   if (!agent.ok()) {
     LOG(ERROR) << "start: " << agent.status();
-    return 1;
+    return sluice::cli::kExitFailure;
   }
   if (absl::Status st = (*agent)->Run(); !st.ok()) {
     LOG(ERROR) << st;
-    return 1;
+    return sluice::cli::kExitFailure;
   }
-  return 0;
+  return sluice::cli::kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Installed as kube-proxy too (an existing kube-proxy DaemonSet runs it unchanged).
+  const std::string name = std::filesystem::path(argv[0]).filename();
+  sluice::app::AgentOptions opts;
+  sluice::base::FlagSet flags(name == "kube-proxy" ? name : "sluice-agent");
+  sluice::app::RegisterFlags(flags, opts);
+  return sluice::cli::Main(
+      argc, argv,
+      {.upstream = sluice::cli::Upstream::kKubeProxy,
+       .flags = flags,
+       .standard = opts.standard,
+       .version = [&](const std::string& how) { return VersionText(flags.program(), how); },
+       .configure = [&] { return sluice::app::CompleteAgentOptions(argc, argv, flags, opts); },
+       .klog = opts.klog,
+       .run = [&] { return Run(opts, flags); }});
 }

@@ -23,7 +23,8 @@ import sys
 
 # (tier, modules, tiers it builds on), bottom up.
 TIERS = [
-    ("foundation", ["lib/base", "lib/net", "lib/event", "lib/http", "lib/kube", "lib/etcd"], []),
+    ("foundation", ["lib/base", "lib/net", "lib/event", "lib/http", "lib/kube", "lib/etcd",
+                    "lib/cli"], []),
     ("kernel programs", ["bpf"], []),
     ("data plane", ["agent/dataplane/fastpath", "agent/dataplane/proxy",
                     "agent/dataplane/socklb", "agent/dataplane/vip"],
@@ -44,6 +45,9 @@ EDGES = {
     "lib/http": {"lib/base", "lib/event"},
     "lib/kube": {"lib/base"},
     "lib/etcd": {"lib/base"},
+    # The agent's main thread runs an EventLoop: its shutdown signals arrive on a signalfd there.
+    # The tunnel binaries' health and admin ports are StatusServers.
+    "lib/cli": {"lib/base", "lib/event", "lib/http"},
     "agent/dataplane/proxy": {"agent/dataplane/fastpath"},
     "agent/dataplane/socklb": {"agent/dataplane/fastpath"},
     "agent/control/sources": {"agent/control/config"},

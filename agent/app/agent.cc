@@ -2,10 +2,7 @@
 #include "agent/app/agent.h"
 
 #include <signal.h>
-#include <sys/epoll.h>
-#include <sys/signalfd.h>
 
-#include <cstring>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -358,20 +355,9 @@ absl::Status Agent::Start() {
       admin_, admin::AdminServer::Create(opts_.healthz_bind_address, opts_.metrics_bind_address,
                                          std::move(admin_sources)));
 
-  sigset_t mask;
-  sigemptyset(&mask);
-  sigaddset(&mask, SIGINT);
-  sigaddset(&mask, SIGTERM);
-  signal_fd_.Reset(::signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC));
-  if (!signal_fd_) {
-    return base::ErrnoStatus(errno, "signalfd");
-  }
-  ASSIGN_OR_RETURN(signal_watch_, loop_->Watch(signal_fd_.get(), EPOLLIN, [this](uint32_t) {
-    signalfd_siginfo info;
-    if (::read(signal_fd_.get(), &info, sizeof(info)) == sizeof(info)) {
-      OnSignal(static_cast<int>(info.ssi_signo));
-    }
-  }));
+  ASSIGN_OR_RETURN(shutdown_, cli::LoopShutdown::Create(
+                                  *loop_, [this](int signo) { return Drain(signo); },
+                                  [this] { loop_->Stop(); }));
   return absl::OkStatus();
 }
 
@@ -403,20 +389,16 @@ absl::Status Agent::StartTunnel() {
   return absl::OkStatus();
 }
 
-void Agent::OnSignal(int signo) {
-  // The first SIGTERM drains the tunnel (servers route new dials elsewhere) while everything
-  // keeps serving; anything else, or the end of the period, stops.
-  if (signo == SIGTERM && tunnel_ != nullptr && drain_timer_ == nullptr &&
-      opts_.tunnel_drain_period > absl::ZeroDuration()) {
-    LOG(INFO) << "SIGTERM: draining the tunnel for " << opts_.tunnel_drain_period
-              << ", then shutting down (another signal stops at once)";
-    tunnel_->Drain();
-    drain_timer_ = loop_->CreateTimer([this] { loop_->Stop(); });
-    drain_timer_->Arm(opts_.tunnel_drain_period);
-    return;
+absl::Duration Agent::Drain(int signo) {
+  // SIGTERM with the tunnel on drains it (servers route new dials elsewhere) while everything
+  // keeps serving; anything else stops at once.
+  if (signo != SIGTERM || tunnel_ == nullptr || opts_.tunnel_drain_period <= absl::ZeroDuration()) {
+    return absl::ZeroDuration();
   }
-  LOG(INFO) << "received signal " << signo << ", shutting down";
-  loop_->Stop();
+  LOG(INFO) << "SIGTERM: draining the tunnel for " << opts_.tunnel_drain_period
+            << ", then shutting down (another signal stops at once)";
+  tunnel_->Drain();
+  return opts_.tunnel_drain_period;
 }
 
 absl::Status Agent::StartKubeSource(config::SourceChannel* channel) {

@@ -7,7 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "lib/base/metrics.h"
-#include "lib/base/unique_fd.h"
+#include "lib/cli/shutdown.h"
 #include "lib/event/event_loop.h"
 
 #include "agent/app/options.h"
@@ -36,7 +36,7 @@ namespace sluice::app {
 // thread that calls Run(). Thread: control plane.
 class Agent final {
  public:
-  // SIGINT and SIGTERM must already be blocked in every thread (main does it first).
+  // SIGINT and SIGTERM must already be blocked in every thread (cli::Main does it first).
   static absl::StatusOr<std::unique_ptr<Agent>> Create(const AgentOptions& opts);
   // --cleanup: removes our VIPs and the objects pinned under --bpf-root, and restores the
   // sysctls strict ARP raised.
@@ -69,7 +69,8 @@ class Agent final {
   // kube-proxy's health check node ports, a consumer of every synced table.
   void StartServiceHealth();
   absl::Status StartTunnel();
-  void OnSignal(int signo);
+  // The first SIGTERM or SIGINT (cli::LoopShutdown): how long to keep serving.
+  absl::Duration Drain(int signo);
   // --strict-arp, once this node has a VIP: see vip/strict_arp.h.
   void EnsureStrictArp();
 
@@ -95,14 +96,12 @@ class Agent final {
   std::unique_ptr<sources::SourceMetricFamilies> source_metrics_;
   std::vector<std::unique_ptr<sources::FileSource>> file_sources_;
   std::unique_ptr<tunnel::agent::TunnelAgent> tunnel_;
-  std::unique_ptr<event::Timer> drain_timer_;
   std::unique_ptr<sources::KubeSource> kube_source_;
   std::vector<std::unique_ptr<sources::EtcdSource>> etcd_sources_;
   std::unique_ptr<admin::AdminServer> admin_;
   std::unique_ptr<admin::ServiceHealthServers> service_health_;
   std::atomic<bool> node_eligible_{true};  // KEP-3836, from the Node (kube source)
-  base::UniqueFd signal_fd_;
-  std::unique_ptr<event::FileEvent> signal_watch_;
+  std::unique_ptr<cli::LoopShutdown> shutdown_;
 };
 
 }  // namespace sluice::app

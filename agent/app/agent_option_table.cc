@@ -352,8 +352,6 @@ std::vector<base::Option> AgentOptionTable(AgentOptions& o) {
        "logging.options.text.infoBufferSize", "sluice writes each log line at once", O::kNoWrite},
   };
   table.insert(table.end(), std::begin(kube_proxy), std::end(kube_proxy));
-  table.push_back(O{"help", &o.help, "Show this help and exit", kUpstream});
-  table.push_back(O{"version", &o.version, "Print the version and exit", kUpstream});
   return table;
 }
 

@@ -24,6 +24,7 @@ namespace sluice::app {
 
 void RegisterFlags(base::FlagSet& flags, AgentOptions& o) {
   base::RegisterOptions(flags, AgentOptionTable(o));
+  cli::RegisterStandardFlags(flags, o.standard, cli::Upstream::kKubeProxy);
 }
 
 std::string SourceSpec::ToString() const {
@@ -267,9 +268,13 @@ absl::Status Validate(AgentOptions& o) {
 
 absl::Status ParseAgentOptions(int argc, char** argv, base::FlagSet& flags, AgentOptions& o) {
   RETURN_IF_ERROR(flags.Parse(argc, argv));
-  if (o.help || o.version) {
+  if (o.standard.Asked()) {
     return absl::OkStatus();
   }
+  return CompleteAgentOptions(argc, argv, flags, o);
+}
+
+absl::Status CompleteAgentOptions(int argc, char** argv, base::FlagSet& flags, AgentOptions& o) {
   const bool config_file = !o.config_file.empty();
   bool kube_proxy_file = false;
   if (config_file) {

@@ -9,6 +9,7 @@
 #include "lib/base/flags.h"
 #include "lib/base/klog.h"
 #include "lib/base/option_table.h"
+#include "lib/cli/command_line.h"
 #include "lib/net/address.h"
 
 #include "agent/app/kube_proxy_config.h"
@@ -95,8 +96,7 @@ struct AgentOptions {
   absl::Duration tunnel_drain_period = absl::Seconds(10);
   base::KlogFlags klog;  // -v and klog's other flags
   KubeProxyFlags kube_proxy;
-  bool help = false;
-  bool version = false;
+  cli::StandardFlags standard;  // --help, -h, --version
 
   // Derived by Validate().
   std::vector<SourceSpec> source_specs;
@@ -119,12 +119,15 @@ absl::Status LoadConfigFile(const std::string& path, const YAML::Node& root, bas
 // Checks values that flag types cannot (addresses, sources, periods) and fills derived fields.
 absl::Status Validate(AgentOptions& opts);
 
-// Parses argv (then --config if given) and validates. Help and version requests return OK with
-// opts.help / opts.version set. --config takes sluice's flat file or a KubeProxyConfiguration;
-// with the latter, as in kube-proxy, the file replaces the kube-proxy flags bound to its fields
-// (each one given is reported) and --source defaults to kube. So does running as "kube-proxy"
-// or with --kubeconfig or --master.
+// Parses argv (then --config if given) and validates: FlagSet::Parse, then CompleteAgentOptions
+// unless help or the version is asked for. --config takes sluice's flat file or a
+// KubeProxyConfiguration; with the latter, as in kube-proxy, the file replaces the kube-proxy flags
+// bound to its fields (each one given is reported) and --source defaults to kube. So does running
+// as "kube-proxy" or with --kubeconfig or --master.
 absl::Status ParseAgentOptions(int argc, char** argv, base::FlagSet& flags, AgentOptions& opts);
+// All of ParseAgentOptions after `flags` parsed argv (main reports a bad command line and a bad
+// configuration differently, as kube-proxy does).
+absl::Status CompleteAgentOptions(int argc, char** argv, base::FlagSet& flags, AgentOptions& opts);
 
 absl::StatusOr<SourceSpec> ParseSourceSpec(const std::string& text);
 

@@ -177,7 +177,7 @@ TEST_F(OptionsTest, TunnelServerAddressesNeedAPort) {
 
 TEST_F(OptionsTest, HelpSkipsValidation) {
   ASSERT_TRUE(Parse({"--help"}).ok());
-  EXPECT_TRUE(opts_.help);
+  EXPECT_TRUE(opts_.standard.help);
   EXPECT_NE(flags_->Help().find("--healthz-bind-address"), std::string::npos);
 }
 

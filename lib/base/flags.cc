@@ -60,6 +60,28 @@ void FlagSet::Repeated(std::string_view name, std::vector<std::string>* dst,
   Add(name, Kind::kRepeated, dst, help);
 }
 
+void FlagSet::SetImplied(std::string_view name, std::string implied) {
+  flags_.at(CanonicalFlagName(name)).implied = std::move(implied);
+}
+
+void FlagSet::SetShorthand(std::string_view name, char c) {
+  const std::string canonical = CanonicalFlagName(name);
+  flags_.at(canonical).shorthand = c;
+  shorthands_[c] = canonical;
+}
+
+const FlagSet::Flag* FlagSet::FindOnCommandLine(std::string_view name,
+                                                std::string* canonical) const {
+  const Flag* flag = Find(name, canonical);
+  if (flag == nullptr && name.size() == 1) {
+    if (auto it = shorthands_.find(name[0]); it != shorthands_.end()) {
+      *canonical = it->second;
+      flag = &flags_.at(it->second);
+    }
+  }
+  return flag;
+}
+
 const FlagSet::Flag* FlagSet::Find(std::string_view name, std::string* canonical) const {
   *canonical = CanonicalFlagName(name);
   auto it = flags_.find(*canonical);
@@ -202,13 +224,15 @@ absl::Status FlagSet::Parse(int argc, char** argv,
       has_value = true;
     }
     std::string canonical;
-    const Flag* flag = Find(name, &canonical);
+    const Flag* flag = FindOnCommandLine(name, &canonical);
     if (flag == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat("unknown flag --", canonical, " (see ", program_, " --help)"));
     }
     if (!has_value) {
-      if (flag->kind == Kind::kBool) {
+      if (!flag->implied.empty()) {
+        value = flag->implied;
+      } else if (flag->kind == Kind::kBool) {
         value = "true";
       } else if (i + 1 < argc) {
         value = argv[++i];
@@ -268,7 +292,10 @@ std::string FlagSet::Help() const {
   for (const auto& [name, flag] : flags_) {
     const int kind = static_cast<int>(flag.kind);
     const char* type = kTypes[kind];
-    absl::StrAppend(&out, "  --", name, *type ? " " : "", type, "\n      ", flag.help);
+    absl::StrAppend(
+        &out, "  ", flag.shorthand ? absl::StrCat("-", std::string(1, flag.shorthand), ", ") : "",
+        "--", name, *type ? " " : "", type,
+        flag.implied.empty() ? "" : absl::StrCat("[=", flag.implied, "]"), "\n      ", flag.help);
     if (flag.kind == Kind::kRepeated) {
       absl::StrAppend(&out, " (repeatable)");
     } else if (flag.kind == Kind::kList) {

@@ -33,6 +33,11 @@ class FlagSet final {
   void List(std::string_view name, std::vector<std::string>* dst, std::string_view help);
   // Each occurrence adds one value, commas included (for values such as "etcd:URL,URL").
   void Repeated(std::string_view name, std::vector<std::string>* dst, std::string_view help);
+  // pflag's NoOptDefVal: a bare `--name` means `implied`, so the next argument is never its
+  // value; `--name=value` gives another. For a registered flag.
+  void SetImplied(std::string_view name, std::string implied);
+  // `-c` spells `--name` too (pflag's shorthand, as cobra's -h for --help). For a registered flag.
+  void SetShorthand(std::string_view name, char c);
 
   // Parses argv[1..]. Errors name the flag and the bad value. Positional arguments are errors.
   // A flag for which `skip` (given its dashed name) returns true is consumed but not set.
@@ -64,15 +69,20 @@ class FlagSet final {
     std::string help;
     std::string default_text;
     Origin origin = Origin::kDefault;
+    std::string implied;  // SetImplied
+    char shorthand = 0;   // SetShorthand
   };
 
   void Add(std::string_view name, Kind kind, void* dst, std::string_view help);
   const Flag* Find(std::string_view name, std::string* canonical) const;
+  // Find, then a one-letter name as a shorthand.
+  const Flag* FindOnCommandLine(std::string_view name, std::string* canonical) const;
   static absl::Status Assign(Flag& flag, std::string_view value);
   static std::string Format(const Flag& flag);
 
   std::string program_;
   std::map<std::string, Flag> flags_;  // keyed by dashed name
+  std::map<char, std::string> shorthands_;
 };
 
 // "sync_period", "syncPeriod" and "sync-period" all become "sync-period".

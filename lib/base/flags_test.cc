@@ -115,5 +115,27 @@ TEST_F(FlagSetTest, DoubleAndChanged) {
   EXPECT_FALSE(Parse({"--kubeconfig-qps=fast"}).ok());
 }
 
+TEST_F(FlagSetTest, ShorthandAndImpliedValue) {
+  bool help = false;
+  std::string version;
+  flags_.Bool("help", &help, "help for prog");
+  flags_.SetShorthand("help", 'h');
+  flags_.String("version", &version, "Print version information and quit");
+  flags_.SetImplied("version", "true");
+  // A bare --version takes its implied value, so "--workers" that follows is a flag, not its
+  // value; -h is --help.
+  ASSERT_TRUE(Parse({"--version", "--workers=2", "-h"}).ok());
+  EXPECT_TRUE(help);
+  EXPECT_EQ(version, "true");
+  EXPECT_EQ(o_.workers, 2);
+  ASSERT_TRUE(Parse({"--version=raw"}).ok());
+  EXPECT_EQ(version, "raw");
+  // Only the one registered letter is a shorthand.
+  EXPECT_NE(Parse({"-x"}).message().find("unknown flag --x"), std::string::npos);
+  std::string help_text = flags_.Help();
+  EXPECT_NE(help_text.find("  -h, --help\n      help for prog\n"), std::string::npos) << help_text;
+  EXPECT_NE(help_text.find("  --version string[=true]\n"), std::string::npos) << help_text;
+}
+
 }  // namespace
 }  // namespace sluice::base

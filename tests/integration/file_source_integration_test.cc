@@ -178,18 +178,53 @@ TEST_F(FileSourceIntegrationTest, RepeatedSourcesMergeWithoutLosingOverlaps) {
   EXPECT_TRUE(ServicesContain("demo/shared"));
 }
 
+// kube-proxy's command line (cobra under component-base's cli.Run): a bad flag or value prints
+// the usage, then "Error: ..." as the last line, exit 1; a configuration rejected after parsing
+// is one logged "command failed" line, exit 1; -h among other flags is help, exit 0.
 TEST_F(FileSourceIntegrationTest, BadFlagsFailAtStartWithAClearMessage) {
   std::string out;
-  EXPECT_EQ(testutil::RunCommand({SLUICE_AGENT_BINARY, "--no-such-flag"}, &out), 2);
-  EXPECT_NE(out.find("unknown flag --no-such-flag"), std::string::npos) << out;
+  EXPECT_EQ(testutil::RunCommand({SLUICE_AGENT_BINARY, "--no-such-flag"}, &out), 1);
+  const size_t usage = out.find("Usage: sluice-agent [flags]");
+  const size_t error = out.find("Error: unknown flag --no-such-flag");
+  ASSERT_NE(usage, std::string::npos) << out;
+  ASSERT_NE(error, std::string::npos) << out;
+  EXPECT_LT(usage, error) << out;
   EXPECT_EQ(testutil::RunCommand(
                 {SLUICE_AGENT_BINARY, "--source=file:" + dir_, "--sync-period=often"}, &out),
-            2);
-  EXPECT_NE(out.find("invalid value \"often\" for flag --sync-period"), std::string::npos) << out;
-  EXPECT_EQ(testutil::RunCommand({SLUICE_AGENT_BINARY, "--version"}, &out), 0);
-  EXPECT_NE(out.find("sluice-agent "), std::string::npos);
+            1);
+  EXPECT_NE(out.find("Error: invalid value \"often\" for flag --sync-period"), std::string::npos)
+      << out;
+  // Parsed, then rejected by the checks: no usage.
+  EXPECT_EQ(testutil::RunCommand({SLUICE_AGENT_BINARY, "--source=nowhere:x"}, &out), 1);
+  EXPECT_NE(out.find("\"command failed\" err="), std::string::npos) << out;
+  EXPECT_EQ(out.find("Usage:"), std::string::npos) << out;
   EXPECT_EQ(testutil::RunCommand({SLUICE_AGENT_BINARY, "--help"}, &out), 0);
   EXPECT_NE(out.find("--min-sync-period duration"), std::string::npos) << out;
+  EXPECT_EQ(testutil::RunCommand(
+                {SLUICE_AGENT_BINARY, "--source=file:" + dir_, "-h", "--sync-period=5s"}, &out),
+            0);
+  EXPECT_NE(out.find("Usage: sluice-agent [flags]"), std::string::npos) << out;
+  EXPECT_EQ(testutil::RunCommand({SLUICE_AGENT_BINARY, "--version"}, &out), 0);
+  EXPECT_EQ(out, std::string("sluice-agent ") + SLUICE_VERSION + " (kube-proxy v1.31.0)\n");
+}
+
+// Called as kube-proxy, --version answers as kube-proxy 1.31 does (scripts take the second
+// word), --version=raw as its Go struct, with sluice's version beside both.
+TEST_F(FileSourceIntegrationTest, VersionAsKubeProxy) {
+  const std::string kube_proxy =
+      (fs::path(SLUICE_AGENT_BINARY).parent_path() / "kube-proxy").string();
+  std::string out;
+  EXPECT_EQ(testutil::RunCommand({kube_proxy, "--version"}, &out), 0);
+  EXPECT_EQ(out, std::string("Kubernetes v1.31.0 (sluice ") + SLUICE_VERSION + ")\n");
+  EXPECT_EQ(testutil::RunCommand({kube_proxy, "--version=raw"}, &out), 0);
+  EXPECT_EQ(out.rfind("version.Info{Major:\"1\", Minor:\"31\", GitVersion:\"v1.31.0\", ", 0), 0u)
+      << out;
+  EXPECT_NE(out.find(std::string("Compiler:\"sluice ") + SLUICE_VERSION + "\""), std::string::npos)
+      << out;
+  EXPECT_EQ(testutil::RunCommand({kube_proxy, "--version=bogus"}, &out), 1);
+  EXPECT_NE(out.find("Usage: kube-proxy [flags]"), std::string::npos) << out;
+  EXPECT_EQ(testutil::RunCommand({kube_proxy, "--hostname-override=n1", "-h"}, &out), 0);
+  EXPECT_NE(out.find("  -h, --help\n      help for kube-proxy"), std::string::npos) << out;
 }
 
 TEST_F(FileSourceIntegrationTest, TakenAdminPortFailsAtStart) {

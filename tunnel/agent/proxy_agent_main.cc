@@ -4,7 +4,6 @@
 // nothing else.
 #include <signal.h>
 
-#include <cstdio>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -14,6 +13,9 @@
 #include "lib/base/log.h"
 #include "lib/base/process_metrics.h"
 #include "lib/base/status.h"
+#include "lib/cli/program.h"
+#include "lib/cli/shutdown.h"
+#include "lib/cli/status_ports.h"
 #include "lib/http/status_server.h"
 
 #include "tunnel/agent/proxy_agent_options.h"
@@ -53,91 +55,72 @@ TunnelAgentConfig ToConfig(const ProxyAgentFlags& o) {
   return c;
 }
 
-struct StatusServers {
-  std::unique_ptr<http::StatusServer> health;
-  std::unique_ptr<http::StatusServer> admin;
-};
-
 // /healthz, /readyz (503 until a server stream is up) and /metrics on the health port, and
 // /metrics on the admin port, as upstream proxy-agent serves them.
-absl::StatusOr<StatusServers> StartStatusServers(const ProxyAgentFlags& o, TunnelAgent& agent,
-                                                 base::Registry& registry) {
-  auto metrics = [&registry] { return http::StatusServer::Metrics(registry); };
-  StatusServers s;
-  ASSIGN_OR_RETURN(s.health, http::StatusServer::Create(
-                                 o.health_server_host, static_cast<int>(o.health_server_port),
-                                 {{"/healthz",
-                                   [] {
-                                     return http::StatusServer::Reply{200, "ok"};
-                                   }},
-                                  {"/readyz",
-                                   [&agent] {
-                                     return agent.ConnectedServers() > 0
-                                                ? http::StatusServer::Reply{200, "ok"}
-                                                : http::StatusServer::Reply{
-                                                      503, "not connected to any proxy server"};
-                                   }},
-                                  {"/metrics", metrics}}));
-  ASSIGN_OR_RETURN(s.admin, http::StatusServer::Create(o.admin_bind_address,
-                                                       static_cast<int>(o.admin_server_port),
-                                                       {{"/metrics", metrics}}));
-  return s;
+absl::StatusOr<cli::StatusPorts> StartStatusServers(const ProxyAgentFlags& o, TunnelAgent& agent,
+                                                    base::Registry& registry) {
+  return cli::StartStatusPorts({.health_host = o.health_server_host,
+                                .health_port = o.health_server_port,
+                                .admin_host = o.admin_bind_address,
+                                .admin_port = o.admin_server_port,
+                                .readyz =
+                                    [&agent] {
+                                      return agent.ConnectedServers() > 0
+                                                 ? http::StatusServer::Reply{200, "ok"}
+                                                 : http::StatusServer::Reply{
+                                                       503, "not connected to any proxy server"};
+                                    },
+                                .metrics_on_health = true,
+                                .registry = &registry});
+}
+
+int Serve(const base::FlagSet& flags, ProxyAgentFlags& o) {
+  WarnIgnoredProxyAgentFlags(flags, o);
+  base::Registry registry;
+  base::AddProcessMetrics(registry);
+  auto agent = TunnelAgent::Create(ToConfig(o), registry);
+  if (!agent.ok()) {
+    LOG(ERROR) << agent.status();
+    return cli::kExitFailure;
+  }
+  auto status = StartStatusServers(o, *agent->get(), registry);
+  if (!status.ok()) {
+    LOG(ERROR) << status.status();
+    return cli::kExitFailure;
+  }
+  cli::AwaitShutdown([&](int signo) {
+    if (signo != SIGTERM) {
+      return absl::ZeroDuration();
+    }
+    // First SIGTERM: tell servers we are going (DRAIN) and keep serving until the next one.
+    LOG(INFO) << "SIGTERM: draining; send another signal to stop";
+    (*agent)->Drain();
+    return absl::InfiniteDuration();
+  });
+  *status = cli::StatusPorts{};  // their /readyz reads the agent
+  agent->reset();
+  return cli::kExitOk;
 }
 
 int Run(int argc, char** argv) {
   wire::TuneMalloc();
   base::RaiseFileLimit();
   ProxyAgentFlags o;
+  cli::StandardFlags standard;
   base::FlagSet flags("sluice-proxy-agent");
   RegisterProxyAgentFlags(flags, o);
-  if (argc > 1 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
-    std::fputs(flags.Help().c_str(), stdout);
-    return 0;
-  }
-  absl::Status st = flags.Parse(argc, argv);
-  if (st.ok()) {
-    st = ValidateProxyAgentFlags(o);
-  }
-  absl::StatusOr<std::unique_ptr<base::LogOutput>> log =  // lives until the process ends
-      std::unique_ptr<base::LogOutput>();
-  if (st.ok()) {
-    log = base::LogOutput::Start(o.klog, "sluice-proxy-agent");
-    st = log.status();
-  }
-  if (!st.ok()) {
-    LOG(ERROR) << st;
-    return 2;
-  }
-  WarnIgnoredProxyAgentFlags(flags, o);
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-
-  base::Registry registry;
-  base::AddProcessMetrics(registry);
-  auto agent = TunnelAgent::Create(ToConfig(o), registry);
-  if (!agent.ok()) {
-    LOG(ERROR) << agent.status();
-    return 2;
-  }
-  auto status = StartStatusServers(o, *agent->get(), registry);
-  if (!status.ok()) {
-    LOG(ERROR) << status.status();
-    return 1;
-  }
-  int sig = 0;
-  sigwait(&sigs, &sig);
-  if (sig == SIGTERM) {
-    // First SIGTERM: tell servers we are going (DRAIN) and keep serving until the next one.
-    LOG(INFO) << "SIGTERM: draining; send another signal to stop";
-    (*agent)->Drain();
-    sigwait(&sigs, &sig);
-  }
-  LOG(INFO) << "signal " << sig << ": stopping";
-  agent->reset();
-  return 0;
+  cli::RegisterStandardFlags(flags, standard, cli::Upstream::kKonnectivity);
+  return cli::Main(argc, argv,
+                   {.upstream = cli::Upstream::kKonnectivity,
+                    .flags = flags,
+                    .standard = standard,
+                    .version =
+                        [](const std::string&) {
+                          return absl::StrCat("sluice-proxy-agent ", cli::kSluiceVersion);
+                        },
+                    .configure = [&] { return ValidateProxyAgentFlags(o); },
+                    .klog = o.klog,
+                    .run = [&] { return Serve(flags, o); }});
 }
 
 }  // namespace

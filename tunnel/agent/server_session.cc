@@ -161,7 +161,8 @@ void ServerSession::HandleData(wire::Packet p) {
   // the stream, so a backend that reads nothing stalls nobody else.
   if (!it->second->Write(std::move(*p.mutable_data()->mutable_data()),
                          peer_window_ > 0 ? nullptr : gate_)) {
-    // The backend does not read: close this connection only (STYLE A14).
+    // The backend does not read: close this connection only, so that one stuck backend never
+    // blocks the stream the others share.
     metrics_.overflow_closes.Inc();
     (void)outbox_->Send(wire::MakeCloseResponse(id, "backend write queue overflow"));
     Retire(id);

@@ -4,8 +4,6 @@
 #include "absl/strings/numbers.h"
 #include "lib/base/log.h"
 
-#include "tunnel/agent/tunnel_agent.h"
-
 namespace sluice::tunnel::agent {
 namespace {
 
@@ -18,17 +16,19 @@ std::string Header(const grpc::ClientContext& ctx, const char* name) {
 
 }  // namespace
 
-ServerStream::ServerStream(TunnelAgent& agent, const std::shared_ptr<grpc::Channel>& channel,
-                           const std::string& token, std::promise<bool> ready)
-    : agent_(agent),
+ServerStream::ServerStream(Owner& owner, const Setup& setup,
+                           const std::shared_ptr<grpc::Channel>& channel, const std::string& token,
+                           std::promise<bool> ready)
+    : owner_(owner),
+      loop_(setup.loop),
       stub_(::AgentService::NewStub(channel)),
       outbox_(std::make_shared<StreamOutbox>([this](const wire::Packet* p) { StartWrite(p); })),
       ready_(std::move(ready)) {
-  session_ = std::make_shared<ServerSession>(agent.loop_, agent.resolver_, agent.metrics_,
-                                             agent.policy_, outbox_, gate_);
-  context_.AddMetadata("agentid", agent.config_.agent_id);
-  if (!agent.config_.identifiers.empty()) {
-    context_.AddMetadata("agentidentifiers", agent.config_.identifiers);
+  session_ = std::make_shared<ServerSession>(setup.loop, setup.resolver, setup.metrics,
+                                             setup.policy, outbox_, gate_);
+  context_.AddMetadata("agentid", setup.agent_id);
+  if (!setup.identifiers.empty()) {
+    context_.AddMetadata("agentidentifiers", setup.identifiers);
   }
   if (!token.empty()) {
     context_.AddMetadata("authorization", "Bearer " + token);
@@ -71,7 +71,7 @@ void ServerStream::Negotiate(bool ok) {
     Cancel();
     return;
   }
-  const bool fresh = agent_.OnStreamReady(this, server_id_, count);
+  const bool fresh = owner_.OnStreamReady(this, server_id_, count);
   Resolve(fresh);
   if (!fresh) {
     VLOG(1) << "already connected to server " << server_id_ << "; closing duplicate";
@@ -109,14 +109,14 @@ void ServerStream::OnDone(const grpc::Status& status) {
                  << status.error_code() << ")";
   }
   outbox_->Close();
-  agent_.loop_.Post([session = session_] { session->Teardown(); });
-  std::shared_ptr<grpc::Channel> channel = agent_.OnStreamDone(this);
+  loop_.Post([session = session_] { session->Teardown(); });
+  std::shared_ptr<grpc::Channel> channel = owner_.OnStreamDone(this);
   // The context (holding the call) and the stub (holding a channel reference) must be gone
   // before ~TunnelAgent may return: freeing them on this gRPC thread while the process exits
   // tripped gRPC 1.51's refcount check ("ref_counted.h: assertion failed: prior > 0").
-  TunnelAgent& agent = agent_;
+  Owner& owner = owner_;
   delete this;
-  agent.OnStreamGone(std::move(channel));  // after this ~TunnelAgent may proceed
+  owner.OnStreamGone(std::move(channel));  // after this ~TunnelAgent may proceed
 }
 
 void ServerStream::Resolve(bool ready) {

@@ -11,7 +11,6 @@
 #include "lib/base/log.h"
 #include "lib/base/status.h"
 
-#include "tunnel/agent/server_stream.h"
 #include "tunnel/wire/credentials.h"
 
 namespace sluice::tunnel::agent {
@@ -207,7 +206,14 @@ bool TunnelAgent::ConnectOnce(const std::string& server) {
   {
     absl::MutexLock lock(&mu_);
     ++live_streams_;
-    stream = new ServerStream(*this, channel, token, std::move(ready));  // owns itself once started
+    stream = new ServerStream(*this,
+                              {.loop = loop_,
+                               .resolver = resolver_,
+                               .metrics = metrics_,
+                               .policy = policy_,
+                               .agent_id = config_.agent_id,
+                               .identifiers = config_.identifiers},
+                              channel, token, std::move(ready));  // owns itself once started
     all_.insert(stream);
     channels_[stream] = std::move(channel);
   }

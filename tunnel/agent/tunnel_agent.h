@@ -20,10 +20,9 @@
 #include "tunnel/agent/allow_list.h"
 #include "tunnel/agent/backend_conn.h"
 #include "tunnel/agent/resolver.h"
+#include "tunnel/agent/server_stream.h"
 
 namespace sluice::tunnel::agent {
-
-class ServerStream;
 
 struct TunnelAgentConfig {
   // host:port of the proxy server(s). One address is usually a load balancer (upstream's
@@ -53,7 +52,7 @@ struct TunnelAgentConfig {
 // The tunnel agent: keeps one AgentService stream to each of servercount distinct servers,
 // reconnecting with backoff, and serves their dials. Owns a sync thread, the loop thread for
 // backend sockets and a resolver thread. Thread-safe public methods.
-class TunnelAgent final {
+class TunnelAgent final : public ServerStream::Owner {
  public:
   static absl::StatusOr<std::unique_ptr<TunnelAgent>> Create(TunnelAgentConfig config,
                                                              base::Registry& registry);
@@ -66,13 +65,12 @@ class TunnelAgent final {
   void Drain() ABSL_LOCKS_EXCLUDED(mu_);
   int ConnectedServers() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // From ServerStream (gRPC threads). Ready returns false for a duplicate server ID.
-  bool OnStreamReady(ServerStream* stream, const std::string& server_id, int server_count)
+  // ServerStream::Owner (gRPC threads)
+  bool OnStreamReady(ServerStream* stream, const std::string& server_id, int server_count) override
       ABSL_LOCKS_EXCLUDED(mu_);
-  // OnStreamDone unlists a finished stream and hands back its channel; the stream returns it
-  // through OnStreamGone once deleted, so no reaction drops a channel's last reference.
-  std::shared_ptr<grpc::Channel> OnStreamDone(ServerStream* stream) ABSL_LOCKS_EXCLUDED(mu_);
-  void OnStreamGone(std::shared_ptr<grpc::Channel> channel) ABSL_LOCKS_EXCLUDED(mu_);
+  std::shared_ptr<grpc::Channel> OnStreamDone(ServerStream* stream) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void OnStreamGone(std::shared_ptr<grpc::Channel> channel) override ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   TunnelAgent(TunnelAgentConfig config, base::Registry& registry, AllowList allow,
@@ -104,7 +102,6 @@ class TunnelAgent final {
   int server_count_ ABSL_GUARDED_BY(mu_) = 1;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   std::thread sync_;
-  friend class ServerStream;
 };
 
 }  // namespace sluice::tunnel::agent

@@ -3,11 +3,59 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "lib/base/log.h"
 
 #include "tunnel/wire/packet.h"
 
 namespace sluice::tunnel::server {
+
+ConnectHead ParseConnectHead(const std::string& head) {
+  const size_t eol = head.find("\r\n");
+  const std::string line = head.substr(0, eol);
+  std::vector<std::string> parts = absl::StrSplit(line, ' ');
+  if (parts.size() != 3 || !absl::StartsWith(parts[2], "HTTP/1.") || parts[0].empty()) {
+    return {400, ""};
+  }
+  if (parts[0] != "CONNECT") {
+    return {405, ""};
+  }
+  // The destination is the request-target authority, never the Host header.
+  const std::string& target = parts[1];
+  const size_t colon = target.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == target.size() ||
+      target.find('/') != std::string::npos) {
+    return {400, ""};
+  }
+  return {0, target};
+}
+
+std::string ConnectErrorReply(const std::string& err) {
+  int code = 502;
+  std::string reason = "Bad Gateway";
+  std::string body = err;
+  if (err == "No agent available") {
+    code = 500;
+    reason = "Internal Server Error";
+    body = "currently no tunnels available: " + err;
+  } else if (absl::StrContains(err, "timeout") || absl::StrContains(err, "deadline exceeded")) {
+    code = 504;
+    reason = "Gateway Timeout";
+  } else if (absl::StrContains(err, "too many open files") || err == Router::kShuttingDown ||
+             err == Router::kAgentsFull) {
+    code = 503;
+    reason = "Service Unavailable";
+  } else if (err == Router::kTooManyDials || err == Router::kTooManyTunnels) {
+    code = 429;
+    reason = "Too Many Requests";
+  }
+  return absl::StrCat("HTTP/1.1 ", code, " ", reason,
+                      "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ",
+                      body.size(), "\r\nConnection: close\r\n\r\n", body);
+}
+
 namespace {
 constexpr char kEstablished[] = "HTTP/1.1 200 Connection Established\r\n\r\n";
 
@@ -18,8 +66,8 @@ std::string Plain(int code, const char* reason) {
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<ConnectSession>> ConnectSession::Create(
-    event::EventLoop& loop, base::UniqueFd fd, HttpConnectFrontend& owner, Router& router,
-    ServerMetrics& metrics, const HttpConnectOptions& options, int64_t random, std::string client) {
+    event::EventLoop& loop, base::UniqueFd fd, Owner& owner, Router& router, ServerMetrics& metrics,
+    const HttpConnectOptions& options, int64_t random, std::string client) {
   auto s = std::shared_ptr<ConnectSession>(
       new ConnectSession(loop, owner, router, metrics, options, random, std::move(client)));
   std::unique_ptr<wire::TlsConn> tls;
@@ -39,7 +87,7 @@ absl::StatusOr<std::shared_ptr<ConnectSession>> ConnectSession::Create(
   return s;
 }
 
-ConnectSession::ConnectSession(event::EventLoop& loop, HttpConnectFrontend& owner, Router& router,
+ConnectSession::ConnectSession(event::EventLoop& loop, Owner& owner, Router& router,
                                ServerMetrics& metrics, const HttpConnectOptions& options,
                                int64_t random, std::string client)
     : loop_(loop),
@@ -50,7 +98,7 @@ ConnectSession::ConnectSession(event::EventLoop& loop, HttpConnectFrontend& owne
       random_(random),
       client_(std::move(client)),
       // Owned by the session, so plain `this`: it is destroyed later, on a loop turn of its own
-      // (HttpConnectFrontend::Retire), never inside these callbacks.
+      // (Owner::OnSessionDone), never inside these callbacks.
       deadline_timer_(loop.CreateTimer([this] { OnDeadline(); })),
       stall_(loop, options.stall_timeout, [this] { CheckStall(); }) {
   metrics_.http_connections.Add(1);
@@ -387,7 +435,7 @@ void ConnectSession::End() {
   state_ = State::kDone;
   ReleaseAgent();
   router_.RemoveFrontend(this);
-  owner_.Retire(this);
+  owner_.OnSessionDone(this);
 }
 
 }  // namespace sluice::tunnel::server

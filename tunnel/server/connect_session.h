@@ -8,16 +8,42 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "lib/base/unique_fd.h"
+#include "lib/event/event_loop.h"
 
-#include "tunnel/server/http_connect.h"
 #include "tunnel/server/links.h"
+#include "tunnel/server/router.h"
+#include "tunnel/server/server_metrics.h"
+#include "tunnel/wire/byte_budget.h"
 #include "tunnel/wire/packet.h"
 #include "tunnel/wire/read_gate.h"
 #include "tunnel/wire/socket_pump.h"
 #include "tunnel/wire/stall_watch.h"
+#include "tunnel/wire/tls.h"
 
 namespace sluice::tunnel::server {
+
+// Parsed "CONNECT host:port HTTP/1.1" head. Exposed for tests.
+struct ConnectHead {
+  int status = 0;  // 0 = ok, else the HTTP error to answer (400, 405)
+  std::string authority;
+};
+ConnectHead ParseConnectHead(const std::string& head);
+
+// The status line and body for a failed dial, as upstream's HTTP CONNECT frontend answers.
+std::string ConnectErrorReply(const std::string& dial_error);
+
+struct HttpConnectOptions {
+  absl::Duration header_timeout = absl::Seconds(10);
+  size_t max_header_bytes = 16 * 1024;
+  size_t max_queued = 16 << 20;
+  // With an agent without the window extension: how long a client may read nothing while
+  // bytes wait for it before it is cut (wire::StallWatch).
+  absl::Duration stall_timeout = wire::StallWatch::kDefaultTimeout;
+  wire::ByteBudget* budget = nullptr;     // server-wide, outlives the frontend
+  const wire::TlsContext* tls = nullptr;  // TCP frontends: TLS (mTLS with a client CA)
+};
 
 // One HTTP CONNECT client: reads the request head, dials through the Router, then pumps raw
 // bytes as DATA packets. Owned by HttpConnectFrontend; gRPC threads reach it only through
@@ -26,10 +52,20 @@ class ConnectSession final : public wire::SocketPump::Callbacks,
                              public Frontend,
                              public std::enable_shared_from_this<ConnectSession> {
  public:
-  static absl::StatusOr<std::shared_ptr<ConnectSession>> Create(
-      event::EventLoop& loop, base::UniqueFd fd, HttpConnectFrontend& owner, Router& router,
-      ServerMetrics& metrics, const HttpConnectOptions& options, int64_t random,
-      std::string client);
+  // What holds the sessions (the frontend). Outlives them; called on the loop thread.
+  class Owner {
+   public:
+    virtual ~Owner() = default;
+    // The session has ended; the owner drops it on a later loop turn, never inside this call.
+    virtual void OnSessionDone(ConnectSession* session) = 0;
+  };
+
+  static absl::StatusOr<std::shared_ptr<ConnectSession>> Create(event::EventLoop& loop,
+                                                                base::UniqueFd fd, Owner& owner,
+                                                                Router& router,
+                                                                ServerMetrics& metrics,
+                                                                const HttpConnectOptions& options,
+                                                                int64_t random, std::string client);
   ~ConnectSession() override;
 
   // Loop thread: drop the tunnel and the socket now (server shutdown).
@@ -50,9 +86,8 @@ class ConnectSession final : public wire::SocketPump::Callbacks,
  private:
   enum class State { kHead, kDialing, kEstablished, kClosing, kDone };
 
-  ConnectSession(event::EventLoop& loop, HttpConnectFrontend& owner, Router& router,
-                 ServerMetrics& metrics, const HttpConnectOptions& options, int64_t random,
-                 std::string client);
+  ConnectSession(event::EventLoop& loop, Owner& owner, Router& router, ServerMetrics& metrics,
+                 const HttpConnectOptions& options, int64_t random, std::string client);
   void OnDeadline();
   void OnHeadBytes(const std::string& bytes);
   void OnDialResponse(const wire::Packet& packet);
@@ -70,7 +105,7 @@ class ConnectSession final : public wire::SocketPump::Callbacks,
   void SyncBudget();
 
   event::EventLoop& loop_;
-  HttpConnectFrontend& owner_;
+  Owner& owner_;
   Router& router_;
   ServerMetrics& metrics_;
   const HttpConnectOptions options_;

@@ -7,60 +7,11 @@
 
 #include <future>
 
-#include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "lib/base/log.h"
 #include "lib/base/status.h"
 #include "lib/net/address.h"
 
-#include "tunnel/server/connect_session.h"
-
 namespace sluice::tunnel::server {
-
-ConnectHead ParseConnectHead(const std::string& head) {
-  const size_t eol = head.find("\r\n");
-  const std::string line = head.substr(0, eol);
-  std::vector<std::string> parts = absl::StrSplit(line, ' ');
-  if (parts.size() != 3 || !absl::StartsWith(parts[2], "HTTP/1.") || parts[0].empty()) {
-    return {400, ""};
-  }
-  if (parts[0] != "CONNECT") {
-    return {405, ""};
-  }
-  // The destination is the request-target authority, never the Host header.
-  const std::string& target = parts[1];
-  const size_t colon = target.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == target.size() ||
-      target.find('/') != std::string::npos) {
-    return {400, ""};
-  }
-  return {0, target};
-}
-
-std::string ConnectErrorReply(const std::string& err) {
-  int code = 502;
-  std::string reason = "Bad Gateway";
-  std::string body = err;
-  if (err == "No agent available") {
-    code = 500;
-    reason = "Internal Server Error";
-    body = "currently no tunnels available: " + err;
-  } else if (absl::StrContains(err, "timeout") || absl::StrContains(err, "deadline exceeded")) {
-    code = 504;
-    reason = "Gateway Timeout";
-  } else if (absl::StrContains(err, "too many open files") || err == Router::kShuttingDown ||
-             err == Router::kAgentsFull) {
-    code = 503;
-    reason = "Service Unavailable";
-  } else if (err == Router::kTooManyDials || err == Router::kTooManyTunnels) {
-    code = 429;
-    reason = "Too Many Requests";
-  }
-  return absl::StrCat("HTTP/1.1 ", code, " ", reason,
-                      "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ",
-                      body.size(), "\r\nConnection: close\r\n\r\n", body);
-}
 
 absl::StatusOr<std::unique_ptr<HttpConnectFrontend>> HttpConnectFrontend::Create(
     event::EventLoop& loop, base::UniqueFd listener, Router& router, ServerMetrics& metrics,
@@ -123,7 +74,7 @@ void HttpConnectFrontend::Accept(base::UniqueFd fd, const sockaddr_storage& peer
   sessions_[raw] = std::move(*session);
 }
 
-void HttpConnectFrontend::Retire(ConnectSession* session) {
+void HttpConnectFrontend::OnSessionDone(ConnectSession* session) {
   // Destroy on a later turn: we may be inside one of the session's own callbacks.
   loop_.Post([this, session] { sessions_.erase(session); });
 }

@@ -1,9 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // sluice-tunnel-server: flags -> wiring, nothing else.
-#include <signal.h>
 #include <sys/stat.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <optional>
@@ -16,6 +14,9 @@
 #include "lib/base/metrics.h"
 #include "lib/base/process_metrics.h"
 #include "lib/base/status.h"
+#include "lib/cli/program.h"
+#include "lib/cli/shutdown.h"
+#include "lib/cli/status_ports.h"
 #include "lib/event/loop_thread.h"
 #include "lib/http/status_server.h"
 #include "lib/kube/client_config.h"
@@ -136,83 +137,34 @@ absl::StatusOr<std::unique_ptr<HttpConnectFrontend>> StartHttpFrontend(
   return HttpConnectFrontend::Create(loop, std::move(fd), router, metrics, ho);
 }
 
-// Parses and checks flags and starts log output as klog's flags ask; false (after logging) on
-// a misconfiguration.
-bool Configure(int argc, char** argv, ServerOptions& o, std::vector<Strategy>& strategies,
-               std::optional<TokenFile>& tokens, std::unique_ptr<base::LogOutput>& log) {
-  base::FlagSet flags("sluice-tunnel-server");
-  RegisterServerFlags(flags, o);
-  if (argc > 1 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
-    std::fputs(flags.Help().c_str(), stdout);
-    std::exit(0);
+// The options' cross-flag checks, the strategies and the token file: a rejected configuration.
+absl::Status Configure(ServerOptions& o, std::vector<Strategy>& strategies,
+                       std::optional<TokenFile>& tokens) {
+  RETURN_IF_ERROR(ValidateServerOptions(o));
+  ASSIGN_OR_RETURN(strategies, ParseStrategies(o.proxy_strategies));
+  if (!o.agent_token_file.empty()) {
+    ASSIGN_OR_RETURN(tokens, TokenFile::Load(o.agent_token_file));
   }
-  absl::Status st = flags.Parse(argc, argv);
-  if (st.ok()) {
-    st = ValidateServerOptions(o);
-  }
-  if (st.ok()) {
-    auto parsed = ParseStrategies(o.proxy_strategies);
-    st = parsed.status();
-    if (parsed.ok()) {
-      strategies = std::move(*parsed);
-    }
-  }
-  if (st.ok() && !o.agent_token_file.empty()) {
-    auto tf = TokenFile::Load(o.agent_token_file);
-    st = tf.status();
-    if (tf.ok()) {
-      tokens = std::move(*tf);
-    }
-  }
-  if (st.ok()) {
-    auto started = base::LogOutput::Start(o.klog, "sluice-tunnel-server");
-    st = started.status();
-    log = started.ok() ? std::move(*started) : nullptr;
-  }
-  if (!st.ok()) {
-    LOG(ERROR) << st;
-    return false;
-  }
-  WarnIgnoredServerFlags(flags, o);
-  if (!o.cipher_list.empty()) {
-    // gRPC reads its TLS 1.2 cipher list from here once, when the first TLS listener is made.
-    setenv("GRPC_SSL_CIPHER_SUITES", o.cipher_list.c_str(), 1);
-  }
-  if (o.cluster_ca_cert.empty() && !tokens && o.agent_namespace.empty()) {
-    LOG(WARNING) << "agents are not authenticated: set --cluster-ca-cert, --agent-namespace "
-                    "(service-account tokens) or --agent-token-file";
-  }
-  return true;
+  return absl::OkStatus();
 }
 
-struct StatusServers {
-  std::unique_ptr<http::StatusServer> health;
-  std::unique_ptr<http::StatusServer> admin;
-};
-
-absl::StatusOr<StatusServers> StartStatusServers(const ServerOptions& o, Router& router,
-                                                 base::Registry& registry) {
-  StatusServers s;
-  ASSIGN_OR_RETURN(s.health, http::StatusServer::Create(
-                                 o.health_bind_address, static_cast<int>(o.health_port),
-                                 {{"/healthz",
-                                   [] {
-                                     return http::StatusServer::Reply{200, "ok"};
-                                   }},
-                                  {"/readyz", [&router] {
-                                     if (router.stopped_dialing()) {
-                                       return http::StatusServer::Reply{500, "shutting down"};
-                                     }
-                                     return router.ReadyAgents() > 0
-                                                ? http::StatusServer::Reply{200, "ok"}
-                                                : http::StatusServer::Reply{500,
-                                                                            "no agent connected"};
-                                   }}}));
-  ASSIGN_OR_RETURN(
-      s.admin, http::StatusServer::Create(
-                   o.admin_bind_address, static_cast<int>(o.admin_port),
-                   {{"/metrics", [&registry] { return http::StatusServer::Metrics(registry); }}}));
-  return s;
+// /healthz and /readyz on the health port, /metrics on the admin port, as upstream serves them.
+absl::StatusOr<cli::StatusPorts> StartStatusServers(const ServerOptions& o, Router& router,
+                                                    base::Registry& registry) {
+  return cli::StartStatusPorts(
+      {.health_host = o.health_bind_address,
+       .health_port = o.health_port,
+       .admin_host = o.admin_bind_address,
+       .admin_port = o.admin_port,
+       .readyz =
+           [&router] {
+             if (router.stopped_dialing()) {
+               return http::StatusServer::Reply{500, "shutting down"};
+             }
+             return router.ReadyAgents() > 0 ? http::StatusServer::Reply{200, "ok"}
+                                             : http::StatusServer::Reply{500, "no agent connected"};
+           },
+       .registry = &registry});
 }
 
 // The TokenReview client when agents authenticate by service-account token, else null.
@@ -237,8 +189,17 @@ absl::StatusOr<std::unique_ptr<TokenReviewer>> StartTokenReviewer(const ServerOp
 }
 
 // Everything after configuration; returns the exit code.
-int Serve(const ServerOptions& o, std::vector<Strategy> strategies, const TokenFile* tokens,
-          const sigset_t& sigs) {
+int Serve(const base::FlagSet& flags, const ServerOptions& o, std::vector<Strategy> strategies,
+          const TokenFile* tokens) {
+  WarnIgnoredServerFlags(flags, o);
+  if (!o.cipher_list.empty()) {
+    // gRPC reads its TLS 1.2 cipher list from here once, when the first TLS listener is made.
+    setenv("GRPC_SSL_CIPHER_SUITES", o.cipher_list.c_str(), 1);
+  }
+  if (o.cluster_ca_cert.empty() && tokens == nullptr && o.agent_namespace.empty()) {
+    LOG(WARNING) << "agents are not authenticated: set --cluster-ca-cert, --agent-namespace "
+                    "(service-account tokens) or --agent-token-file";
+  }
   base::Registry registry;
   base::AddProcessMetrics(registry);
   ServerMetrics metrics(registry);
@@ -289,7 +250,7 @@ int Serve(const ServerOptions& o, std::vector<Strategy> strategies, const TokenF
     st = s.ok() ? absl::OkStatus() : s.status();
     http_frontend = s.ok() ? std::move(*s) : nullptr;
   }
-  StatusServers status_servers;
+  cli::StatusPorts status_servers;
   if (st.ok()) {
     auto started = StartStatusServers(o, router, registry);
     st = started.status();
@@ -303,23 +264,17 @@ int Serve(const ServerOptions& o, std::vector<Strategy> strategies, const TokenF
   }
   LOG(INFO) << "sluice-tunnel-server " << o.server_id << " ready: mode=" << o.mode
             << " agent-port=" << o.agent_port;
-  int sig = 0;
-  sigwait(&sigs, &sig);
   // Graceful: not ready (load balancers stop sending), new dials refused, open tunnels get
   // the grace period to finish.
-  router.StopDialing();
-  LOG(INFO) << "signal " << sig << ": refusing new tunnels; waiting up to "
-            << o.shutdown_grace_period << " for " << router.Tunnels()
-            << " open ones (another signal stops at once)";
-  // Monotonic: a wall-clock step must not cut the grace period short or stretch it.
-  const absl::Duration until = base::MonotonicNow() + o.shutdown_grace_period;
-  while (router.Tunnels() > 0 && base::MonotonicNow() < until) {
-    const timespec tick{0, 100'000'000};
-    if (sigtimedwait(&sigs, nullptr, &tick) > 0) {
-      LOG(INFO) << "second signal: stopping now";
-      break;
-    }
-  }
+  cli::AwaitShutdown(
+      [&](int signo) {
+        router.StopDialing();
+        LOG(INFO) << cli::SignalName(signo) << ": refusing new tunnels; waiting up to "
+                  << o.shutdown_grace_period << " for " << router.Tunnels()
+                  << " open ones (another signal stops at once)";
+        return o.shutdown_grace_period;
+      },
+      [&] { return router.Tunnels() == 0; });
   LOG(INFO) << "shutting down with " << router.Tunnels() << " tunnels open";
   // Frontends first, so no frontend is left waiting on an agent that is gone.
   const auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(500);
@@ -340,19 +295,24 @@ int Run(int argc, char** argv) {
   wire::TuneMalloc();
   base::RaiseFileLimit();
   ServerOptions o;
+  cli::StandardFlags standard;
+  base::FlagSet flags("sluice-tunnel-server");
+  RegisterServerFlags(flags, o);
+  cli::RegisterStandardFlags(flags, standard, cli::Upstream::kKonnectivity);
   std::vector<Strategy> strategies;
   std::optional<TokenFile> tokens;
-  std::unique_ptr<base::LogOutput> log;  // lives until the process ends
-  if (!Configure(argc, argv, o, strategies, tokens, log)) {
-    return 2;
-  }
-  // Signals go to sigwait only; every thread started after this inherits the mask.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  return Serve(o, std::move(strategies), tokens ? &*tokens : nullptr, sigs);
+  return cli::Main(
+      argc, argv,
+      {.upstream = cli::Upstream::kKonnectivity,
+       .flags = flags,
+       .standard = standard,
+       .version =
+           [](const std::string&) {
+             return absl::StrCat("sluice-tunnel-server ", cli::kSluiceVersion);
+           },
+       .configure = [&] { return Configure(o, strategies, tokens); },
+       .klog = o.klog,
+       .run = [&] { return Serve(flags, o, std::move(strategies), tokens ? &*tokens : nullptr); }});
 }
 
 }  // namespace

@@ -15,7 +15,8 @@ namespace sluice::tunnel::wire {
 
 // Serialises writes on one gRPC bidi stream: gRPC allows one outstanding StartWrite, while
 // packets for a stream come from many threads. Never blocks; the queue is bounded by the
-// callers' per-connection accounting (STYLE 3.2 "Tunnel streams"). Thread-safe.
+// callers' per-connection accounting (each connection bounds its own queue and pauses or closes
+// only itself). Thread-safe.
 class Outbox final {
  public:
   // Starts one write; called with the Outbox's lock held, so it must not block or call back

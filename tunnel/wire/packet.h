@@ -26,7 +26,8 @@ inline constexpr size_t kReadChunk = 256 * 1024;
 // bigger chunks. Larger messages fail that stream with RESOURCE_EXHAUSTED, nothing else.
 inline constexpr int kMaxMessageBytes = 4 << 20;
 // Default bound on bytes queued for one tunnelled connection in either direction. Overflow
-// closes (or, where a read can be paused, pauses) that connection only (STYLE A14).
+// closes (or, where a read can be paused, pauses) that connection only: a slow one must never
+// stall the others on its stream.
 inline constexpr size_t kDefaultConnBuffer = 16 << 20;
 // Outbound bytes per connection that may wait for the gRPC stream before reading from that
 // connection's source pauses.

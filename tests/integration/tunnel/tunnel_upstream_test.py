@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Drop-in checks against upstream Konnectivity v0.31: both binaries start and serve with every
 upstream flag (upstream_flags_v0.31.txt), --help lists each of them with at most one default,
-ignored flags warn once, klog's file flags work, --cipher-suites limits TLS 1.2, and every
-konnectivity_network_proxy_* metric matches upstream_metrics_v0.31.txt."""
+ignored flags warn once, klog's file flags work, --cipher-suites limits TLS 1.2, every
+konnectivity_network_proxy_* metric matches upstream_metrics_v0.31.txt, and the command line
+answers -h, bad flags and bad options as upstream's cobra commands do."""
 
 import os
 import re
@@ -233,6 +234,49 @@ class UpstreamMetricsTest(h.TestCase):
                               ("process_start_time_seconds", "gauge")):
                 self.assertEqual(fams[name]["type"], typ, name)
                 self.assertEqual(fams[name]["samples"], [(name, {})], name)
+
+
+class CommandLineTest(unittest.TestCase):
+    """Upstream's cobra: -h or --help anywhere among valid flags prints the help on stdout and
+    exits 0; an unknown flag, a bad value or options that fail the checks exit 1 with
+    "Error: ..." and then the usage on stderr. --version is sluice's (upstream has none)."""
+
+    BINARIES = ((h.SERVER_BIN, "sluice-tunnel-server", ["--mode=http-connect"],
+                 ["--mode=bogus"], "--mode"),
+                (h.AGENT_BIN, "sluice-proxy-agent", ["--proxy-server-port=9000"],
+                 ["--server-count-source=bogus"], "--server-count-source"))
+
+    def run_binary(self, argv):
+        return subprocess.run(argv, capture_output=True, text=True, timeout=30,
+                              stdin=subprocess.DEVNULL)
+
+    def test_help_beside_other_flags(self):
+        for binary, name, good, _, _ in self.BINARIES:
+            for help_flag in ("-h", "--help"):
+                r = self.run_binary([binary] + good + [help_flag, "--v=2"])
+                self.assertEqual(r.returncode, 0, (name, help_flag, r.stderr))
+                self.assertTrue(r.stdout.startswith("Usage: %s [flags]" % name), r.stdout[:200])
+                self.assertIn("  -h, --help\n", r.stdout)
+                self.assertEqual(r.stderr, "")
+
+    def test_bad_flags_and_options_exit_one_with_error_then_usage(self):
+        for binary, name, good, bad_option, option in self.BINARIES:
+            for argv, error in (([binary, "--no-such-flag"], "Error: unknown flag --no-such-flag"),
+                                ([binary] + good + ["--v=often"], "Error: invalid value"),
+                                ([binary] + bad_option, "Error: " + option)):
+                r = self.run_binary(argv)
+                self.assertEqual(r.returncode, 1, (argv, r.stderr))
+                self.assertTrue(r.stderr.startswith(error), (argv, r.stderr[:300]))
+                self.assertIn("\nUsage: %s [flags]\n" % name, r.stderr)
+                self.assertEqual(r.stdout, "")
+
+    def test_version(self):
+        for binary, name, _, _, _ in self.BINARIES:
+            r = self.run_binary([binary, "--version"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertRegex(r.stdout, r"^%s \d+\.\d+\.\d+\n$" % name)
+            # kube-proxy's --version=raw is not theirs.
+            self.assertEqual(self.run_binary([binary, "--version=raw"]).returncode, 1)
 
 
 if __name__ == "__main__":
