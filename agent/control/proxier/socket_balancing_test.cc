@@ -6,6 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
+#include "agent/control/proxier/fake_proxier.h"
 #include "agent/dataplane/fastpath/fake_bpf_map.h"
 
 namespace sluice::proxier {
@@ -53,6 +54,13 @@ class SocketBalancingTest : public ::testing::Test {
     }
     return *sb_;
   }
+  // Hands tables to sb() as deltas, as the Proxier does.
+  FakeProxier& feed() {
+    if (feed_ == nullptr) {
+      feed_ = std::make_unique<FakeProxier>(sb());
+    }
+    return *feed_;
+  }
 
   FakeBpfMap svc_{"sluice_lb_svc", sizeof(sluice_lb_key), sizeof(sluice_lb_svc), 64};
   FakeBpfMap slot_{"sluice_lb_slot", sizeof(sluice_lb_slot), sizeof(sluice_lb_addr), 64};
@@ -61,10 +69,12 @@ class SocketBalancingTest : public ::testing::Test {
   std::vector<net::IpAddress> node_ips_;
   std::unique_ptr<socklb::SocketLb> lb_;
   std::unique_ptr<SocketBalancing> sb_;
+  std::unique_ptr<FakeProxier> feed_;
 };
 
 TEST_F(SocketBalancingTest, EachFamilyGetsItsOwnFrontendsAndBackends) {
-  ASSERT_TRUE(sb().Apply(Table({Port("web", {Ip("10.96.0.10"), Ip("fd00::10")},
+  ASSERT_TRUE(feed()
+                  .Apply(Table({Port("web", {Ip("10.96.0.10"), Ip("fd00::10")},
                                      {Addr("10.0.0.1:8080"), Addr("[fd00::1]:8080")})}))
                   .ok());
   EXPECT_THAT(lb_->Frontends(), ElementsAre(Pair("ns/web:p#c4", ElementsAre("tcp/10.96.0.10:80")),
@@ -76,7 +86,8 @@ TEST_F(SocketBalancingTest, EachFamilyGetsItsOwnFrontendsAndBackends) {
 
 TEST_F(SocketBalancingTest, AFamilyWithoutItsOwnEndpointsIsLeftToTheProxy) {
   ASSERT_TRUE(
-      sb().Apply(Table({Port("web", {Ip("10.96.0.10"), Ip("fd00::10")}, {Addr("10.0.0.1:8080")})}))
+      feed()
+          .Apply(Table({Port("web", {Ip("10.96.0.10"), Ip("fd00::10")}, {Addr("10.0.0.1:8080")})}))
           .ok());
   EXPECT_THAT(lb_->Frontends(), ElementsAre(Pair("ns/web:p#c4", ElementsAre("tcp/10.96.0.10:80"))));
 }
@@ -89,7 +100,7 @@ TEST_F(SocketBalancingTest, NodePortsOnNodeAddressesAndGuardedLoadBalancerIpsLef
   info->external_ips = {Ip("198.51.100.1"), Ip("198.51.100.2")};
   info->load_balancer_ips = {Ip("198.51.100.2")};
   info->source_ranges = {*net::Cidr::Parse("203.0.113.0/24")};
-  ASSERT_TRUE(sb().Apply(Table({info})).ok());
+  ASSERT_TRUE(feed().Apply(Table({info})).ok());
   EXPECT_THAT(lb_->Frontends()["ns/web:p#e4"],
               UnorderedElementsAre("tcp/198.51.100.1:80", "tcp/192.0.2.1:30080"));
 }
@@ -97,9 +108,9 @@ TEST_F(SocketBalancingTest, NodePortsOnNodeAddressesAndGuardedLoadBalancerIpsLef
 TEST_F(SocketBalancingTest, UdpAndRemoval) {
   auto dns = Port("dns", {Ip("10.96.0.10")}, {Addr("10.0.0.1:53")}, config::Protocol::kUdp);
   auto web = Port("web", {Ip("10.96.0.11")}, {Addr("10.0.0.1:80")});
-  ASSERT_TRUE(sb().Apply(Table({dns, web})).ok());
+  ASSERT_TRUE(feed().Apply(Table({dns, web})).ok());
   EXPECT_THAT(lb_->Frontends()["ns/dns:p#c4"], ElementsAre("udp/10.96.0.10:80"));
-  ASSERT_TRUE(sb().Apply(Table({web})).ok());
+  ASSERT_TRUE(feed().Apply(Table({web})).ok());
   EXPECT_THAT(sb().Frontends(), ElementsAre(Pair("ns/web:p", ElementsAre("tcp/10.96.0.11:80"))));
   EXPECT_EQ(svc_.size(), 1u);
 }
@@ -116,7 +127,7 @@ TEST_F(SocketBalancingTest, TheFirstSyncSweepsAnEarlierAgentsEntries) {
                            gone)
                     .ok());
   }
-  ASSERT_TRUE(sb().Apply(Table({Port("web", {Ip("10.96.0.10")}, {Addr("10.0.0.1:8080")})})).ok());
+  ASSERT_TRUE(feed().Apply(Table({Port("web", {Ip("10.96.0.10")}, {Addr("10.0.0.1:8080")})})).ok());
   EXPECT_EQ(svc_.size(), 1u);
   EXPECT_EQ(slot_.size(), 1u);
   EXPECT_EQ(stats_.size(), 1u);
@@ -124,7 +135,7 @@ TEST_F(SocketBalancingTest, TheFirstSyncSweepsAnEarlierAgentsEntries) {
 }
 
 TEST_F(SocketBalancingTest, NoEndpointsRefuses) {
-  ASSERT_TRUE(sb().Apply(Table({Port("web", {Ip("10.96.0.10")}, {})})).ok());
+  ASSERT_TRUE(feed().Apply(Table({Port("web", {Ip("10.96.0.10")}, {})})).ok());
   EXPECT_THAT(lb_->Frontends(), ElementsAre(Pair("ns/web:p#c4", ElementsAre("tcp/10.96.0.10:80"))));
   EXPECT_EQ(slot_.size(), 0u);
   EXPECT_THAT(sb().Counters(), ElementsAre(Pair("ns/web:p", ::testing::_)));
