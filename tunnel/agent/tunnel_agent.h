@@ -57,7 +57,7 @@ class TunnelAgent final : public ServerStream::Owner {
   static absl::StatusOr<std::unique_ptr<TunnelAgent>> Create(TunnelAgentConfig config,
                                                              base::Registry& registry);
   // Cancels every stream and waits for them and their connections to finish.
-  ~TunnelAgent();
+  ~TunnelAgent() override;
   TunnelAgent(const TunnelAgent&) = delete;
   TunnelAgent& operator=(const TunnelAgent&) = delete;
 

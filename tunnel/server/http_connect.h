@@ -33,7 +33,7 @@ class HttpConnectFrontend final : public ConnectSession::Owner {
                                                                      ServerMetrics& metrics,
                                                                      HttpConnectOptions options);
   // Blocks until the loop dropped the listener and every session.
-  ~HttpConnectFrontend();
+  ~HttpConnectFrontend() override;
 
   // ConnectSession::Owner: the session is destroyed on a later loop turn.
   void OnSessionDone(ConnectSession* session) override;
