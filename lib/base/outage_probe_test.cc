@@ -3,9 +3,12 @@
 
 #include <atomic>
 #include <future>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
+
+#include "tests/testutil/process.h"
 
 namespace sluice::base {
 namespace {
@@ -15,14 +18,7 @@ constexpr absl::Duration kInterval = absl::Milliseconds(500);
 // Polls `cond` for up to 10 s of real time: the probe runs on its own thread.
 template <typename F>
 bool Eventually(F cond) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (!cond()) {
-    if (absl::Now() > deadline) {
-      return false;
-    }
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  return true;
+  return testutil::WaitFor(std::move(cond), absl::Seconds(10));
 }
 
 // A server that is up or down, and the probe of it.

@@ -3,9 +3,12 @@
 
 #include <atomic>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
+
+#include "tests/testutil/process.h"
 
 namespace sluice::sources {
 namespace {
@@ -17,14 +20,7 @@ constexpr absl::Duration kTimeout = absl::Seconds(10);
 // Polls `cond` for up to 10 s of real time: the timeout fires on the gate's thread.
 template <typename F>
 bool Eventually(F cond) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (!cond()) {
-    if (absl::Now() > deadline) {
-      return false;
-    }
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  return true;
+  return testutil::WaitFor(std::move(cond), absl::Seconds(10));
 }
 
 class RelistGateTest : public ::testing::Test {
