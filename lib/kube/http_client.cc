@@ -226,6 +226,10 @@ absl::StatusOr<HttpResponse> HttpClient::Request(const char* method, const std::
   } else {
     RETURN_IF_ERROR(SLUICE_SETOPT(e, CURLOPT_HTTPGET, 1L));
   }
+  // PUT and DELETE send their body as a POST would; the handle is reused, so reset it for the
+  // others.
+  const bool custom = std::string_view(method) == "PUT" || std::string_view(method) == "DELETE";
+  RETURN_IF_ERROR(SLUICE_SETOPT(e, CURLOPT_CUSTOMREQUEST, custom ? method : nullptr));
   RETURN_IF_ERROR(SLUICE_SETOPT(e, CURLOPT_URL, url.c_str()));
   RETURN_IF_ERROR(SLUICE_SETOPT(e, CURLOPT_HTTPHEADER, headers.get()));
   RETURN_IF_ERROR(

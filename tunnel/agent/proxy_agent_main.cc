@@ -4,17 +4,17 @@
 #include <signal.h>
 
 #include <cstdio>
-#include <random>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "lib/base/file.h"
 #include "lib/base/flags.h"
 #include "lib/base/log.h"
 #include "lib/base/process_metrics.h"
 #include "lib/base/status.h"
 #include "lib/http/status_server.h"
+#include "lib/kube/client_config.h"
 
+#include "tunnel/agent/lease_counter.h"
 #include "tunnel/agent/tunnel_agent.h"
 #include "tunnel/wire/packet.h"
 #include "tunnel/wire/upstream_flags.h"
@@ -76,15 +76,19 @@ void Register(base::FlagSet& f, ProxyAgentFlags& o) {
   f.Int("admin-server-port", &o.admin_server_port, "Port for /metrics.");
   f.String("admin-bind-address", &o.admin_bind_address, "Admin bind address.");
   f.Int("xfr-channel-size", &o.xfr_channel_size, "Accepted; sluice bounds queues in bytes.");
-  f.List("alpn-proto", &o.alpn_proto, "Accepted; gRPC negotiates h2.");
-  f.Bool("count-server-leases", &o.count_server_leases, "Accepted; not implemented.");
-  f.String("lease-namespace", &o.lease_namespace, "Accepted; not implemented.");
-  f.String("lease-label", &o.lease_label, "Accepted; not implemented.");
+  f.List("alpn-proto", &o.alpn_proto,
+         "ALPN protocols offered to the proxy server in the TLS handshake (then h2).");
+  f.Bool("count-server-leases", &o.count_server_leases,
+         "Count the proxy servers from their Leases (servers with --enable-lease-controller).");
+  f.String("lease-namespace", &o.lease_namespace, "Namespace of the server Leases.");
+  f.String("lease-label", &o.lease_label, "Label selector of the server Leases.");
   f.String("server-count-source", &o.server_count_source,
-           "'default' or 'max'; without lease counting both mean the count servers announce.");
-  f.String("kubeconfig", &o.kubeconfig, "Accepted; only lease counting would use it.");
+           "With --count-server-leases: 'default' takes the Lease count, 'max' the larger of it "
+           "and the count servers announce.");
+  f.String("kubeconfig", &o.kubeconfig,
+           "kubeconfig for counting Leases (default: the pod's service account).");
   f.String("kube-api-content-type", &o.kube_api_content_type,
-           "Accepted; only lease counting would use it.");
+           "Accepted; Lease requests are sent as JSON.");
   f.Bool("enable-profiling", &o.enable_profiling, "Accepted; no effect.");
   f.Bool("enable-contention-profiling", &o.enable_contention_profiling, "Accepted; no effect.");
   f.Bool("warn-on-channel-limit", &o.warn_on_channel_limit,
@@ -101,19 +105,9 @@ void Register(base::FlagSet& f, ProxyAgentFlags& o) {
 // Logs once for each upstream flag that was set but means nothing to sluice.
 void WarnIgnored(const base::FlagSet& flags) {
   static constexpr base::IgnoredFlag kIgnored[] = {
-      {"alpn-proto", "gRPC negotiates h2 only"},
-      {"count-server-leases", "lease counting is not implemented; servers announce the count"},
-      {"lease-namespace", "lease counting is not implemented"},
-      {"lease-label", "lease counting is not implemented"},
-      {"kubeconfig", "only lease counting would use the API server"},
-      {"kube-api-content-type", "only lease counting would use the API server"},
+      {"kube-api-content-type", "Lease requests are sent as JSON"},
   };
   wire::WarnIgnoredFlags(flags, kIgnored);
-}
-
-std::string RandomId() {
-  std::random_device rd;
-  return absl::StrFormat("%08x-%04x-%04x-%08x", rd(), rd() & 0xffff, rd() & 0xffff, rd());
 }
 
 TunnelAgentConfig ToConfig(const ProxyAgentFlags& o) {
@@ -126,7 +120,7 @@ TunnelAgentConfig ToConfig(const ProxyAgentFlags& o) {
   c.agent_cert = o.agent_cert;
   c.agent_key = o.agent_key;
   c.token_path = o.service_account_token_path;
-  c.agent_id = o.agent_id.empty() ? RandomId() : o.agent_id;
+  c.agent_id = o.agent_id.empty() ? wire::RandomUuid() : o.agent_id;  // upstream's default
   c.identifiers = o.agent_identifiers;
   c.sync_interval = o.sync_interval;
   c.sync_interval_cap = o.sync_interval_cap;
@@ -136,6 +130,7 @@ TunnelAgentConfig ToConfig(const ProxyAgentFlags& o) {
   c.own_ports = {static_cast<uint16_t>(o.health_server_port),
                  static_cast<uint16_t>(o.admin_server_port)};
   c.max_connection_buffer = static_cast<size_t>(o.max_connection_buffer);
+  c.alpn_protos = o.alpn_proto;
   return c;
 }
 
@@ -144,29 +139,33 @@ struct StatusServers {
   std::unique_ptr<http::StatusServer> admin;
 };
 
-// /healthz, /readyz (503 until a server stream is up) and /metrics on the health port, and
-// /metrics on the admin port, as upstream proxy-agent serves them.
+// /healthz, /readyz and /ready (503 until a server stream is up, with upstream's check list)
+// and /metrics on the health port; the admin port's /metrics is a 301 to the health port's, as
+// upstream proxy-agent serves them.
 absl::StatusOr<StatusServers> StartStatusServers(const ProxyAgentFlags& o, TunnelAgent& agent,
                                                  base::Registry& registry) {
-  auto metrics = [&registry] { return http::StatusServer::Metrics(registry); };
+  auto ready = [&agent] {
+    return agent.ConnectedServers() > 0
+               ? http::StatusServer::Reply{200, "ok"}
+               : http::StatusServer::Reply{
+                     503, "[+]ping ok\n[-]server-connected failed: no servers connected\n"};
+  };
   StatusServers s;
-  ASSIGN_OR_RETURN(s.health, http::StatusServer::Create(
-                                 o.health_server_host, static_cast<int>(o.health_server_port),
-                                 {{"/healthz",
-                                   [] {
-                                     return http::StatusServer::Reply{200, "ok"};
-                                   }},
-                                  {"/readyz",
-                                   [&agent] {
-                                     return agent.ConnectedServers() > 0
-                                                ? http::StatusServer::Reply{200, "ok"}
-                                                : http::StatusServer::Reply{
-                                                      503, "not connected to any proxy server"};
-                                   }},
-                                  {"/metrics", metrics}}));
+  ASSIGN_OR_RETURN(
+      s.health, http::StatusServer::Create(
+                    o.health_server_host, static_cast<int>(o.health_server_port),
+                    {{"/healthz",
+                      [] {
+                        return http::StatusServer::Reply{200, "ok"};
+                      }},
+                     {"/readyz", ready},
+                     {"/ready", ready},
+                     {"/metrics", [&registry] { return http::StatusServer::Metrics(registry); }}}));
+  http::StatusServer::Reply moved;
+  moved.redirect_port = static_cast<int>(o.health_server_port);
   ASSIGN_OR_RETURN(s.admin, http::StatusServer::Create(o.admin_bind_address,
                                                        static_cast<int>(o.admin_server_port),
-                                                       {{"/metrics", metrics}}));
+                                                       {{"/metrics", [moved] { return moved; }}}));
   return s;
 }
 
@@ -205,7 +204,22 @@ int Run(int argc, char** argv) {
 
   base::Registry registry;
   base::AddProcessMetrics(registry);
-  auto agent = TunnelAgent::Create(ToConfig(o), registry);
+  TunnelAgentConfig config = ToConfig(o);
+  std::unique_ptr<LeaseCounter> leases;
+  if (o.count_server_leases) {
+    auto kube_config = kube::ResolveClientConfig(o.kubeconfig, "");
+    auto counter = kube_config.ok()
+                       ? LeaseCounter::Create(*kube_config, o.lease_namespace, o.lease_label)
+                       : absl::StatusOr<std::unique_ptr<LeaseCounter>>(kube_config.status());
+    if (!counter.ok()) {
+      LOG(ERROR) << "--count-server-leases: " << counter.status();
+      return 2;
+    }
+    leases = std::move(*counter);
+    config.lease_count = [counter = leases.get()] { return counter->Count(); };
+    config.server_count_max = o.server_count_source == "max";
+  }
+  auto agent = TunnelAgent::Create(std::move(config), registry);
   if (!agent.ok()) {
     LOG(ERROR) << agent.status();
     return 2;

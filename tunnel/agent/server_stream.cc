@@ -22,7 +22,11 @@ ServerStream::ServerStream(TunnelAgent& agent, const std::shared_ptr<grpc::Chann
                            const std::string& token, std::promise<bool> ready)
     : agent_(agent),
       stub_(::AgentService::NewStub(channel)),
-      outbox_(std::make_shared<StreamOutbox>([this](const wire::Packet* p) { StartWrite(p); })),
+      outbox_(std::make_shared<StreamOutbox>([this](const wire::Packet* p) {
+        agent_.metrics_.packets.WithLabels({"from_agent", wire::TypeLabel(p->type())}).Inc();
+        writing_type_.store(p->type(), std::memory_order_relaxed);
+        StartWrite(p);
+      })),
       ready_(std::move(ready)) {
   session_ = std::make_shared<ServerSession>(agent.loop_, agent.resolver_, agent.metrics_,
                                              agent.policy_, outbox_, gate_);
@@ -73,6 +77,7 @@ void ServerStream::OnReadDone(bool ok) {
     }
     return;
   }
+  agent_.metrics_.packets.WithLabels({"to_agent", wire::TypeLabel(in_.type())}).Inc();
   session_->Post(std::move(in_));
   in_.Clear();
   gate_->ReadNext();
@@ -86,6 +91,19 @@ void ServerStream::EndWrites() {
 void ServerStream::OnDone(const grpc::Status& status) {
   gate_->Close();  // the session keeps the gate; a later Release must not touch this reactor
   Resolve(false);
+  // Upstream counts a failed Recv (and a failed Send) of a serving stream, whatever ended it,
+  // except the end of stream; a stream we cancelled ourselves is no error here.
+  if (!server_id_.empty() && !status.ok() && !cancelled_) {
+    if (failed_write_type_ >= 0) {
+      agent_.metrics_.stream_errors
+          .WithLabels({"from_agent", wire::GrpcCodeName(status.error_code()),
+                       wire::TypeLabel(failed_write_type_)})
+          .Inc();
+    }
+    agent_.metrics_.stream_errors
+        .WithLabels({"to_agent", wire::GrpcCodeName(status.error_code()), "Unknown"})
+        .Inc();
+  }
   if (!server_id_.empty()) {
     LOG(INFO) << "stream to server " << server_id_ << " ended: " << status.error_message()
               << " (code " << status.error_code() << ")";

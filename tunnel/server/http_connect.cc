@@ -28,10 +28,12 @@ ConnectHead ParseConnectHead(const std::string& head) {
   if (parts[0] != "CONNECT") {
     return {405, ""};
   }
-  // The destination is the request-target authority, never the Host header.
+  // The destination is the request-target authority, never the Host header. One without a
+  // port goes to the agent as it is, as upstream forwards it: the agent's dial fails with Go's
+  // "missing port in address".
   const std::string& target = parts[1];
   const size_t colon = target.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == target.size() ||
+  if (target.empty() || colon == 0 || (colon != std::string::npos && colon + 1 == target.size()) ||
       target.find('/') != std::string::npos) {
     return {400, ""};
   }

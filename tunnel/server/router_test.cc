@@ -17,8 +17,10 @@ class FakeFrontend final : public Frontend {
     return accept;
   }
   void Abort(const std::string& why) override { aborted = why; }
+  bool Finished() const override { return finished; }
   std::vector<wire::Packet> got;
   bool accept = true;
+  bool finished = false;
   std::string aborted;
 };
 
@@ -54,6 +56,37 @@ TEST_F(RouterTest, DialDataCloseRoundTrip) {
   r.OnAgentClose(&a, wire::MakeCloseResponse(5, ""));
   EXPECT_EQ(f.got.back().type(), CLOSE_RSP);
   EXPECT_EQ(metrics_.established.Value(), 0);
+}
+
+uint64_t Count(const base::Histogram& h) {
+  std::vector<uint64_t> buckets;
+  double sum;
+  uint64_t count;
+  h.Snapshot(&buckets, &sum, &count);
+  return count;
+}
+
+// Upstream's send_rsp: the DIAL_RSP cannot reach a frontend that finished while it dialled; the
+// agent is told to close what it opened. Failed dials are not in the dial histogram.
+TEST_F(RouterTest, DialResponseForAFinishedFrontendIsSendRsp) {
+  Router r({Strategy::kDefault}, metrics_);
+  FakeAgent a("a");
+  ASSERT_TRUE(r.AddAgent(&a).ok());
+  FakeFrontend gone, failed, ok;
+  ASSERT_EQ(r.Dial(&gone, wire::MakeDialRequest("h:1", 1)), "");
+  ASSERT_EQ(r.Dial(&failed, wire::MakeDialRequest("h:1", 2)), "");
+  ASSERT_EQ(r.Dial(&ok, wire::MakeDialRequest("h:1", 3)), "");
+  gone.finished = true;
+  r.OnDialResponse(&a, wire::MakeDialResponse(1, 7, ""));
+  EXPECT_TRUE(gone.got.empty());
+  EXPECT_EQ(a.sent.back().type(), CLOSE_REQ);
+  EXPECT_EQ(a.sent.back().closerequest().connectid(), 7);
+  EXPECT_EQ(metrics_.dial_failures.WithLabels({"send_rsp"}).Value(), 1);
+  r.OnDialResponse(&a, wire::MakeDialResponse(2, 0, "dial tcp h:1: connect: connection refused"));
+  r.OnDialResponse(&a, wire::MakeDialResponse(3, 8, ""));
+  EXPECT_EQ(Count(metrics_.dial_duration), 1u);
+  EXPECT_EQ(metrics_.established.Value(), 1);
+  EXPECT_EQ(r.Tunnels(), 1u);
 }
 
 TEST_F(RouterTest, AgentLossFailsPendingAndClosesEstablished) {

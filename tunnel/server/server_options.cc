@@ -2,12 +2,11 @@
 #include "tunnel/server/server_options.h"
 
 #include <cstdlib>
-#include <random>
 
-#include "absl/strings/str_format.h"
 #include "lib/base/log.h"
 
 #include "tunnel/wire/cipher_suites.h"
+#include "tunnel/wire/packet.h"
 
 namespace sluice::tunnel::server {
 
@@ -65,10 +64,10 @@ void RegisterServerFlags(base::FlagSet& f, ServerOptions& o) {
   f.Bool("enable-contention-profiling", &o.enable_contention_profiling,
          "Accepted for compatibility; no effect.");
   f.Bool("enable-lease-controller", &o.enable_lease_controller,
-         "Accepted for compatibility; sluice publishes no leases (agents learn the server "
-         "count from --server-count).");
-  f.String("lease-namespace", &o.lease_namespace, "Accepted for compatibility; no effect.");
-  f.String("lease-label", &o.lease_label, "Accepted for compatibility; no effect.");
+         "Hold a coordination.k8s.io Lease for this server and delete expired ones, so agents "
+         "with --count-server-leases can count the servers.");
+  f.String("lease-namespace", &o.lease_namespace, "Namespace of the server Leases.");
+  f.String("lease-label", &o.lease_label, "Labels (k=v,...) of the server Leases.");
   f.Bool("warn-on-channel-limit", &o.warn_on_channel_limit,
          "Deprecated upstream; accepted, no effect.");
   base::RegisterKlogFlags(f, o.klog);
@@ -158,20 +157,12 @@ absl::Status ValidateServerOptions(ServerOptions& o) {
     o.server_id = env;
   }
   if (o.server_id.empty()) {
-    std::random_device rd;
-    o.server_id = absl::StrFormat("%08x-%04x-%04x", rd(), rd() & 0xffff, rd() & 0xffff);
+    o.server_id = wire::RandomUuid();  // upstream's default
   }
   return absl::OkStatus();
 }
 
 void WarnIgnoredServerFlags(const base::FlagSet& flags, const ServerOptions& o) {
-  static constexpr base::IgnoredFlag kIgnored[] = {
-      {"enable-lease-controller",
-       "sluice publishes no leases; agents count servers by --server-count"},
-      {"lease-namespace", "sluice publishes no leases"},
-      {"lease-label", "sluice publishes no leases"},
-  };
-  wire::WarnIgnoredFlags(flags, kIgnored);
   if (flags.Changed("kube-api-content-type") && o.kube_api_content_type != "application/json") {
     LOG(WARNING) << "--kube-api-content-type=" << o.kube_api_content_type
                  << ": TokenReview requests are sent as application/json";
