@@ -130,9 +130,11 @@ void TlsRelay::End(bool tls_side, const absl::Status& reason) {
     return;
   }
   ended_ = true;
-  if (!reason.ok()) {
-    VLOG(1) << "TLS relay to " << address_ << ": " << (tls_side ? "server" : "gRPC")
-            << " side: " << reason;
+  if (!reason.ok() && tls_side) {
+    // gRPC sees only the end of its socketpair; the TLS or TCP cause is told here.
+    LOG(WARNING) << "TLS connection to proxy server " << address_ << ": " << reason;
+  } else if (!reason.ok()) {
+    VLOG(1) << "TLS relay to " << address_ << ": gRPC side: " << reason;
   }
   // Not inside the pump's own callback: later on this loop.
   loop_.Post([self = shared_from_this()] { self->Teardown(); });

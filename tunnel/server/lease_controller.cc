@@ -48,11 +48,12 @@ void LeaseController::Start() {
 }
 
 void LeaseController::Run() {
-  // Both at once first, as upstream's controllers start; then each on its own period.
-  absl::Time next_renew = absl::InfinitePast();
-  absl::Time next_gc = absl::InfinitePast();
+  // Both at once first, as upstream's controllers start; then each on its own period, on the
+  // monotonic clock (a wall-clock step must not stall renewals).
+  absl::Duration next_renew = -absl::InfiniteDuration();
+  absl::Duration next_gc = -absl::InfiniteDuration();
   while (!stop_.HasBeenNotified()) {
-    const absl::Time now = options_.clock->Now();
+    const absl::Duration now = options_.clock->MonotonicNow();
     if (now >= next_renew) {
       if (absl::Status st = Renew(); !st.ok() && !stop_.HasBeenNotified()) {
         LOG(WARNING) << "lease " << options_.name_space << "/" << lease_name() << ": " << st;
@@ -66,8 +67,8 @@ void LeaseController::Run() {
       }
       next_gc = now + options_.gc_interval;
     }
-    (void)stop_.WaitForNotificationWithTimeout(
-        std::max(absl::ZeroDuration(), std::min(next_renew, next_gc) - options_.clock->Now()));
+    (void)stop_.WaitForNotificationWithTimeout(std::max(
+        absl::ZeroDuration(), std::min(next_renew, next_gc) - options_.clock->MonotonicNow()));
   }
 }
 

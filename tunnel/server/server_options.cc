@@ -163,6 +163,7 @@ absl::Status ValidateServerOptions(ServerOptions& o) {
 }
 
 void WarnIgnoredServerFlags(const base::FlagSet& flags, const ServerOptions& o) {
+  wire::WarnIgnoredFlags(flags, {});  // those both binaries ignore; the server has no others
   if (flags.Changed("kube-api-content-type") && o.kube_api_content_type != "application/json") {
     LOG(WARNING) << "--kube-api-content-type=" << o.kube_api_content_type
                  << ": TokenReview requests are sent as application/json";

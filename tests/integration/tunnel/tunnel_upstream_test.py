@@ -212,21 +212,26 @@ class UpstreamMetricsTest(h.TestCase):
         t2 = h.Tunnel(s.channel())
         self.assertIn("connection refused", t2.dial("127.0.0.1:1", random=2).error)
         t2.cancel()
+        # A frontend that cancels its stream (without half-closing it first) is upstream's
+        # Recv error at the server.
+        t3 = h.Tunnel(s.channel())
+        self.assertEqual(t3.dial("127.0.0.1:%d" % backend.port, random=3).error, "")
+        t3.responses.cancel()
+        t3.done_writing()
         want = upstream_metrics()
-        # The frontend's cancel reaches the server as upstream's Recv error.
         h.wait_until(lambda: 'stream_errors_total{segment="from_client"' in s.metrics(),
                      what="the server counting the cancelled Proxy streams")
         server = self.check(s.metrics(), want)
         agent = self.check(h.http_get("http://127.0.0.1:%d/metrics" % a.health_port)[1], want)
-        # As upstream: only the successful dial is in the dial histograms.
+        # As upstream: only the two successful dials are in the dial histograms.
         for fams, prefix in ((server, "konnectivity_network_proxy_server_"),
                              (agent, "konnectivity_network_proxy_agent_")):
             count = prefix + "dial_duration_seconds_count"
             self.assertIn((count, {}), fams[prefix + "dial_duration_seconds"]["samples"])
         self.assertEqual(s.metric("konnectivity_network_proxy_server_dial_duration_seconds_count"),
-                         1)
+                         2)
         self.assertEqual(a.metric("konnectivity_network_proxy_agent_dial_duration_seconds_count"),
-                         1)
+                         2)
         self.assertGreater(
             s.metric("konnectivity_network_proxy_server_frontend_write_duration_seconds_count"), 0)
         self.assertEqual(s.metric("konnectivity_network_proxy_server_culled_leases_count"), 0)
