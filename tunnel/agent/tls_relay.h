@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "lib/base/unique_fd.h"
@@ -50,7 +51,8 @@ class TlsRelay final : public std::enable_shared_from_this<TlsRelay> {
     const bool tls_side_;
   };
 
-  TlsRelay(event::EventLoop& loop, std::string address) : loop_(loop), address_(address) {}
+  TlsRelay(event::EventLoop& loop, std::string address)
+      : loop_(loop), address_(std::move(address)) {}
   void Begin(base::UniqueFd plain, base::UniqueFd tcp, std::unique_ptr<wire::TlsConn> tls);
   void Forward(bool from_tls, std::string bytes);
   void Drained(bool tls_side);
