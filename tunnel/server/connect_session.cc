@@ -12,7 +12,7 @@ namespace sluice::tunnel::server {
 namespace {
 constexpr char kEstablished[] = "HTTP/1.1 200 Connection Established\r\n\r\n";
 
-std::string Plain(int code, const char* reason, std::string_view body = "") {
+std::string Plain(int code, const char* reason, const std::string& body = "") {
   return absl::StrCat("HTTP/1.1 ", code, " ", reason,
                       body.empty() ? "" : "\r\nContent-Type: text/plain; charset=utf-8",
                       "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n", body);
