@@ -59,7 +59,10 @@ class LeaseTest(h.TestCase):
                                              "%Y-%m-%dT%H:%M:%S.%fZ").replace(
                                                  tzinfo=datetime.timezone.utc)
         self.assertLess(abs((now() - renewed).total_seconds()), 60)
-        self.assertEqual(s.metric("konnectivity_network_proxy_server_culled_leases_count"), 1)
+        # Counted once the server has the API server's answer, after the deletion itself.
+        culled = "konnectivity_network_proxy_server_culled_leases_count"
+        h.wait_until(lambda: s.metric(culled) == 1, what="the culled lease counted")
+        self.assertEqual(s.metric(culled), 1)
 
     def test_agent_counts_servers_from_leases(self):
         api = ApiServer(self.env)
