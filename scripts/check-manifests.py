@@ -12,12 +12,21 @@ does the parts we use itself:
     exist (`/-` appends to a list);
   - every document: valid YAML with apiVersion, kind and metadata.name, of a kind we know;
     no two objects with the same kind, namespace and name.
-And the node preparation socket-level balancing needs (docs/operations.md): a DaemonSet whose
-sluice container runs it has a privileged init container running `--init-only` with the same
---bpf-root and --socket-lb-cgroup, mounting the host directories they are on with
-mountPropagation Bidirectional (so a bpffs or cgroup2 it mounts reaches the host), and the agent
-mounts them HostToContainer (so it sees them); a Bidirectional mount is only in a privileged
-container (kubelet refuses it otherwise).
+Then, over each kustomization's objects: the node preparation socket-level balancing needs
+(docs/operations.md): a DaemonSet whose sluice container runs it has a privileged init container
+running `--init-only` with the same --bpf-root and --socket-lb-cgroup, mounting the host
+directories they are on with mountPropagation Bidirectional (so a bpffs or cgroup2 it mounts
+reaches the host), and the agent mounts them HostToContainer (so it sees them); a Bidirectional
+mount is only in a privileged container (kubelet refuses it otherwise).
+And their wiring (check_wiring):
+  - a Service selects the pods of some workload in the build, and each targetPort is one of
+    their container ports (by name or number);
+  - a container with --proxy-server-host=NAME.NAMESPACE.svc[...] names a Service of the build
+    that serves --proxy-server-port;
+  - the service account of a container running sluice-tunnel-server --enable-lease-controller
+    is bound (RoleBinding in --lease-namespace or ClusterRoleBinding) to rules granting get,
+    create, update, list and delete on coordination.k8s.io leases; one running
+    --count-server-leases to list and watch.
 Also every other YAML file under deploy/ (static pods, the kube-apiserver's egress selector
 configuration) must parse and be of a known kind. Exit status 1 with one line per problem.
 
@@ -139,8 +148,10 @@ def check_node_init(doc, where, problems):
                 problems.add(where, f"{name}/{c.get('name')}: Bidirectional mount {m.get('name')} "
                                     "in a container that is not privileged")
     for c in spec.get("containers") or []:
-        if not str(c.get("image", "")).startswith("sluice-agent"):
-            continue
+        command = c.get("command") or ["sluice-agent"]  # the image's entrypoint
+        if not str(c.get("image", "")).startswith("sluice-agent") or \
+                os.path.basename(str(command[0])) not in ("sluice-agent", "kube-proxy"):
+            continue  # the image's other binaries (sluice-proxy-agent) load no BPF
         args = argv(c)
         if flag(args, "--socket-lb", "auto") == "off" or flag(args, "--bpf-root") == "":
             continue
@@ -219,6 +230,99 @@ def build(directory, problems, stack=()):
     return list(objects.values())
 
 
+WORKLOADS = ("Deployment", "DaemonSet", "Pod")
+
+
+def pod_spec(doc):
+    return doc.get("spec") or {} if doc["kind"] == "Pod" else \
+        ((doc.get("spec") or {}).get("template") or {}).get("spec") or {}
+
+
+def pod_labels(doc):
+    meta = doc.get("metadata") if doc["kind"] == "Pod" else \
+        ((doc.get("spec") or {}).get("template") or {}).get("metadata")
+    return (meta or {}).get("labels") or {}
+
+
+def container_flag(container, name):
+    """The value of --name in the container's command and args; "true" for a bare flag."""
+    for arg in (container.get("command") or []) + (container.get("args") or []):
+        if arg == "--" + name:
+            return "true"
+        if isinstance(arg, str) and arg.startswith("--" + name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def granted(objects, namespace, account, verbs):
+    """Whether `account` may use `verbs` on coordination.k8s.io leases in `namespace`."""
+    have = set()
+    for (kind, ns, _), binding in objects.items():
+        if kind not in ("RoleBinding", "ClusterRoleBinding") or \
+                (kind == "RoleBinding" and ns != namespace):
+            continue
+        if not any(s.get("kind") == "ServiceAccount" and s.get("name") == account and
+                   s.get("namespace") == namespace for s in binding.get("subjects") or []):
+            continue
+        ref = binding.get("roleRef") or {}
+        role = objects.get((ref.get("kind"), ns if ref.get("kind") == "Role" else "",
+                            ref.get("name")))
+        for rule in (role or {}).get("rules") or []:
+            if "coordination.k8s.io" in (rule.get("apiGroups") or []) and \
+                    "leases" in (rule.get("resources") or []):
+                have |= set(rule.get("verbs") or [])
+    return set(verbs) <= have or "*" in have
+
+
+def check_wiring(objects, where, problems):
+    workloads = [d for (k, _, _), d in objects.items() if k in WORKLOADS]
+    services = {(ns, name): d for (k, ns, name), d in objects.items() if k == "Service"}
+    for (ns, name), svc in services.items():
+        selector = (svc.get("spec") or {}).get("selector") or {}
+        pods = [w for w in workloads if selector and (w.get("metadata") or {}).get(
+            "namespace", "") == ns and all(pod_labels(w).get(k) == v for k, v in selector.items())]
+        if not pods:
+            problems.add(where, f"Service {ns}/{name} selects no workload of the build")
+            continue
+        ports = set()
+        for w in pods:
+            for c in pod_spec(w).get("containers") or []:
+                for port in c.get("ports") or []:
+                    ports |= {port.get("name"), port.get("containerPort")}
+        for port in (svc.get("spec") or {}).get("ports") or []:
+            target = port.get("targetPort", port.get("port"))
+            if target not in ports:
+                problems.add(where, f"Service {ns}/{name}: targetPort {target} is no container "
+                                    "port of the pods it selects")
+    for w in workloads:
+        wname = f"{w['kind']} {(w.get('metadata') or {}).get('name')}"
+        account = pod_spec(w).get("serviceAccountName", "default")
+        for c in pod_spec(w).get("containers") or []:
+            host = container_flag(c, "proxy-server-host")
+            if host and ".svc" in host:
+                svc_name, svc_ns = host.split(".")[:2]
+                svc = services.get((svc_ns, svc_name))
+                port = int(container_flag(c, "proxy-server-port") or 8091)
+                if svc is None:
+                    problems.add(where, f"{wname}: --proxy-server-host={host} is no Service of "
+                                        "the build")
+                elif port not in [p.get("port") for p in (svc.get("spec") or {}).get("ports")
+                                  or []]:
+                    problems.add(where, f"{wname}: Service {svc_ns}/{svc_name} has no port {port}")
+            command = " ".join(c.get("command") or [])
+            lease_ns = container_flag(c, "lease-namespace") or "kube-system"
+            if "sluice-tunnel-server" in command and container_flag(c, "enable-lease-controller") in (
+                    "true", "True"):
+                if not granted(objects, lease_ns, account,
+                               ("get", "create", "update", "list", "delete")):
+                    problems.add(where, f"{wname}: service account {account} may not get, "
+                                        f"create, update, list and delete leases in {lease_ns}")
+            if container_flag(c, "count-server-leases") in ("true", "True"):
+                if not granted(objects, lease_ns, account, ("list", "watch")):
+                    problems.add(where, f"{wname}: service account {account} may not list and "
+                                        f"watch leases in {lease_ns}")
+
+
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "deploy")
@@ -232,6 +336,7 @@ def main():
                 problems.add(directory, "builds no objects")
             for doc in objects:
                 check_node_init(doc, directory, problems)
+            check_wiring({key(d): d for d in objects}, directory, problems)
     kustomized = set(LOADED)
     for directory, _, files in os.walk(root):
         for f in files:

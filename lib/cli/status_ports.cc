@@ -15,7 +15,8 @@ absl::StatusOr<StatusPorts> StartStatusPorts(StatusPortsOptions o) {
                                                     [] {
                                                       return http::StatusServer::Reply{200, "ok"};
                                                     }},
-                                                   {"/readyz", std::move(o.readyz)}};
+                                                   {"/readyz", o.readyz},
+                                                   {"/ready", o.readyz}};
   if (o.metrics_on_health) {
     health.emplace_back("/metrics", metrics);
   }
@@ -23,8 +24,14 @@ absl::StatusOr<StatusPorts> StartStatusPorts(StatusPortsOptions o) {
   ASSIGN_OR_RETURN(s.health,
                    http::StatusServer::Create(o.health_host, static_cast<int>(o.health_port),
                                               std::move(health)));
+  std::function<http::StatusServer::Reply()> admin_metrics = metrics;
+  if (o.metrics_on_health && o.admin_redirects_to_health) {
+    http::StatusServer::Reply moved;
+    moved.redirect_port = s.health->port();  // the bound one, should the flag be 0
+    admin_metrics = [moved] { return moved; };
+  }
   ASSIGN_OR_RETURN(s.admin, http::StatusServer::Create(o.admin_host, static_cast<int>(o.admin_port),
-                                                       {{"/metrics", metrics}}));
+                                                       {{"/metrics", std::move(admin_metrics)}}));
   return s;
 }
 

@@ -55,6 +55,16 @@ std::string TargetPath(absl::string_view target) {
   return std::string(target.substr(0, target.find_first_of("?#")));
 }
 
+// "/a?q=1#f" -> "q=1"; "" without a query.
+std::string TargetQuery(absl::string_view target) {
+  const size_t q = target.find('?');
+  if (q == absl::string_view::npos) {
+    return "";
+  }
+  target.remove_prefix(q + 1);
+  return std::string(target.substr(0, target.find('#')));
+}
+
 // The request line: 0, or the status code to refuse it with.
 int ParseRequestLine(absl::string_view line, RequestHead& head) {
   std::vector<absl::string_view> parts = absl::StrSplit(line, ' ');
@@ -63,6 +73,7 @@ int ParseRequestLine(absl::string_view line, RequestHead& head) {
   }
   head.method = std::string(parts[0]);
   head.path = TargetPath(parts[1]);
+  head.query = TargetQuery(parts[1]);
   absl::string_view version = parts[2];
   if (!absl::ConsumePrefix(&version, "HTTP/") || version.size() != 3 || version[1] != '.' ||
       !absl::ascii_isdigit(static_cast<unsigned char>(version[0])) ||
@@ -94,6 +105,8 @@ int ParseField(absl::string_view line, RequestHead& head, bool& close, bool& kee
       return 400;
     }
     head.has_body = head.has_body || length > 0;
+  } else if (absl::EqualsIgnoreCase(name, "Host")) {
+    head.host = std::string(value);
   } else if (absl::EqualsIgnoreCase(name, "Transfer-Encoding")) {
     head.has_body = true;
   } else if (absl::EqualsIgnoreCase(name, "Connection")) {

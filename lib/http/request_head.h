@@ -14,6 +14,8 @@ struct RequestHead {
   // The target's path: origin-form without its query, or the path of an absolute-form target
   // ("http://host/metrics" -> "/metrics"); empty for authority- and asterisk-form.
   std::string path;
+  std::string query;      // the target's query, without '?' (and without a fragment)
+  std::string host;       // the Host field's value, empty when absent
   int minor_version = 1;  // HTTP/1.<minor>
   // The connection may carry another request after this one (HTTP/1.1 unless "Connection:
   // close"; HTTP/1.0 only with "Connection: keep-alive").

@@ -16,10 +16,20 @@ TEST(RequestHeadTest, ParsesAGetAndReportsItsSize) {
   ASSERT_EQ(p.status, 0);
   EXPECT_EQ(p.head.method, "GET");
   EXPECT_EQ(p.head.path, "/healthz");
+  EXPECT_EQ(p.head.query, "verbose");
+  EXPECT_EQ(p.head.host, "x");
   EXPECT_EQ(p.head.minor_version, 1);
   EXPECT_TRUE(p.head.keep_alive);
   EXPECT_FALSE(p.head.has_body);
   EXPECT_EQ(p.size, req.find("GET /n"));
+}
+
+TEST(RequestHeadTest, QueryWithoutFragmentAndNoHost) {
+  ParsedHead p = ParseRequestHead("GET http://h:1/m?a=1&b#frag HTTP/1.1\r\n\r\n", kMax);
+  ASSERT_EQ(p.status, 0);
+  EXPECT_EQ(p.head.path, "/m");
+  EXPECT_EQ(p.head.query, "a=1&b");
+  EXPECT_EQ(p.head.host, "");
 }
 
 TEST(RequestHeadTest, IncompleteUntilTheEmptyLine) {

@@ -27,6 +27,8 @@ const char* Reason(int code) {
   switch (code) {
     case 200:
       return "OK";
+    case 301:
+      return "Moved Permanently";
     case 400:
       return "Bad Request";
     case 404:
@@ -87,7 +89,11 @@ void StatusConnection::StartPhase(Phase phase, absl::Duration deadline) {
   phase_ = phase;
   static std::atomic<uint64_t> next_order{0};  // atomic: each server has its own thread
   phase_order_ = next_order.fetch_add(1, std::memory_order_relaxed);
-  deadline_->Arm(deadline);
+  if (deadline == absl::InfiniteDuration()) {
+    deadline_->Disarm();
+  } else {
+    deadline_->Arm(deadline);
+  }
   const uint32_t want = phase == Phase::kWriting ? EPOLLOUT : EPOLLIN;
   if (want != interest_) {
     interest_ = want;
@@ -97,6 +103,11 @@ void StatusConnection::StartPhase(Phase phase, absl::Duration deadline) {
 
 void StatusConnection::OnEvent() {
   switch (phase_) {
+    case Phase::kIdle:
+      // The next request has begun: from here it has request_timeout to arrive whole.
+      StartPhase(Phase::kReading, limits_.request_timeout);
+      Read();
+      return;
     case Phase::kReading:
       Read();
       return;
@@ -153,7 +164,7 @@ void StatusConnection::Process() {
   } else if (head.path.empty()) {
     Refuse(400, "the target is not a path");
   } else {
-    const StatusServer::Reply reply = callbacks_.OnRequest(head.path);
+    const StatusServer::Reply reply = callbacks_.OnRequest(head);
     Respond(reply.code, reply, head_only, !head.keep_alive || peer_done_, head.minor_version);
   }
 }
@@ -215,9 +226,11 @@ void StatusConnection::Flush() {
     Drain();
     return;
   }
-  StartPhase(Phase::kReading, limits_.request_timeout);
   if (!in_.empty()) {
+    StartPhase(Phase::kReading, limits_.request_timeout);
     event_->Activate(EPOLLIN);  // a pipelined request: later in this turn, not by recursion
+  } else {
+    StartPhase(Phase::kIdle, limits_.idle_timeout);
   }
 }
 

@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "lib/base/unique_fd.h"
 #include "lib/event/event_loop.h"
+#include "lib/http/request_head.h"
 #include "lib/http/status_server.h"
 
 namespace sluice::http {
@@ -20,8 +21,8 @@ class StatusConnection;
 class StatusConnectionCallbacks {
  public:
   virtual ~StatusConnectionCallbacks() = default;
-  // The reply to a GET of `path` (404 when no route matches).
-  virtual StatusServer::Reply OnRequest(std::string_view path) = 0;
+  // The reply to a GET or HEAD of `head.path` (404 when no route matches).
+  virtual StatusServer::Reply OnRequest(const RequestHead& head) = 0;
   // `conn` is done and its fd closed; the owner frees it later (DeferDelete), never in this call.
   virtual void OnClosed(StatusConnection& conn) = 0;
 };
@@ -29,10 +30,13 @@ class StatusConnectionCallbacks {
 // One client of a StatusServer. Reads a request head, answers it, and only then looks at the
 // next one (a pipelined request waits in the buffer), so a client that does not read its
 // responses holds one response, not many. Every phase has a deadline that counts from its start,
-// not from the last byte: waiting for a whole head (from accept, or from the end of the previous
-// response on a kept-alive connection), writing a response, and the lingering close after a
+// not from the last byte: waiting for a whole head (from accept, or from the first byte of the
+// next request on a kept-alive connection), writing a response, and the lingering close after a
 // refusal. A client sending one byte a second is therefore dropped at the deadline, however
-// patient. Closes on a refused request, "Connection: close", a deadline, or the peer's end.
+// patient. Between requests a kept-alive connection waits ServerLimits::idle_timeout (none by
+// default, as Go's net/http server: scrapers that pool connections keep theirs); the per-source
+// and total caps bound what idle connections hold. Closes on a refused request, "Connection:
+// close", a deadline, or the peer's end.
 // Thread: the server's loop.
 class StatusConnection final : public event::DeferredDeletable {
  public:
@@ -51,7 +55,7 @@ class StatusConnection final : public event::DeferredDeletable {
   void Close();
 
  private:
-  enum class Phase { kReading, kWriting, kLingering };
+  enum class Phase { kIdle, kReading, kWriting, kLingering };
 
   StatusConnection(event::EventLoop& loop, base::UniqueFd fd, std::string source,
                    const ServerLimits& limits, StatusConnectionCallbacks& callbacks);

@@ -88,6 +88,26 @@ std::string SourceOf(const sockaddr_storage& peer) {
   return buf;
 }
 
+// A 301 to `port` on the host the request named, keeping path and query. The Location has no
+// scheme ("//host:port/path"), as Go's http.Redirect writes a URL whose Host was replaced.
+StatusServer::Reply Redirect(const RequestHead& head, int port) {
+  std::string host = head.host;  // "name", "name:port", "[v6]" or "[v6]:port"
+  if (!host.empty() && host.front() == '[') {
+    host = host.substr(1, host.find(']') - 1);
+  } else if (const size_t colon = host.rfind(':'); colon != std::string::npos) {
+    host.erase(colon);
+  }
+  std::string location = absl::StrCat("//", HostPort(host, port), head.path);
+  if (!head.query.empty()) {
+    absl::StrAppend(&location, "?", head.query);
+  }
+  StatusServer::Reply reply{301,
+                            absl::StrCat("<a href=\"", location, "\">Moved Permanently</a>.\n\n"),
+                            "text/html; charset=utf-8"};
+  reply.headers.emplace_back("Location", location);
+  return reply;
+}
+
 }  // namespace
 
 // Everything a StatusServer serves with: routes, limits, the acceptor and the open connections.
@@ -117,10 +137,11 @@ class StatusServerState final : public StatusConnectionCallbacks {
   }
 
   // StatusConnectionCallbacks
-  StatusServer::Reply OnRequest(std::string_view path) override {
+  StatusServer::Reply OnRequest(const RequestHead& head) override {
     for (const auto& [route, fn] : routes_) {
-      if (route == path || route == "*") {
-        return fn();
+      if (route == head.path || route == "*") {
+        StatusServer::Reply reply = fn();
+        return reply.redirect_port == 0 ? reply : Redirect(head, reply.redirect_port);
       }
     }
     return StatusServer::Reply{404, "404 page not found\n"};

@@ -32,8 +32,13 @@ struct ServerLimits {
   size_t max_connections = 256;
   // Open connections from one IP address; more are closed at once.
   size_t max_per_source = 8;
-  // From accept, or from the end of the previous response, until a whole request head is in.
+  // From accept, or from the first byte of the next request on a kept-alive connection, until a
+  // whole request head is in.
   absl::Duration request_timeout = absl::Seconds(10);
+  // A kept-alive connection waiting for its next request. None by default, as Go's net/http
+  // server (no IdleTimeout, no ReadTimeout): clients that pool connections (Prometheus) keep
+  // theirs instead of reconnecting for every scrape. The caps above bound what they hold.
+  absl::Duration idle_timeout = absl::InfiniteDuration();
   // Until a whole response is written.
   absl::Duration write_timeout = absl::Seconds(10);
   // After a refusal (431, 400...), how long the rest of the client's request is read and dropped
@@ -61,6 +66,9 @@ class StatusServer final {
     std::string body;
     std::string content_type = "text/plain; charset=utf-8";
     std::vector<std::pair<std::string, std::string>> headers;  // sent as given, after the rest
+    // Non-zero: the reply is a 301 to the same target on this port of the host the request
+    // named (its Host field), as Go's http.Redirect writes it; code and body are then ignored.
+    int redirect_port = 0;
   };
   // A GET of the path (exactly, query aside), or of any path when the path is "*".
   using Route = std::pair<std::string, std::function<Reply()>>;

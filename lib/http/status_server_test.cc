@@ -312,6 +312,58 @@ TEST(StatusServerLimitsTest, KeepAliveAndPipelinedRequestsShareOneConnection) {
   EXPECT_TRUE(ClosedByServer(fd));
 }
 
+// Go's net/http keeps an idle kept-alive connection open (no IdleTimeout): scrapers that pool
+// connections must not see theirs churn. The request deadline applies once a request begins.
+TEST(StatusServerLimitsTest, AnIdleKeptAliveConnectionStaysOpenPastTheRequestDeadline) {
+  ServerLimits limits;
+  limits.request_timeout = absl::Milliseconds(200);
+  auto server = StatusServer::Create("127.0.0.1", 0, HealthRoutes(), limits);
+  ASSERT_TRUE(server.ok()) << server.status();
+  UniqueFd idle = ConnectFrom("127.0.0.1", (*server)->port());
+  EXPECT_EQ(Get(idle, "/healthz").code, 200);
+  // A witness started after the idle connection's last response: once the server dropped it
+  // at the request deadline, that deadline has passed for the idle connection too.
+  UniqueFd slow = ConnectFrom("127.0.0.2", (*server)->port());
+  Send(slow, "GET /healthz HTTP/1.1\r\n");
+  ASSERT_TRUE(ClosedByServer(slow));
+  EXPECT_TRUE(StillOpen(idle));
+  EXPECT_EQ(Get(idle, "/healthz").code, 200);
+  // A request begun on the kept-alive connection still has the deadline.
+  Send(idle, "GET /healthz HTTP/1.1\r\n");
+  EXPECT_TRUE(ClosedByServer(idle));
+}
+
+TEST(StatusServerLimitsTest, AnIdleTimeoutClosesIdleConnections) {
+  ServerLimits limits;
+  limits.idle_timeout = absl::Milliseconds(200);
+  auto server = StatusServer::Create("127.0.0.1", 0, HealthRoutes(), limits);
+  ASSERT_TRUE(server.ok()) << server.status();
+  UniqueFd idle = ConnectFrom("127.0.0.1", (*server)->port());
+  EXPECT_EQ(Get(idle, "/healthz").code, 200);
+  EXPECT_TRUE(ClosedByServer(idle));
+}
+
+// Upstream proxy-agent's admin /metrics: a 301 to the health port on the host the client named.
+TEST(StatusServerLimitsTest, RedirectToAnotherPortKeepsHostPathAndQuery) {
+  auto server = StatusServer::Create("127.0.0.1", 0, {{"/metrics", [] {
+                                                         StatusServer::Reply r;
+                                                         r.redirect_port = 8093;
+                                                         return r;
+                                                       }}});
+  ASSERT_TRUE(server.ok()) << server.status();
+  UniqueFd fd = ConnectFrom("127.0.0.1", (*server)->port());
+  Send(fd, "GET /metrics?x=1 HTTP/1.1\r\nHost: node-a:8094\r\n\r\n");
+  std::string buf;
+  Response r = Read(fd, buf);
+  EXPECT_EQ(r.code, 301);
+  EXPECT_NE(r.head.find("Location: //node-a:8093/metrics?x=1\r\n"), std::string::npos) << r.head;
+  EXPECT_NE(r.head.find("Content-Type: text/html; charset=utf-8\r\n"), std::string::npos);
+  EXPECT_EQ(r.body, "<a href=\"//node-a:8093/metrics?x=1\">Moved Permanently</a>.\n\n");
+  Send(fd, "GET /metrics HTTP/1.1\r\nHost: [fd00::1]:8094\r\n\r\n");
+  r = Read(fd, buf);
+  EXPECT_NE(r.head.find("Location: //[fd00::1]:8093/metrics\r\n"), std::string::npos) << r.head;
+}
+
 TEST(StatusServerLimitsTest, Http10ClosesUnlessAskedToKeepAlive) {
   auto server = StatusServer::Create("127.0.0.1", 0, HealthRoutes());
   ASSERT_TRUE(server.ok()) << server.status();

@@ -226,6 +226,12 @@ absl::StatusOr<HttpResponse> HttpClient::Request(const char* method, const std::
   } else {
     RETURN_IF_ERROR(SLUICE_SETOPT(e, CURLOPT_HTTPGET, 1L));
   }
+  // PUT and DELETE send their body as a POST would. GET and POST leave the option alone; the
+  // handle is reused, so it is cleared after the request that set it.
+  const bool custom = std::string_view(method) == "PUT" || std::string_view(method) == "DELETE";
+  if (custom) {
+    RETURN_IF_ERROR(SLUICE_SETOPT(e, CURLOPT_CUSTOMREQUEST, method));
+  }
   RETURN_IF_ERROR(SLUICE_SETOPT(e, CURLOPT_URL, url.c_str()));
   RETURN_IF_ERROR(SLUICE_SETOPT(e, CURLOPT_HTTPHEADER, headers.get()));
   RETURN_IF_ERROR(
@@ -237,6 +243,9 @@ absl::StatusOr<HttpResponse> HttpClient::Request(const char* method, const std::
   error_buffer_[0] = '\0';
   const auto rc = static_cast<CURLcode>(Perform());
   sink_ = nullptr;
+  if (custom) {
+    (void)SLUICE_SETOPT(e, CURLOPT_CUSTOMREQUEST, static_cast<const char*>(nullptr));
+  }
   curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &response_.status);
   if (stopped_.load()) {
     return absl::CancelledError("stopped");

@@ -55,6 +55,17 @@ class HttpClient final {
     return Request("POST", target, &body, timeout, sink);
   }
 
+  // PUTs a JSON `body` (an update: a Lease's renewal); otherwise as Get.
+  absl::StatusOr<HttpResponse> Put(const std::string& target, const std::string& body,
+                                   absl::Duration timeout, BodySink sink) {
+    return Request("PUT", target, &body, timeout, sink);
+  }
+  // DELETEs with a JSON DeleteOptions `body` (preconditions); otherwise as Get.
+  absl::StatusOr<HttpResponse> Delete(const std::string& target, const std::string& body,
+                                      absl::Duration timeout, BodySink sink) {
+    return Request("DELETE", target, &body, timeout, sink);
+  }
+
   // Makes the running Get(), and every later one, return Cancelled. Thread-safe.
   void Stop();
 

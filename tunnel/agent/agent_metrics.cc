@@ -31,6 +31,16 @@ AgentMetrics::AgentMetrics(base::Registry& r)
                                    "Latency of dial to the remote endpoint in seconds",
                                    {0.005, 0.025, 0.1, 0.5, 2.5, 10, 30})
                         .Get()),
+      // Upstream's shared stream metrics (konnectivity-client's common metrics), with the
+      // agent's segments: from_agent for what it sends, to_agent for what it receives.
+      packets(r.AddCounter(N("stream_packets_total"),
+                           "Count of packets processed, by segment and packet type (example: "
+                           "from_client, DIAL_REQ)",
+                           {"segment", "packet_type"})),
+      stream_errors(r.AddCounter(N("stream_errors_total"),
+                                 "Count of gRPC stream errors, by segment, grpc Code, packet type. "
+                                 "(example: from_agent, Code.Unavailable, DIAL_RSP)",
+                                 {"segment", "code", "packet_type"})),
       bad_packets(r.AddCounter(S("bad_packets_total"),
                                "Packets dropped as malformed or unexpected, by reason.",
                                {"reason"})),

@@ -73,8 +73,9 @@ void BackendConn::Dial(const std::string& address, const std::weak_ptr<BackendCo
   std::string host;
   uint16_t port = 0;
   if (!SplitHostPort(address, &host, &port)) {
-    FailDial(
-        absl::StrCat("dial tcp ", address, ": address ", address, ": missing port in address"));
+    // Go's net.Dial text: the address did not parse, so the error names no address after
+    // "dial tcp" (an HTTP CONNECT to a host without a port ends here, as upstream's does).
+    FailDial(absl::StrCat("dial tcp: address ", address, ": missing port in address"));
     return;
   }
   dial_timer_->Arm(policy_.timeout);

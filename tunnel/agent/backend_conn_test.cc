@@ -68,7 +68,7 @@ TEST(BackendConnTest, GoStyleErrors) {
   EXPECT_EQ(DialError(refused), "dial tcp " + refused + ": connect: connection refused");
   EXPECT_EQ(DialError("nosuchhost.invalid:80"),
             "dial tcp: lookup nosuchhost.invalid: no such host");
-  EXPECT_EQ(DialError("bad"), "dial tcp bad: address bad: missing port in address");
+  EXPECT_EQ(DialError("bad"), "dial tcp: address bad: missing port in address");
 }
 
 // A listening loopback port, so that only the allow list can make a dial to it fail.

@@ -4,10 +4,9 @@
 // nothing else.
 #include <signal.h>
 
-#include <random>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "lib/base/file.h"
 #include "lib/base/flags.h"
 #include "lib/base/log.h"
@@ -17,18 +16,15 @@
 #include "lib/cli/shutdown.h"
 #include "lib/cli/status_ports.h"
 #include "lib/http/status_server.h"
+#include "lib/kube/client_config.h"
 
+#include "tunnel/agent/lease_counter.h"
 #include "tunnel/agent/proxy_agent_options.h"
 #include "tunnel/agent/tunnel_agent.h"
 #include "tunnel/wire/packet.h"
 
 namespace sluice::tunnel::agent {
 namespace {
-
-std::string RandomId() {
-  std::random_device rd;
-  return absl::StrFormat("%08x-%04x-%04x-%08x", rd(), rd() & 0xffff, rd() & 0xffff, rd());
-}
 
 TunnelAgentConfig ToConfig(const ProxyAgentFlags& o) {
   TunnelAgentConfig c;
@@ -40,7 +36,7 @@ TunnelAgentConfig ToConfig(const ProxyAgentFlags& o) {
   c.agent_cert = o.agent_cert;
   c.agent_key = o.agent_key;
   c.token_path = o.service_account_token_path;
-  c.agent_id = o.agent_id.empty() ? RandomId() : o.agent_id;
+  c.agent_id = o.agent_id.empty() ? wire::RandomUuid() : o.agent_id;  // upstream's default
   c.identifiers = o.agent_identifiers;
   c.sync_interval = o.sync_interval;
   c.sync_interval_cap = o.sync_interval_cap;
@@ -52,33 +48,58 @@ TunnelAgentConfig ToConfig(const ProxyAgentFlags& o) {
   c.max_connection_buffer = static_cast<size_t>(o.max_connection_buffer);
   c.window_extension = o.window_extension;
   c.stall_timeout = o.stall_timeout;
+  c.alpn_protos = o.alpn_proto;
   return c;
 }
 
-// /healthz, /readyz (503 until a server stream is up) and /metrics on the health port, and
-// /metrics on the admin port, as upstream proxy-agent serves them.
+// /healthz, /readyz and /ready (503 until a server stream is up, with upstream's check list)
+// and /metrics on the health port; the admin port's /metrics is a 301 to the health port's, as
+// upstream proxy-agent serves them.
 absl::StatusOr<cli::StatusPorts> StartStatusServers(const ProxyAgentFlags& o, TunnelAgent& agent,
                                                     base::Registry& registry) {
-  return cli::StartStatusPorts({.health_host = o.health_server_host,
-                                .health_port = o.health_server_port,
-                                .admin_host = o.admin_bind_address,
-                                .admin_port = o.admin_server_port,
-                                .readyz =
-                                    [&agent] {
-                                      return agent.ConnectedServers() > 0
-                                                 ? http::StatusServer::Reply{200, "ok"}
-                                                 : http::StatusServer::Reply{
-                                                       503, "not connected to any proxy server"};
-                                    },
-                                .metrics_on_health = true,
-                                .registry = &registry});
+  return cli::StartStatusPorts(
+      {.health_host = o.health_server_host,
+       .health_port = o.health_server_port,
+       .admin_host = o.admin_bind_address,
+       .admin_port = o.admin_server_port,
+       .readyz =
+           [&agent] {
+             return agent.ConnectedServers() > 0
+                        ? http::StatusServer::Reply{200, "ok"}
+                        : http::StatusServer::Reply{
+                              503,
+                              "[+]ping ok\n[-]server-connected failed: no servers connected\n"};
+           },
+       .metrics_on_health = true,
+       .admin_redirects_to_health = true,
+       .registry = &registry});
+}
+
+// Upstream's --count-server-leases: the servers' Leases counted (null without the flag).
+absl::StatusOr<std::unique_ptr<LeaseCounter>> StartLeaseCounter(const ProxyAgentFlags& o,
+                                                                TunnelAgentConfig& config) {
+  if (!o.count_server_leases) {
+    return nullptr;
+  }
+  ASSIGN_OR_RETURN(kube::ClientConfig kube_config, kube::ResolveClientConfig(o.kubeconfig, ""));
+  ASSIGN_OR_RETURN(std::unique_ptr<LeaseCounter> counter,
+                   LeaseCounter::Create(kube_config, o.lease_namespace, o.lease_label));
+  config.lease_count = [raw = counter.get()] { return raw->Count(); };
+  config.server_count_max = o.server_count_source == "max";
+  return counter;
 }
 
 int Serve(const base::FlagSet& flags, ProxyAgentFlags& o) {
   WarnIgnoredProxyAgentFlags(flags, o);
   base::Registry registry;
   base::AddProcessMetrics(registry);
-  auto agent = TunnelAgent::Create(ToConfig(o), registry);
+  TunnelAgentConfig config = ToConfig(o);
+  auto leases = StartLeaseCounter(o, config);  // outlives the agent, which asks it
+  if (!leases.ok()) {
+    LOG(ERROR) << "--count-server-leases: " << leases.status();
+    return cli::kExitFailure;
+  }
+  auto agent = TunnelAgent::Create(std::move(config), registry);
   if (!agent.ok()) {
     LOG(ERROR) << agent.status();
     return cli::kExitFailure;

@@ -92,7 +92,6 @@ void ServerSession::HandleDial(const wire::Packet& p) {
 
 void ServerSession::OnDialDone(BackendConn& conn, const std::string& error) {
   dialing_.erase(conn.random());
-  metrics_.dial_duration.Observe(absl::ToDoubleSeconds(loop_.MonotonicNow() - conn.started()));
   if (!error.empty()) {
     // Upstream's two reasons: a net.Error timeout, and everything else.
     metrics_.dial_failures
@@ -103,6 +102,8 @@ void ServerSession::OnDialDone(BackendConn& conn, const std::string& error) {
     Retire(conn.connect_id());
     return;
   }
+  // Upstream observes successful dials only.
+  metrics_.dial_duration.Observe(absl::ToDoubleSeconds(loop_.MonotonicNow() - conn.started()));
   metrics_.open_endpoint_connections.Add(1);
   (void)outbox_->Send(wire::MakeDialResponse(conn.random(), conn.connect_id(), ""));
 }

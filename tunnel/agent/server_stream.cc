@@ -20,10 +20,17 @@ ServerStream::ServerStream(Owner& owner, const Setup& setup,
                            const std::shared_ptr<grpc::Channel>& channel, const std::string& token,
                            std::promise<bool> ready)
     : owner_(owner),
-      window_(setup.window),
       loop_(setup.loop),
+      metrics_(setup.metrics),
+      windowed_(setup.window > 0),
       stub_(::AgentService::NewStub(channel)),
-      outbox_(std::make_shared<StreamOutbox>([this](const wire::Packet* p) { StartWrite(p); })),
+      outbox_(std::make_shared<StreamOutbox>([this](const wire::Packet* p) {
+        if (p->type() != SLUICE_CREDIT) {  // upstream's metric keeps upstream's packet types
+          metrics_.packets.WithLabels({"from_agent", wire::TypeLabel(p->type())}).Inc();
+        }
+        writing_type_.store(p->type(), std::memory_order_relaxed);
+        StartWrite(p);
+      })),
       ready_(std::move(ready)) {
   session_ = std::make_shared<ServerSession>(setup.loop, setup.resolver, setup.metrics,
                                              setup.policy, outbox_, gate_);
@@ -34,8 +41,8 @@ ServerStream::ServerStream(Owner& owner, const Setup& setup,
   if (!token.empty()) {
     context_.AddMetadata("authorization", "Bearer " + token);
   }
-  if (window_ > 0) {
-    context_.AddMetadata(wire::kWindowHeader, std::to_string(window_));
+  if (windowed_) {
+    context_.AddMetadata(wire::kWindowHeader, std::to_string(setup.window));
   }
   stub_->async()->Connect(&context_, this);
   // Writes start from the tunnel loop, outside reactions, so the stream needs a hold (gRPC
@@ -57,7 +64,7 @@ void ServerStream::Negotiate(bool ok) {
     return;
   }
   // An upstream server sends no such header (and never sees our credits): then 0.
-  session_->Negotiated(window_ > 0 ? wire::ParseWindow(Header(context_, wire::kWindowHeader)) : 0);
+  session_->Negotiated(windowed_ ? wire::ParseWindow(Header(context_, wire::kWindowHeader)) : 0);
   server_id_ = Header(context_, "serverid");
   int count = 1;
   if (!absl::SimpleAtoi(Header(context_, "servercount"), &count) || count < 1) {
@@ -86,6 +93,9 @@ void ServerStream::OnReadDone(bool ok) {
     }
     return;
   }
+  if (in_.type() != SLUICE_CREDIT) {
+    metrics_.packets.WithLabels({"to_agent", wire::TypeLabel(in_.type())}).Inc();
+  }
   session_->Post(std::move(in_));
   in_.Clear();
   gate_->ReadNext();
@@ -99,6 +109,19 @@ void ServerStream::EndWrites() {
 void ServerStream::OnDone(const grpc::Status& status) {
   gate_->Close();  // the session keeps the gate; a later Release must not touch this reactor
   Resolve(false);
+  // Upstream counts a failed Recv (and a failed Send) of a serving stream, whatever ended it,
+  // except the end of stream; a stream we cancelled ourselves is no error here.
+  if (!server_id_.empty() && !status.ok() && !cancelled_) {
+    if (failed_write_type_ >= 0) {
+      metrics_.stream_errors
+          .WithLabels({"from_agent", wire::GrpcCodeName(status.error_code()),
+                       wire::TypeLabel(failed_write_type_)})
+          .Inc();
+    }
+    metrics_.stream_errors
+        .WithLabels({"to_agent", wire::GrpcCodeName(status.error_code()), "Unknown"})
+        .Inc();
+  }
   if (!server_id_.empty()) {
     LOG(INFO) << "stream to server " << server_id_ << " ended: " << status.error_message()
               << " (code " << status.error_code() << ")";

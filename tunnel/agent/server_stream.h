@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <atomic>
 #include <future>
 #include <memory>
 #include <string>
@@ -42,7 +43,8 @@ class ServerStream final : public StreamReactor {
     const DialPolicy& policy;
     const std::string& agent_id;
     const std::string& identifiers;  // URL-query encoded; empty: none sent
-    int64_t window = 0;  // announced for per-connection flow control; 0: the extension is off
+    // Announced as wire::kWindowHeader; 0: the agent speaks upstream's protocol only.
+    int64_t window = 0;
   };
 
   // Prepares the call; Start() starts it. `ready` gets true once initial metadata named a new
@@ -53,14 +55,23 @@ class ServerStream final : public StreamReactor {
   // and start it without holding a lock across gRPC. A Cancel() before it still ends the call.
   void Start() { StartCall(); }
 
-  void Cancel() { context_.TryCancel(); }
+  // Ends the stream from our side (shutdown, a duplicate server): not a stream error.
+  void Cancel() {
+    cancelled_ = true;
+    context_.TryCancel();
+  }
   ServerSession& session() { return *session_; }
   const std::string& server_id() const { return server_id_; }
 
   // grpc::ClientBidiReactor
   void OnReadInitialMetadataDone(bool ok) override;
   void OnReadDone(bool ok) override;
-  void OnWriteDone(bool ok) override { (void)outbox_->OnWriteDone(ok); }
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      failed_write_type_ = writing_type_.load(std::memory_order_relaxed);
+    }
+    (void)outbox_->OnWriteDone(ok);
+  }
   void OnDone(const grpc::Status& status) override;
 
  private:
@@ -71,8 +82,9 @@ class ServerStream final : public StreamReactor {
   void EndWrites();
 
   Owner& owner_;
-  const int64_t window_;
   event::EventLoop& loop_;
+  AgentMetrics& metrics_;
+  const bool windowed_;  // the window extension announced (Setup::window)
   // The stub holds a channel reference; it must outlive the context (and its call).
   std::unique_ptr<::AgentService::Stub> stub_;
   grpc::ClientContext context_;
@@ -82,6 +94,9 @@ class ServerStream final : public StreamReactor {
       std::make_shared<wire::ReadGate>([this] { StartRead(&in_); });
   wire::Packet in_;
   std::string server_id_;
+  std::atomic<bool> cancelled_{false};
+  std::atomic<int> writing_type_{0};  // of the write in flight
+  int failed_write_type_ = -1;        // of a write the stream refused; reactions only
   absl::Mutex mu_;
   std::promise<bool> ready_ ABSL_GUARDED_BY(mu_);
   bool resolved_ ABSL_GUARDED_BY(mu_) = false;

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tunnel/agent/tunnel_agent.h"
 
+#include <algorithm>
 #include <future>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "grpcpp/create_channel_posix.h"
 #include "grpcpp/grpcpp.h"
 #include "lib/base/backoff.h"
 #include "lib/base/file.h"
@@ -34,20 +36,33 @@ absl::StatusOr<std::unique_ptr<TunnelAgent>> TunnelAgent::Create(TunnelAgentConf
                    AllowList::Parse(config.allowed_destinations, config.own_ports));
   ASSIGN_OR_RETURN(auto creds,
                    wire::ClientTls(config.ca_cert, config.agent_cert, config.agent_key));
+  std::unique_ptr<wire::TlsContext> alpn_tls;
+  if (!config.alpn_protos.empty()) {
+    std::vector<std::string> offered = config.alpn_protos;
+    // As grpc-go's TLS credentials do with upstream's list: h2 last, unless listed.
+    if (std::find(offered.begin(), offered.end(), "h2") == offered.end()) {
+      offered.push_back("h2");
+    }
+    ASSIGN_OR_RETURN(alpn_tls, wire::TlsContext::CreateClient(config.ca_cert, config.agent_cert,
+                                                              config.agent_key, offered));
+  }
   ASSIGN_OR_RETURN(auto io_thread, event::LoopThread::Create("tunnel-agent"));
-  auto agent = std::unique_ptr<TunnelAgent>(new TunnelAgent(
-      std::move(config), registry, std::move(allow), std::move(creds), std::move(io_thread)));
+  auto agent = std::unique_ptr<TunnelAgent>(
+      new TunnelAgent(std::move(config), registry, std::move(allow), std::move(creds),
+                      std::move(alpn_tls), std::move(io_thread)));
   agent->sync_ = std::thread([a = agent.get()] { a->SyncLoop(); });
   return agent;
 }
 
 TunnelAgent::TunnelAgent(TunnelAgentConfig config, base::Registry& registry, AllowList allow,
                          std::shared_ptr<grpc::ChannelCredentials> creds,
+                         std::unique_ptr<wire::TlsContext> alpn_tls,
                          std::unique_ptr<event::LoopThread> io_thread)
     : config_(std::move(config)),
       metrics_(registry),
       allow_(std::move(allow)),
       creds_(std::move(creds)),
+      alpn_tls_(std::move(alpn_tls)),
       io_thread_(std::move(io_thread)),
       loop_(io_thread_->loop()) {
   policy_.timeout = config_.dial_timeout;
@@ -71,6 +86,10 @@ TunnelAgent::~TunnelAgent() {
     auto all_done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return live_streams_ == 0; };
     mu_.Await(absl::Condition(&all_done));
     released_.clear();
+    for (auto& [stream, relay] : relays_) {
+      relay->Close();
+    }
+    relays_.clear();
   }
   Barrier();  // session teardowns
   Barrier();  // the connections they retired
@@ -99,7 +118,6 @@ bool TunnelAgent::OnStreamReady(ServerStream* stream, const std::string& server_
                                 int server_count) {
   absl::MutexLock lock(&mu_);
   server_count_ = server_count;
-  metrics_.known_server_count.Set(server_count);
   if (stop_ || active_.contains(server_id)) {
     return false;
   }
@@ -128,6 +146,10 @@ std::shared_ptr<grpc::Channel> TunnelAgent::OnStreamDone(ServerStream* stream) {
     channel = std::move(it->second);
     channels_.erase(it);
   }
+  if (auto it = relays_.find(stream); it != relays_.end()) {
+    it->second->Close();  // its gRPC connection is over
+    relays_.erase(it);
+  }
   return channel;
 }
 
@@ -135,6 +157,17 @@ void TunnelAgent::OnStreamGone(std::shared_ptr<grpc::Channel> channel) {
   absl::MutexLock lock(&mu_);
   released_.push_back(std::move(channel));  // dropped on the sync thread or in ~TunnelAgent
   --live_streams_;
+}
+
+int TunnelAgent::WantedServers(int announced) {
+  if (!config_.lease_count) {
+    return announced;
+  }
+  const int leases = config_.lease_count();
+  if (config_.server_count_max) {
+    return std::max({announced, leases, 1});
+  }
+  return leases > 0 ? leases : announced;  // no Lease seen yet: what servers say
 }
 
 bool TunnelAgent::SleepFor(absl::Duration d) {
@@ -163,6 +196,8 @@ void TunnelAgent::SyncLoop() {
       have = static_cast<int>(active_.size());
       want = server_count_;
     }
+    want = WantedServers(want);
+    metrics_.known_server_count.Set(want);
     if (have >= want) {
       backoff.Reset();
       if (!SleepFor(config_.probe_interval)) {
@@ -179,6 +214,18 @@ void TunnelAgent::SyncLoop() {
       return;
     }
   }
+}
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> TunnelAgent::NewChannel(
+    const std::string& server, const grpc::ChannelArguments& args,
+    std::shared_ptr<TlsRelay>* relay) {
+  if (alpn_tls_ == nullptr) {
+    return grpc::CreateCustomChannel(server, creds_, args);
+  }
+  ASSIGN_OR_RETURN(TlsRelay::Started started, TlsRelay::Start(loop_, *alpn_tls_, server));
+  *relay = std::move(started.relay);
+  // gRPC owns the fd from here; a failure closes it and the relay ends on its EOF.
+  return grpc::CreateCustomInsecureChannelFromFd(server, started.grpc_fd.Release(), args);
 }
 
 bool TunnelAgent::ConnectOnce(const std::string& server) {
@@ -199,7 +246,13 @@ bool TunnelAgent::ConnectOnce(const std::string& server) {
       static_cast<int>(std::min<int64_t>(
           absl::ToInt64Milliseconds(std::max(config_.keepalive_time, kMinKeepalive)), INT32_MAX)));
   args.SetMaxReceiveMessageSize(wire::kMaxMessageBytes);
-  auto channel = grpc::CreateCustomChannel(server, creds_, args);
+  std::shared_ptr<TlsRelay> relay;
+  auto made = NewChannel(server, args, &relay);
+  if (!made.ok()) {
+    LOG(WARNING) << "proxy server " << server << ": " << made.status();
+    return false;
+  }
+  std::shared_ptr<grpc::Channel> channel = std::move(*made);
   std::promise<bool> ready;
   std::future<bool> fresh = ready.get_future();
   ServerStream* stream;
@@ -218,6 +271,9 @@ bool TunnelAgent::ConnectOnce(const std::string& server) {
         channel, token, std::move(ready));  // owns itself once started
     all_.insert(stream);
     channels_[stream] = std::move(channel);
+    if (relay != nullptr) {
+      relays_[stream] = std::move(relay);
+    }
   }
   stream->Start();  // listed first, so OnStreamDone always finds it
   if (fresh.wait_for(std::chrono::milliseconds(absl::ToInt64Milliseconds(kMetadataTimeout))) !=

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -13,6 +14,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/security/credentials.h"
+#include "grpcpp/support/channel_arguments.h"
 #include "lib/base/metrics.h"
 #include "lib/event/loop_thread.h"
 
@@ -21,6 +23,8 @@
 #include "tunnel/agent/backend_conn.h"
 #include "tunnel/agent/resolver.h"
 #include "tunnel/agent/server_stream.h"
+#include "tunnel/agent/tls_relay.h"
+#include "tunnel/wire/tls.h"
 
 namespace sluice::tunnel::agent {
 
@@ -47,6 +51,14 @@ struct TunnelAgentConfig {
   // With a server without the extension: how long a backend may read nothing while its bytes
   // are queued before the connection is cut (wire::StallWatch).
   absl::Duration stall_timeout = wire::StallWatch::kDefaultTimeout;
+  // Offered in the TLS handshake (upstream's --alpn-proto), then "h2". Non-empty: the agent
+  // makes its own TLS connections (TlsRelay), as gRPC 1.51 offers only its own protocols.
+  std::vector<std::string> alpn_protos;
+  // Upstream's --count-server-leases: the number of servers from their Leases (LeaseCounter)
+  // rather than from the servercount they announce, or (server_count_max, upstream's
+  // --server-count-source=max) the larger of the two.
+  std::function<int()> lease_count;
+  bool server_count_max = false;
 };
 
 // The tunnel agent: keeps one AgentService stream to each of servercount distinct servers,
@@ -75,10 +87,17 @@ class TunnelAgent final : public ServerStream::Owner {
  private:
   TunnelAgent(TunnelAgentConfig config, base::Registry& registry, AllowList allow,
               std::shared_ptr<grpc::ChannelCredentials> creds,
+              std::unique_ptr<wire::TlsContext> alpn_tls,
               std::unique_ptr<event::LoopThread> io_thread);
+  // A channel to `server`: gRPC's TLS, or plaintext gRPC through a TlsRelay with ALPN.
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> NewChannel(const std::string& server,
+                                                            const grpc::ChannelArguments& args,
+                                                            std::shared_ptr<TlsRelay>* relay);
   void SyncLoop();
   bool ConnectOnce(const std::string& server);
   bool SleepFor(absl::Duration d) ABSL_LOCKS_EXCLUDED(mu_);  // false when stopping
+  // How many distinct servers to hold, given the count servers announce.
+  int WantedServers(int announced);
   void Barrier();
 
   const TunnelAgentConfig config_;
@@ -86,6 +105,7 @@ class TunnelAgent final : public ServerStream::Owner {
   const AllowList allow_;
   DialPolicy policy_;
   std::shared_ptr<grpc::ChannelCredentials> creds_;
+  std::unique_ptr<wire::TlsContext> alpn_tls_;  // set when alpn_protos is
   std::unique_ptr<event::LoopThread> io_thread_;
   event::EventLoop& loop_;  // io_thread_'s
   GetaddrinfoResolver resolver_;
@@ -98,6 +118,7 @@ class TunnelAgent final : public ServerStream::Owner {
   // reference inside OnDone tripped gRPC 1.51's callback-CQ refcount check
   // ("ref_counted.h: assertion failed: prior > 0" in grpc_cq_internal_unref).
   std::map<ServerStream*, std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);
+  std::map<ServerStream*, std::shared_ptr<TlsRelay>> relays_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<grpc::Channel>> released_ ABSL_GUARDED_BY(mu_);
   int server_count_ ABSL_GUARDED_BY(mu_) = 1;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tunnel/server/agent_service.h"
 
+#include <atomic>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -30,7 +32,12 @@ class AgentStream final : public Reactor, public AgentLink {
         options_(options),
         router_(router),
         metrics_(metrics),
-        outbox_([this](const wire::Packet* p) { StartWrite(p); }, options.budget) {
+        outbox_(
+            [this](const wire::Packet* p) {
+              writing_type_.store(p->type(), std::memory_order_relaxed);
+              StartWrite(p);
+            },
+            options.budget) {
     metrics_.grpc_connections.WithLabels({"Connect"}).Add(1);
     absl::Status st = Authenticate();
     if (st.ok() && options_.reviewer != nullptr) {
@@ -61,7 +68,13 @@ class AgentStream final : public Reactor, public AgentLink {
   // grpc::ServerBidiReactor
   void OnSendInitialMetadataDone(bool) override {}
   void OnReadDone(bool ok) override;
-  void OnWriteDone(bool ok) override { (void)outbox_.OnWriteDone(ok); }
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      metrics_.StreamError("to_agent", grpc::StatusCode::CANCELLED,
+                           wire::TypeLabel(writing_type_.load(std::memory_order_relaxed)));
+    }
+    (void)outbox_.OnWriteDone(ok);
+  }
   // A parked read would otherwise keep a cancelled stream from ever reaching OnDone. During a
   // token review the verdict finishes it instead.
   void OnCancel() override {
@@ -71,6 +84,9 @@ class AgentStream final : public Reactor, public AgentLink {
       if (reviewing_) {
         return;
       }
+    }
+    if (registered_) {
+      metrics_.StreamError("from_agent", grpc::StatusCode::CANCELLED);  // Recv's error upstream
     }
     FinishOnce(grpc::Status::CANCELLED);
   }
@@ -148,6 +164,7 @@ class AgentStream final : public Reactor, public AgentLink {
   const AgentServiceOptions& options_;
   Router& router_;
   ServerMetrics& metrics_;
+  std::atomic<int> writing_type_{0};  // of the write in flight, for stream_errors_total
   wire::Outbox outbox_;
   absl::Mutex mu_;
   bool reviewing_ ABSL_GUARDED_BY(mu_) = false;
@@ -157,7 +174,7 @@ class AgentStream final : public Reactor, public AgentLink {
   std::string node_;         // set once, before the Router sees us
   int64_t peer_window_ = 0;  // the agent's window; set once, before the Router sees us
   wire::Packet in_;
-  bool registered_ = false;
+  std::atomic<bool> registered_{false};  // OnCancel reads it on another thread
   std::shared_ptr<wire::ReadGate> gate_ =
       std::make_shared<wire::ReadGate>([this] { StartRead(&in_); });
 };

@@ -22,10 +22,12 @@ ConnectHead ParseConnectHead(const std::string& head) {
   if (parts[0] != "CONNECT") {
     return {405, ""};
   }
-  // The destination is the request-target authority, never the Host header.
+  // The destination is the request-target authority, never the Host header. One without a
+  // port goes to the agent as it is, as upstream forwards it: the agent's dial fails with Go's
+  // "missing port in address".
   const std::string& target = parts[1];
   const size_t colon = target.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == target.size() ||
+  if (target.empty() || colon == 0 || (colon != std::string::npos && colon + 1 == target.size()) ||
       target.find('/') != std::string::npos) {
     return {400, ""};
   }
@@ -59,9 +61,10 @@ std::string ConnectErrorReply(const std::string& err) {
 namespace {
 constexpr char kEstablished[] = "HTTP/1.1 200 Connection Established\r\n\r\n";
 
-std::string Plain(int code, const char* reason) {
-  return std::string("HTTP/1.1 ") + std::to_string(code) + " " + reason +
-         "\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+std::string Plain(int code, const char* reason, const std::string& body = "") {
+  return absl::StrCat("HTTP/1.1 ", code, " ", reason,
+                      body.empty() ? "" : "\r\nContent-Type: text/plain; charset=utf-8",
+                      "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n", body);
 }
 }  // namespace
 
@@ -249,7 +252,10 @@ void ConnectSession::OnHeadBytes(const std::string& bytes) {
   }
   ConnectHead parsed = ParseConnectHead(head_.substr(0, end + 2));
   if (parsed.status != 0) {
-    Reply(parsed.status == 405 ? Plain(405, "Method Not Allowed") : Plain(400, "Bad Request"));
+    // Upstream's texts: its handler's http.Error, and Go's server for a malformed request.
+    Reply(parsed.status == 405
+              ? Plain(405, "Method Not Allowed", "this proxy only supports CONNECT passthrough\n")
+              : Plain(400, "Bad Request", "400 Bad Request"));
     return;
   }
   head_.erase(0, end + 4);  // keep bytes the client sent after the head
@@ -286,7 +292,12 @@ void ConnectSession::OnAgentData(std::string bytes, const std::shared_ptr<wire::
   if (state_ != State::kEstablished) {
     return;
   }
-  if (!pump_->Write(std::move(bytes))) {
+  const absl::Duration start = loop_.clock().MonotonicNow();
+  const bool written = pump_->Write(std::move(bytes));
+  // Upstream times each write to the frontend's connection.
+  metrics_.frontend_write_duration.Observe(
+      absl::ToDoubleSeconds(loop_.clock().MonotonicNow() - start));
+  if (!written) {
     metrics_.overflow_closes.Inc();
     VLOG(1) << "http-connect: client queue overflow";
     End();  // the client does not read fast enough: close this connection only

@@ -11,7 +11,10 @@ TEST(HttpConnectTest, ParsesHead) {
             "10.0.0.5:10250");
   EXPECT_EQ(ParseConnectHead("CONNECT [fd00::1]:443 HTTP/1.1\r\n").authority, "[fd00::1]:443");
   EXPECT_EQ(ParseConnectHead("GET / HTTP/1.1\r\n").status, 405);
-  EXPECT_EQ(ParseConnectHead("CONNECT nohost HTTP/1.1\r\n").status, 400);
+  // No port: dialled as it is (the agent answers Go's "missing port in address"), as upstream.
+  EXPECT_EQ(ParseConnectHead("CONNECT nohost HTTP/1.1\r\n").authority, "nohost");
+  EXPECT_EQ(ParseConnectHead("CONNECT nohost: HTTP/1.1\r\n").status, 400);
+  EXPECT_EQ(ParseConnectHead("CONNECT /path HTTP/1.1\r\n").status, 400);
   EXPECT_EQ(ParseConnectHead("garbage\r\n").status, 400);
 }
 

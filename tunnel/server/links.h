@@ -61,6 +61,9 @@ class Frontend {
   virtual void OnCredit(int64_t /*bytes*/) {}
   // The tunnel is gone for good (overflow); the frontend finishes itself asynchronously.
   virtual void Abort(const std::string& why) = 0;
+  // The frontend has finished: nothing more reaches its client (a DIAL_RSP for it is then
+  // upstream's dial failure "send_rsp").
+  virtual bool Finished() const { return false; }
 };
 
 }  // namespace sluice::tunnel::server

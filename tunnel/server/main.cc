@@ -24,6 +24,7 @@
 #include "tunnel/server/agent_service.h"
 #include "tunnel/server/grpc_listener.h"
 #include "tunnel/server/http_connect.h"
+#include "tunnel/server/lease_controller.h"
 #include "tunnel/server/listen.h"
 #include "tunnel/server/proxy_service.h"
 #include "tunnel/server/router.h"
@@ -148,23 +149,25 @@ absl::Status Configure(ServerOptions& o, std::vector<Strategy>& strategies,
   return absl::OkStatus();
 }
 
-// /healthz and /readyz on the health port, /metrics on the admin port, as upstream serves them.
+// /healthz, /readyz and /ready (upstream's deprecated alias) on the health port, /metrics on the
+// admin port, with upstream's texts.
 absl::StatusOr<cli::StatusPorts> StartStatusServers(const ServerOptions& o, Router& router,
                                                     base::Registry& registry) {
-  return cli::StartStatusPorts(
-      {.health_host = o.health_bind_address,
-       .health_port = o.health_port,
-       .admin_host = o.admin_bind_address,
-       .admin_port = o.admin_port,
-       .readyz =
-           [&router] {
-             if (router.stopped_dialing()) {
-               return http::StatusServer::Reply{500, "shutting down"};
-             }
-             return router.ReadyAgents() > 0 ? http::StatusServer::Reply{200, "ok"}
-                                             : http::StatusServer::Reply{500, "no agent connected"};
-           },
-       .registry = &registry});
+  return cli::StartStatusPorts({.health_host = o.health_bind_address,
+                                .health_port = o.health_port,
+                                .admin_host = o.admin_bind_address,
+                                .admin_port = o.admin_port,
+                                .readyz =
+                                    [&router] {
+                                      if (router.stopped_dialing()) {
+                                        return http::StatusServer::Reply{500, "shutting down"};
+                                      }
+                                      return router.ReadyAgents() > 0
+                                                 ? http::StatusServer::Reply{200, "ok"}
+                                                 : http::StatusServer::Reply{
+                                                       500, "no connection to any proxy agent"};
+                                    },
+                                .registry = &registry});
 }
 
 // The TokenReview client when agents authenticate by service-account token, else null.
@@ -186,6 +189,25 @@ absl::StatusOr<std::unique_ptr<TokenReviewer>> StartTokenReviewer(const ServerOp
                .qps = o.kubeconfig_qps > 0 ? o.kubeconfig_qps : 5.0,
                .burst = o.kubeconfig_burst > 0 ? static_cast<int>(o.kubeconfig_burst) : 10,
                .outcomes = &metrics.token_reviews});
+}
+
+// Upstream's --enable-lease-controller: this server's Lease, renewed, and expired ones removed.
+absl::StatusOr<std::unique_ptr<LeaseController>> StartLeaseController(const ServerOptions& o,
+                                                                      ServerMetrics& metrics) {
+  if (!o.enable_lease_controller) {
+    return nullptr;
+  }
+  ASSIGN_OR_RETURN(auto labels, wire::ParseLeaseLabels(o.lease_label));
+  ASSIGN_OR_RETURN(kube::ClientConfig config, kube::ResolveClientConfig(o.kubeconfig, ""));
+  ASSIGN_OR_RETURN(auto controller,
+                   LeaseController::Create(config, {.server_id = o.server_id,
+                                                    .name_space = o.lease_namespace,
+                                                    .labels = std::move(labels),
+                                                    .culled = &metrics.culled_leases}));
+  LOG(INFO) << "holding lease " << o.lease_namespace << "/" << controller->lease_name() << " ("
+            << o.lease_label << ") at " << config.server;
+  controller->Start();
+  return controller;
 }
 
 // Everything after configuration; returns the exit code.
@@ -226,6 +248,11 @@ int Serve(const base::FlagSet& flags, ServerOptions& o, std::vector<Strategy> st
   auto reviewer = StartTokenReviewer(o, metrics);
   if (!reviewer.ok()) {
     LOG(ERROR) << "service-account authentication: " << reviewer.status();
+    return 1;
+  }
+  auto leases = StartLeaseController(o, metrics);
+  if (!leases.ok()) {
+    LOG(ERROR) << "lease controller: " << leases.status();
     return 1;
   }
   AgentService agent_service(

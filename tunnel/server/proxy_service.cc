@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/synchronization/mutex.h"
+#include "lib/base/clock.h"
 #include "lib/base/log.h"
 
 #include "tunnel/wire/outbox.h"
@@ -31,7 +32,14 @@ class ProxyStream final : public Reactor, public Frontend {
         budget_(budget),
         stall_timeout_(stall_timeout),
         client_(std::move(client)),
-        outbox_([this](const wire::Packet* p) { StartWrite(p); }, budget) {
+        outbox_(
+            [this](const wire::Packet* p) {
+              writing_type_.store(p->type(), std::memory_order_relaxed);
+              write_started_.store(absl::ToInt64Nanoseconds(base::MonotonicNow()),
+                                   std::memory_order_relaxed);
+              StartWrite(p);
+            },
+            budget) {
     metrics_.grpc_connections.WithLabels({"Proxy"}).Add(1);
     StartRead(&in_);
   }
@@ -71,6 +79,7 @@ class ProxyStream final : public Reactor, public Frontend {
       credit_->window.Release();  // starts the parked read, unless finished
     }
   }
+  bool Finished() const override { return credit_->reads->closed(); }
   void Abort(const std::string& why) override {
     // Called under the Router's lock: finish from the loop so no reaction can run inline.
     // The closure holds the Credit, not the reactor, which may be gone by then.
@@ -82,6 +91,13 @@ class ProxyStream final : public Reactor, public Frontend {
   // grpc::ServerBidiReactor
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override {
+    // Read before the Outbox starts the next write. Upstream times each Send to the frontend.
+    metrics_.frontend_write_duration.Observe(absl::ToDoubleSeconds(
+        base::MonotonicNow() - absl::Nanoseconds(write_started_.load(std::memory_order_relaxed))));
+    if (!ok) {
+      metrics_.StreamError("to_client", grpc::StatusCode::CANCELLED,
+                           wire::TypeLabel(writing_type_.load(std::memory_order_relaxed)));
+    }
     (void)outbox_.OnWriteDone(ok);
     const bool drained = outbox_.queued_bytes() < max_queued_ / 8;
     absl::MutexLock lock(&credit_->mu);
@@ -93,7 +109,10 @@ class ProxyStream final : public Reactor, public Frontend {
     }
   }
   // A parked read would otherwise keep a cancelled stream from ever reaching OnDone.
-  void OnCancel() override { FinishOnce(*credit_, grpc::Status::CANCELLED); }
+  void OnCancel() override {
+    metrics_.StreamError("from_client", grpc::StatusCode::CANCELLED);  // Recv's error upstream
+    FinishOnce(*credit_, grpc::Status::CANCELLED);
+  }
   void OnDone() override {
     router_.RemoveFrontend(this);
     metrics_.grpc_connections.WithLabels({"Proxy"}).Add(-1);
@@ -180,6 +199,9 @@ class ProxyStream final : public Reactor, public Frontend {
   const std::string client_;  // ClientOf(peer), for the pending-dial limit
   std::atomic<int64_t> connect_id_{0};
   std::atomic<bool> windowed_{false};  // the agent announced a window (OnPeerWindow)
+  // The write in flight (one at a time): its type and start, for the metrics.
+  std::atomic<int> writing_type_{0};
+  std::atomic<int64_t> write_started_{0};  // monotonic nanoseconds
   wire::Outbox outbox_;
   wire::Packet in_;
   std::shared_ptr<Credit> credit_ = std::make_shared<Credit>(loop_, this, stall_timeout_);

@@ -105,6 +105,7 @@ void Router::RemoveAgent(AgentLink* agent) {
     Frontend* f = e->second;
     const int64_t id = e->first.second;
     e = established_.erase(e);
+    LogClosed(tunnels_[f], "agent disconnected");
     DropTunnel(f);
     (void)f->Deliver(wire::MakeCloseResponse(id, "agent disconnected"), nullptr);
   }
@@ -210,7 +211,8 @@ std::string Router::Dial(Frontend* frontend, const wire::Packet& dial, const std
   }
   ++client_pending;
   pending_[key] = frontend;
-  AddTunnel(frontend, Tunnel{agent, key.second, 0, base::MonotonicNow(), client});
+  AddTunnel(frontend, Tunnel{agent, key.second, 0, base::MonotonicNow(), client,
+                             dial.dialrequest().address()});
   if (!agent->SendToAgent(dial, nullptr)) {
     pending_.erase(key);
     Unpend(tunnels_[frontend]);
@@ -237,19 +239,39 @@ void Router::OnDialResponse(AgentLink* agent, const wire::Packet& packet) {
   pending_.erase(it);
   Tunnel& t = tunnels_[f];
   Unpend(t);
-  metrics_.dial_duration.Observe(absl::ToDoubleSeconds(base::MonotonicNow() - t.started));
+  const absl::Duration took = base::MonotonicNow() - t.started;
   if (!rsp.error().empty() || rsp.connectid() <= 0) {
+    LOG(WARNING) << "dial " << t.random << " to " << t.address << " via agent " << agent->agent_id()
+                 << " failed after " << took << ": " << rsp.error();
     metrics_.dial_failures.WithLabels({"error_response"}).Inc();
     DropTunnel(f);
+  } else if (f->Finished()) {
+    // Upstream tells the agent, as the connection can never be used.
+    LOG(WARNING) << "dial " << t.random << " to " << t.address << " via agent " << agent->agent_id()
+                 << ": the frontend left before its DIAL_RSP";
+    metrics_.dial_failures.WithLabels({"send_rsp"}).Inc();
+    DropTunnel(f);
+    (void)agent->SendToAgent(wire::MakeCloseRequest(rsp.connectid()), nullptr);
+    UpdateGauges();
+    return;
   } else {
+    // Upstream observes successful dials only.
+    metrics_.dial_duration.Observe(absl::ToDoubleSeconds(took));
     t.connect_id = rsp.connectid();
     established_[{agent, rsp.connectid()}] = f;
     if (agent->peer_window() > 0) {
       f->OnPeerWindow(agent->peer_window());
     }
+    LOG(INFO) << "tunnel " << t.connect_id << " to " << t.address << " via agent "
+              << agent->agent_id() << " established (dial " << t.random << " took " << took << ")";
   }
   UpdateGauges();
   DeliverOrAbort(f, packet, nullptr);
+}
+
+void Router::LogClosed(const Tunnel& t, const char* why) {
+  LOG(INFO) << "tunnel " << t.connect_id << " to " << t.address << " via agent "
+            << t.agent->agent_id() << " closed: " << why;
 }
 
 void Router::OnAgentData(AgentLink* agent, wire::Packet packet) {
@@ -317,6 +339,9 @@ void Router::OnAgentClose(AgentLink* agent, const wire::Packet& packet) {
   }
   Frontend* f = it->second;
   established_.erase(it);
+  LogClosed(tunnels_[f], packet.closeresponse().error().empty()
+                             ? "CLOSE_RSP"
+                             : packet.closeresponse().error().c_str());
   DropTunnel(f);
   UpdateGauges();
   (void)f->Deliver(packet, nullptr);
@@ -380,6 +405,7 @@ void Router::Forget(Frontend* f) {
     (void)t.agent->SendToAgent(wire::MakeCloseDial(t.random), nullptr);
   } else {
     established_.erase({t.agent, t.connect_id});
+    LogClosed(t, "the frontend went away");
     (void)t.agent->SendToAgent(wire::MakeCloseRequest(t.connect_id), nullptr);
   }
   UpdateGauges();

@@ -93,6 +93,7 @@ class Router final {
     int64_t connect_id = 0;  // 0 while the dial is pending
     absl::Duration started;  // base::MonotonicNow() at the dial
     std::string client;
+    std::string address;  // dialled, for the log
   };
   using Key = std::pair<AgentLink*, int64_t>;
 
@@ -115,6 +116,8 @@ class Router final {
   void Forget(Frontend* frontend) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A pending dial of `t` ended (answered, failed or cancelled).
   void Unpend(const Tunnel& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One line per tunnel at the default level, as upstream logs dials and closes.
+  static void LogClosed(const Tunnel& t, const char* why);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::vector<Strategy> strategies_;

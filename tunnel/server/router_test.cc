@@ -23,9 +23,11 @@ class FakeFrontend final : public Frontend {
     window_before_delivery = got.size();
   }
   void OnCredit(int64_t bytes) override { credit += bytes; }
+  bool Finished() const override { return finished; }
   std::vector<wire::Packet> got;
   std::vector<std::shared_ptr<wire::ReadGate>> gates;  // what each Deliver was given
   bool accept = true;
+  bool finished = false;
   std::string aborted;
   int64_t window = 0;
   size_t window_before_delivery = 0;  // packets delivered when OnPeerWindow came
@@ -105,6 +107,37 @@ TEST_F(RouterTest, WindowedAgentCarriesCreditsBothWays) {
   const size_t sent = upstream.sent.size();
   r.Credit(&g, 8, 100);
   EXPECT_EQ(upstream.sent.size(), sent);  // an upstream agent never sees a credit
+}
+
+uint64_t Count(const base::Histogram& h) {
+  std::vector<uint64_t> buckets;
+  double sum;
+  uint64_t count;
+  h.Snapshot(&buckets, &sum, &count);
+  return count;
+}
+
+// Upstream's send_rsp: the DIAL_RSP cannot reach a frontend that finished while it dialled; the
+// agent is told to close what it opened. Failed dials are not in the dial histogram.
+TEST_F(RouterTest, DialResponseForAFinishedFrontendIsSendRsp) {
+  Router r({Strategy::kDefault}, metrics_);
+  FakeAgent a("a");
+  ASSERT_TRUE(r.AddAgent(&a).ok());
+  FakeFrontend gone, failed, ok;
+  ASSERT_EQ(r.Dial(&gone, wire::MakeDialRequest("h:1", 1)), "");
+  ASSERT_EQ(r.Dial(&failed, wire::MakeDialRequest("h:1", 2)), "");
+  ASSERT_EQ(r.Dial(&ok, wire::MakeDialRequest("h:1", 3)), "");
+  gone.finished = true;
+  r.OnDialResponse(&a, wire::MakeDialResponse(1, 7, ""));
+  EXPECT_TRUE(gone.got.empty());
+  EXPECT_EQ(a.sent.back().type(), CLOSE_REQ);
+  EXPECT_EQ(a.sent.back().closerequest().connectid(), 7);
+  EXPECT_EQ(metrics_.dial_failures.WithLabels({"send_rsp"}).Value(), 1);
+  r.OnDialResponse(&a, wire::MakeDialResponse(2, 0, "dial tcp h:1: connect: connection refused"));
+  r.OnDialResponse(&a, wire::MakeDialResponse(3, 8, ""));
+  EXPECT_EQ(Count(metrics_.dial_duration), 1u);
+  EXPECT_EQ(metrics_.established.Value(), 1);
+  EXPECT_EQ(r.Tunnels(), 1u);
 }
 
 TEST_F(RouterTest, AgentLossFailsPendingAndClosesEstablished) {

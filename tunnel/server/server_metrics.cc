@@ -1,8 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tunnel/server/server_metrics.h"
 
+#include "tunnel/wire/packet.h"
+
 namespace sluice::tunnel::server {
 namespace {
+// Buckets of upstream's dial and frontend-write histograms.
+const std::vector<double> kLatencyBuckets = {0.000001, 0.00001, 0.0001, 0.005, 0.025,
+                                             0.1,      0.5,     2.5,    12.5};
 // Names, HELP texts, labels and buckets are upstream proxy-server's (v0.31,
 // pkg/server/metrics), so dashboards and alerts written for it keep working; the list is
 // checked against tests/integration/tunnel/upstream_metrics_v0.31.txt.
@@ -33,12 +38,24 @@ ServerMetrics::ServerMetrics(base::Registry& r)
           r.AddGauge(N("http_connections"), "Number of current HTTP CONNECT connections").Get()),
       dial_duration(r.AddHistogram(N("dial_duration_seconds"),
                                    "Latency of dial to the remote endpoint in seconds",
-                                   {0.000001, 0.00001, 0.0001, 0.005, 0.025, 0.1, 0.5, 2.5, 12.5})
+                                   kLatencyBuckets)
                         .Get()),
+      frontend_write_duration(r.AddHistogram(N("frontend_write_duration_seconds"),
+                                             "Latency of write to the frontend in seconds",
+                                             kLatencyBuckets)
+                                  .Get()),
       packets(r.AddCounter(N("stream_packets_total"),
                            "Count of packets processed, by segment and packet type (example: "
                            "from_client, DIAL_REQ)",
                            {"segment", "packet_type"})),
+      stream_errors(r.AddCounter(N("stream_errors_total"),
+                                 "Count of gRPC stream errors, by segment, grpc Code, packet type. "
+                                 "(example: from_agent, Code.Unavailable, DIAL_RSP)",
+                                 {"segment", "code", "packet_type"})),
+      culled_leases(r.AddCounter(N("culled_leases_count"),
+                                 "Count of expired leases that the lease garbage collection "
+                                 "controller has culled.")
+                        .Get()),
       bad_packets(r.AddCounter(S("bad_packets_total"),
                                "Packets dropped as malformed or unexpected, by reason.",
                                {"reason"})),
@@ -65,5 +82,10 @@ ServerMetrics::ServerMetrics(base::Registry& r)
                                  "cache_accepted, cache_refused, peer_limit, queue_full, "
                                  "accepted, refused, unavailable.",
                                  {"outcome"})) {}
+
+void ServerMetrics::StreamError(const char* segment, int grpc_code,
+                                const std::string& packet_type) {
+  stream_errors.WithLabels({segment, wire::GrpcCodeName(grpc_code), packet_type}).Inc();
+}
 
 }  // namespace sluice::tunnel::server

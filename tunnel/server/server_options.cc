@@ -2,14 +2,13 @@
 #include "tunnel/server/server_options.h"
 
 #include <cstdlib>
-#include <random>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "lib/base/log.h"
 #include "lib/base/status.h"
 
 #include "tunnel/wire/cipher_suites.h"
+#include "tunnel/wire/packet.h"
 
 namespace sluice::tunnel::server {
 
@@ -71,13 +70,11 @@ std::vector<base::Option> ServerOptionTable(ServerOptions& o) {
       {"frontend-keepalive-time", &o.frontend_keepalive_time, "Frontend-connection keepalive.",
        kUpstream},
       {"enable-lease-controller", &o.enable_lease_controller,
-       "Accepted for compatibility; sluice publishes no leases (agents learn the server "
-       "count from --server-count).",
-       kUpstream, "", "sluice publishes no leases; agents count servers by --server-count"},
-      {"lease-namespace", &o.lease_namespace, "Accepted for compatibility; no effect.", kUpstream,
-       "", "sluice publishes no leases"},
-      {"lease-label", &o.lease_label, "Accepted for compatibility; no effect.", kUpstream, "",
-       "sluice publishes no leases"},
+       "Hold a coordination.k8s.io Lease for this server and delete expired ones, so agents "
+       "with --count-server-leases can count the servers.",
+       kUpstream},
+      {"lease-namespace", &o.lease_namespace, "Namespace of the server Leases.", kUpstream},
+      {"lease-label", &o.lease_label, "Labels (k=v,...) of the server Leases.", kUpstream},
       {"agent-token-file", &o.agent_token_file,
        "(sluice) Static agent bearer tokens, one per line, optionally 'token,agent-id'.", kSluice},
       {"max-connection-buffer", &o.max_connection_buffer,
@@ -206,8 +203,7 @@ absl::Status ValidateServerOptions(ServerOptions& o) {
     o.server_id = env;
   }
   if (o.server_id.empty()) {
-    std::random_device rd;
-    o.server_id = absl::StrFormat("%08x-%04x-%04x", rd(), rd() & 0xffff, rd() & 0xffff);
+    o.server_id = wire::RandomUuid();  // upstream's default
   }
   return absl::OkStatus();
 }

@@ -4,6 +4,9 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <cstring>
+#include <iterator>
+#include <random>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -148,5 +151,34 @@ absl::Status Validate(const Packet& p) {
 }
 
 size_t PacketBytes(const Packet& p) { return 64 + (p.type() == DATA ? p.data().data().size() : 0); }
+
+std::string RandomUuid() {
+  std::random_device rd;
+  uint8_t b[16];
+  for (size_t i = 0; i < sizeof(b); i += 4) {
+    const uint32_t r = rd();
+    std::memcpy(b + i, &r, 4);
+  }
+  b[6] = (b[6] & 0x0f) | 0x40;  // version 4
+  b[8] = (b[8] & 0x3f) | 0x80;  // RFC 4122 variant
+  std::string out;
+  for (size_t i = 0; i < sizeof(b); ++i) {
+    absl::StrAppend(&out, (i == 4 || i == 6 || i == 8 || i == 10) ? "-" : "",
+                    absl::Hex(b[i], absl::kZeroPad2));
+  }
+  return out;
+}
+
+std::string GrpcCodeName(int code) {
+  static constexpr const char* kNames[] = {
+      "OK",       "Canceled",       "Unknown",          "InvalidArgument",   "DeadlineExceeded",
+      "NotFound", "AlreadyExists",  "PermissionDenied", "ResourceExhausted", "FailedPrecondition",
+      "Aborted",  "OutOfRange",     "Unimplemented",    "Internal",          "Unavailable",
+      "DataLoss", "Unauthenticated"};
+  if (code >= 0 && code < static_cast<int>(std::size(kNames))) {
+    return kNames[code];
+  }
+  return "Code(" + std::to_string(code) + ")";
+}
 
 }  // namespace sluice::tunnel::wire

@@ -136,6 +136,14 @@ std::string TypeName(int type);
 // proto does not know its number (Go's enum String()).
 std::string TypeLabel(int type);
 
+// A random (version 4) UUID, "xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx": upstream's default server
+// and agent IDs (github.com/google/uuid), which operators' tooling may parse.
+std::string RandomUuid();
+
+// A gRPC status code as Go's codes.Code prints it ("Canceled", "Unavailable"; "Code(17)"), the
+// code label of upstream's stream_errors_total.
+std::string GrpcCodeName(int code);
+
 // Checks that the payload matches the type and IDs are sane. Receivers dispatch on `type`;
 // a packet failing this is logged, counted and dropped.
 absl::Status Validate(const Packet& packet);

@@ -45,6 +45,25 @@ TEST(PacketTest, RejectsMismatchedPayloadAndBadIds) {
   EXPECT_EQ(TypeName(DIAL_CLS), "DIAL_CLS");
 }
 
+TEST(PacketTest, GrpcCodeNamesAreGos) {
+  EXPECT_EQ(GrpcCodeName(1), "Canceled");
+  EXPECT_EQ(GrpcCodeName(14), "Unavailable");
+  EXPECT_EQ(GrpcCodeName(16), "Unauthenticated");
+  EXPECT_EQ(GrpcCodeName(17), "Code(17)");
+}
+
+TEST(PacketTest, RandomUuidIsVersion4) {
+  const std::string a = RandomUuid();
+  ASSERT_EQ(a.size(), 36u) << a;
+  for (size_t i : {8, 13, 18, 23}) {
+    EXPECT_EQ(a[i], '-') << a;
+  }
+  EXPECT_EQ(a[14], '4') << a;
+  EXPECT_NE(std::string("89ab").find(a[19]), std::string::npos) << a;
+  EXPECT_EQ(a.find_first_not_of("0123456789abcdef-"), std::string::npos) << a;
+  EXPECT_NE(a, RandomUuid());
+}
+
 TEST(SendWindowTest, PausesPastTheWindowAndResumesAtHalf) {
   SendWindow w;
   EXPECT_FALSE(w.Charge(kSendWindow));  // exactly full is still open

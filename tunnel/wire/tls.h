@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -11,14 +12,20 @@ typedef struct ssl_st SSL;
 
 namespace sluice::tunnel::wire {
 
-// Server-side TLS settings for the HTTP CONNECT frontend over TCP (gRPC listeners use gRPC's
-// own TLS). A non-empty `client_ca` requires a client certificate signed by it (mTLS).
+// TLS settings where gRPC's own TLS does not serve: the HTTP CONNECT frontend over TCP, and the
+// agent's connection to a server when it offers ALPN protocols (gRPC 1.51 offers only its own).
 // Immutable after Create; thread-safe.
 class TlsContext final {
  public:
+  // A non-empty `client_ca` requires a client certificate signed by it (mTLS).
   static absl::StatusOr<std::unique_ptr<TlsContext>> CreateServer(
       const std::string& cert, const std::string& key, const std::string& client_ca,
       const std::string& cipher_list = "");
+  // Verifies servers against `ca` (the system's roots when empty), presents `cert`/`key` when
+  // both are set, and offers `alpn` in the handshake, in order.
+  static absl::StatusOr<std::unique_ptr<TlsContext>> CreateClient(
+      const std::string& ca, const std::string& cert, const std::string& key,
+      const std::vector<std::string>& alpn);
   ~TlsContext();
   TlsContext(const TlsContext&) = delete;
   TlsContext& operator=(const TlsContext&) = delete;
@@ -36,6 +43,10 @@ class TlsConn final {
   enum class Io { kProgress, kWantRead, kWantWrite, kEof, kError };
 
   static absl::StatusOr<std::unique_ptr<TlsConn>> Accept(const TlsContext& ctx, int fd);
+  // The client side: sends `server_name` as SNI (a DNS name) and requires the server's
+  // certificate to name it (a DNS name or an IP address), as Go's crypto/tls does.
+  static absl::StatusOr<std::unique_ptr<TlsConn>> Connect(const TlsContext& ctx, int fd,
+                                                          const std::string& server_name);
   ~TlsConn();
   TlsConn(const TlsConn&) = delete;
   TlsConn& operator=(const TlsConn&) = delete;
@@ -49,6 +60,8 @@ class TlsConn final {
   void Shutdown();
   // The last kError's reason.
   std::string LastError() const { return last_error_; }
+  // The protocol ALPN agreed on; empty before the handshake or without one.
+  std::string AlpnSelected() const;
 
  private:
   explicit TlsConn(SSL* ssl) : ssl_(ssl) {}

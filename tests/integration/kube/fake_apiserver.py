@@ -18,7 +18,11 @@ documentation describes them, not as sluice happens to use them:
     authenticated when it is registered (op "sa_tokens") and one of its audiences is among the
     review's spec.audiences (default: the API server's own, https://kubernetes.default.svc);
     status.audiences is that intersection, as the TokenReview API documents; a token registered
-    with "extra" returns it as status.user.extra (the node claim of bound tokens).
+    with "extra" returns it as status.user.extra (the node claim of bound tokens);
+  - coordination.k8s.io/v1 Leases in a namespace (/apis/coordination.k8s.io/v1/namespaces/NS/
+    leases[/NAME]): list and watch as above, get, create (409 AlreadyExists), update (409
+    Conflict on a stale metadata.resourceVersion) and delete (409 Conflict when DeleteOptions'
+    preconditions.resourceVersion is stale), each an event for watches.
 
 A test drives it through a plain HTTP control port: POST /control with a JSON body {"op": ...}
 (see Control.handle), GET /control/requests for the request log (one line per API request:
@@ -51,7 +55,11 @@ KINDS = {
     "endpointslices": ("/apis/discovery.k8s.io/v1/endpointslices", "EndpointSlice",
                        "discovery.k8s.io/v1"),
     "nodes": ("/api/v1/nodes", "Node", "v1"),
+    "leases": ("/apis/coordination.k8s.io/v1/leases", "Lease", "coordination.k8s.io/v1"),
 }
+# Namespaced Lease paths: the collection (list, watch, create) and one object (get, update,
+# delete), as Konnectivity's lease controller and counter use them.
+LEASES_NS = "/apis/coordination.k8s.io/v1/namespaces/"
 PATHS = {path: name for name, (path, _, _) in KINDS.items()}
 
 
@@ -159,6 +167,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if url.path == "/version":  # public, as the real one (system:public-info-viewer)
             self.record(200)
             return self.send_json(200, {"major": "1", "minor": "31", "gitVersion": "v1.31.0"})
+        lease = self.lease_path(url.path)
+        if lease is not None and lease[1]:
+            return self.lease_object("GET", *lease)
+        if lease is not None:  # the namespace's collection: list or watch in one namespace
+            query["fieldSelector"] = ",".join(
+                filter(None, [query.get("fieldSelector"), "metadata.namespace=" + lease[0]]))
+            url = url._replace(path=KINDS["leases"][0])
         resource = PATHS.get(url.path)
         if resource is None:
             self.record(404)
@@ -223,6 +238,106 @@ class Handler(http.server.BaseHTTPRequestHandler):
         review.setdefault("metadata", {})["creationTimestamp"] = None
         self.record(201)
         self.send_json(201, review)
+
+    @staticmethod
+    def lease_path(path):
+        """(namespace, name or "") of a namespaced Lease path, else None."""
+        if not path.startswith(LEASES_NS):
+            return None
+        parts = path[len(LEASES_NS):].split("/")
+        if len(parts) == 2 and parts[1] == "leases":
+            return parts[0], ""
+        if len(parts) == 3 and parts[1] == "leases" and parts[2]:
+            return parts[0], parts[2]
+        return None
+
+    def do_PUT(self):  # noqa: N802 - http.server API
+        lease = self.lease_path(urllib.parse.urlsplit(self.path).path)
+        if self.server.control or lease is None or not lease[1]:
+            self.record(405)
+            return self.send_json(405, status_body(405, "MethodNotAllowed", "not here"))
+        return self.lease_object("PUT", *lease)
+
+    def do_DELETE(self):  # noqa: N802 - http.server API
+        lease = self.lease_path(urllib.parse.urlsplit(self.path).path)
+        if self.server.control or lease is None or not lease[1]:
+            self.record(405)
+            return self.send_json(405, status_body(405, "MethodNotAllowed", "not here"))
+        return self.lease_object("DELETE", *lease)
+
+    def lease_object(self, method, ns, name):
+        """GET, POST (create in the collection), PUT and DELETE of one Lease."""
+        length = int(self.headers.get("Content-Length", "0"))
+        raw = self.rfile.read(length) if length > 0 else b""
+        verb = {"GET": "get", "POST": "create", "PUT": "update", "DELETE": "delete"}[method]
+        with STATE.cond:
+            fault = self.take_fault("leases", verb)
+            tokens = list(STATE.tokens)
+        if fault is not None and self.apply_fault(fault):
+            return
+        if not self.authorized(tokens):
+            return
+        try:
+            body = json.loads(raw) if raw else {}
+        except ValueError:
+            self.record(400)
+            return self.send_json(400, status_body(400, "BadRequest", "not JSON"))
+        if method == "POST":
+            name = body.get("metadata", {}).get("name", "")
+        key = (ns, name)
+        with STATE.cond:
+            objects = STATE.objects["leases"]
+            old = objects.get(key)
+            if method == "GET":
+                code, reply = (200, old) if old else (404, None)
+            elif method == "POST":
+                if old is not None:
+                    code, reply = 409, status_body(409, "AlreadyExists",
+                                                   'leases "%s" already exists' % name)
+                else:
+                    code, reply = 201, self.store_lease(key, body, None)
+            elif old is None:
+                code, reply = 404, None
+            elif method == "PUT":
+                rv = body.get("metadata", {}).get("resourceVersion")
+                if rv and rv != old["metadata"]["resourceVersion"]:
+                    code, reply = 409, status_body(409, "Conflict", "the object has been "
+                                                   "modified; please apply your changes to the "
+                                                   "latest version and try again")
+                else:
+                    code, reply = 200, self.store_lease(key, body, old)
+            else:  # DELETE
+                rv = (body.get("preconditions") or {}).get("resourceVersion")
+                if rv and rv != old["metadata"]["resourceVersion"]:
+                    code, reply = 409, status_body(409, "Conflict", "Precondition failed: "
+                                                   "ResourceVersion in precondition: %s, "
+                                                   "ResourceVersion in object meta: %s"
+                                                   % (rv, old["metadata"]["resourceVersion"]))
+                else:
+                    del objects[key]
+                    gone = copy.deepcopy(old)
+                    gone["metadata"]["resourceVersion"] = str(STATE.bump())
+                    STATE.history.append((STATE.rv, "leases", "DELETED", gone, old))
+                    code, reply = 200, status_body(200, "", "")
+                    reply["status"] = "Success"
+            STATE.cond.notify_all()
+        if code == 404:
+            reply = status_body(404, "NotFound", 'leases "%s" not found' % name)
+        self.record(code)
+        self.send_json(code, reply)
+
+    @staticmethod
+    def store_lease(key, body, old):
+        """Stores `body` as the Lease at `key` (called with STATE.cond held); returns it."""
+        obj = copy.deepcopy(body)
+        obj["kind"], obj["apiVersion"] = "Lease", "coordination.k8s.io/v1"
+        meta = obj.setdefault("metadata", {})
+        meta["namespace"], meta["name"] = key
+        meta["resourceVersion"] = str(STATE.bump())
+        meta["uid"] = old["metadata"]["uid"] if old else "uid-lease-%s-%s" % key
+        STATE.objects["leases"][key] = obj
+        STATE.history.append((STATE.rv, "leases", "MODIFIED" if old else "ADDED", obj, old))
+        return obj
 
     def take_fault(self, resource, verb):
         for i, f in enumerate(STATE.faults):
@@ -435,6 +550,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if urllib.parse.urlsplit(self.path).path == \
                     "/apis/authentication.k8s.io/v1/tokenreviews":
                 return self.create_token_review()
+            lease = self.lease_path(urllib.parse.urlsplit(self.path).path)
+            if lease is not None and not lease[1]:
+                return self.lease_object("POST", *lease)
             self.record(405)
             return self.send_json(405, status_body(405, "MethodNotAllowed", "read-only"))
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
@@ -513,6 +631,8 @@ def control(c):
         #               "retry_after", "action": status|reset|hang}: matching requests fail
         s.faults.append(dict(c))
         return {}
+    if op == "objects":  # {"resource"}: every stored object of the resource, as stored
+        return {"items": [o for _, o in sorted(s.objects[c["resource"]].items())]}
     if op == "clear_log":
         s.log = []
         return {}

@@ -216,11 +216,18 @@ class HttpConnectTest(h.TestCase):
         self.assertTrue(out.startswith(b"HTTP/1.1 502 "), out)
         self.assertTrue(out.endswith(
             b"dial tcp 127.0.0.1:%d: connect: connection refused" % port), out)
-        self.assertTrue(uds_exchange(s.uds, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-                        .startswith(b"HTTP/1.1 405 "))
-        self.assertTrue(uds_exchange(s.uds, b"garbage\r\n\r\n").startswith(b"HTTP/1.1 400 "))
-        self.assertTrue(uds_exchange(s.uds, b"CONNECT nohost HTTP/1.1\r\n\r\n")
-                        .startswith(b"HTTP/1.1 400 "))
+        # Upstream's bodies: its handler's http.Error text, and Go's server's for a malformed
+        # request.
+        out = uds_exchange(s.uds, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        self.assertTrue(out.startswith(b"HTTP/1.1 405 "), out)
+        self.assertTrue(out.endswith(b"\r\n\r\nthis proxy only supports CONNECT passthrough\n"), out)
+        out = uds_exchange(s.uds, b"garbage\r\n\r\n")
+        self.assertTrue(out.startswith(b"HTTP/1.1 400 "), out)
+        self.assertTrue(out.endswith(b"\r\n\r\n400 Bad Request"), out)
+        # A target without a port is the agent's to dial, as upstream's is: Go's error, 502.
+        out = uds_exchange(s.uds, b"CONNECT nohost HTTP/1.1\r\n\r\n")
+        self.assertTrue(out.startswith(b"HTTP/1.1 502 "), out)
+        self.assertTrue(out.endswith(b"dial tcp: address nohost: missing port in address"), out)
         big = b"CONNECT 127.0.0.1:1 HTTP/1.1\r\nX: " + b"a" * 20000 + b"\r\n\r\n"
         self.assertTrue(uds_exchange(s.uds, big).startswith(b"HTTP/1.1 431 "))
         # The 500 ms header timeout answers, not the 10 s default: the exchange times out

@@ -5,9 +5,13 @@ ignored flags warn once, klog's file flags work, --cipher-suites limits TLS 1.2,
 konnectivity_network_proxy_* metric matches upstream_metrics_v0.31.txt, and the command line
 answers -h, bad flags and bad options as upstream's cobra commands do."""
 
+import http.client
 import os
 import re
+import socket
+import ssl
 import subprocess
+import types
 import unittest
 
 import tunnel_harness as h
@@ -135,13 +139,11 @@ class UpstreamFlagsTest(h.TestCase):
     def test_ignored_flags_warn_once_and_mapped_ones_apply(self):
         log_file = os.path.join(self.env.dir, "agent-klog.log")
         self.start_pair(
-            server_extra={"enable-profiling": "true", "enable-lease-controller": "true",
-                          "kubeconfig-qps": "20", "v": "1"},
+            server_extra={"enable-profiling": "true", "kubeconfig-qps": "20", "v": "1"},
             agent_extra={"warn-on-channel-limit": "true", "logtostderr": "false",
                          "log-file": log_file, "v": "1"})
         out = self.server.output()
         self.assertEqual(out.count("--enable-profiling is accepted for compatibility"), 1)
-        self.assertEqual(out.count("--enable-lease-controller is accepted for compatibility"), 1)
         self.assertNotIn("--kubeconfig-qps is accepted", out)  # mapped, not ignored
         # --logtostderr=false: the agent's lines go to --log-file, stderr stays quiet below
         # --stderrthreshold (ERROR).
@@ -211,9 +213,37 @@ class UpstreamMetricsTest(h.TestCase):
         t2 = h.Tunnel(s.channel())
         self.assertIn("connection refused", t2.dial("127.0.0.1:1", random=2).error)
         t2.cancel()
+        # A frontend that cancels its stream (without half-closing it first) is upstream's
+        # Recv error at the server.
+        t3 = h.Tunnel(s.channel())
+        self.assertEqual(t3.dial("127.0.0.1:%d" % backend.port, random=3).error, "")
+        t3.responses.cancel()
+        t3.done_writing()
         want = upstream_metrics()
+        h.wait_until(lambda: 'stream_errors_total{segment="from_client"' in s.metrics(),
+                     what="the server counting the cancelled Proxy streams")
         server = self.check(s.metrics(), want)
         agent = self.check(h.http_get("http://127.0.0.1:%d/metrics" % a.health_port)[1], want)
+        # As upstream: only the two successful dials are in the dial histograms.
+        for fams, prefix in ((server, "konnectivity_network_proxy_server_"),
+                             (agent, "konnectivity_network_proxy_agent_")):
+            count = prefix + "dial_duration_seconds_count"
+            self.assertIn((count, {}), fams[prefix + "dial_duration_seconds"]["samples"])
+        self.assertEqual(s.metric("konnectivity_network_proxy_server_dial_duration_seconds_count"),
+                         2)
+        self.assertEqual(a.metric("konnectivity_network_proxy_agent_dial_duration_seconds_count"),
+                         2)
+        self.assertGreater(
+            s.metric("konnectivity_network_proxy_server_frontend_write_duration_seconds_count"), 0)
+        self.assertEqual(s.metric("konnectivity_network_proxy_server_culled_leases_count"), 0)
+        self.assertIn(("konnectivity_network_proxy_server_stream_errors_total",
+                       {"segment": "from_client", "code": "Canceled", "packet_type": "Unknown"}),
+                      server["konnectivity_network_proxy_server_stream_errors_total"]["samples"])
+        packets = agent["konnectivity_network_proxy_agent_stream_packets_total"]["samples"]
+        for segment, typ in (("to_agent", "DIAL_REQ"), ("from_agent", "DIAL_RSP"),
+                             ("to_agent", "DATA"), ("from_agent", "DATA")):
+            self.assertIn(("konnectivity_network_proxy_agent_stream_packets_total",
+                           {"segment": segment, "packet_type": typ}), packets)
         self.assertIn(("konnectivity_network_proxy_agent_endpoint_dial_failure_total",
                        {"reason": "unknown"}),
                       agent["konnectivity_network_proxy_agent_endpoint_dial_failure_total"]
@@ -277,6 +307,89 @@ class CommandLineTest(unittest.TestCase):
             self.assertRegex(r.stdout, r"^%s \d+\.\d+\.\d+\n$" % name)
             # kube-proxy's --version=raw is not theirs.
             self.assertEqual(self.run_binary([binary, "--version=raw"]).returncode, 1)
+
+
+class UpstreamOperatorViewTest(h.TestCase):
+    """What an operator of upstream's binaries sees on the health ports and in the logs."""
+
+    def test_readiness_texts_and_the_deprecated_ready_path(self):
+        s = self.env.server()
+        for path in ("/readyz", "/ready"):
+            self.assertEqual(h.http_get("http://127.0.0.1:%d%s" % (s.health_port, path)),
+                             (500, "no connection to any proxy agent"))
+        nowhere = types.SimpleNamespace(agent_port=h.free_port())  # no server listens there
+        lonely = self.env.agent(nowhere, name="lonely")
+        not_ready = (503, "[+]ping ok\n[-]server-connected failed: no servers connected\n")
+        for path in ("/readyz", "/ready"):
+            h.wait_until(lambda: h.http_get("http://127.0.0.1:%d%s" % (lonely.health_port, path))
+                         == not_ready, what="agent " + path + " before any server")
+        a = self.env.agent(s)
+        h.wait_until(a.ready, what="agent ready")
+        for port in (s.health_port, a.health_port):
+            for path in ("/readyz", "/ready"):
+                self.assertEqual(h.http_get("http://127.0.0.1:%d%s" % (port, path)), (200, "ok"))
+
+    def test_agent_admin_metrics_redirects_to_the_health_port(self):
+        s = self.env.server()
+        a = self.env.agent(s)
+        h.wait_until(a.ready, what="agent ready")
+        conn = http.client.HTTPConnection("127.0.0.1", a.admin_port, timeout=5)
+        conn.request("GET", "/metrics")
+        r = conn.getresponse()
+        r.read()
+        self.assertEqual(r.status, 301)
+        self.assertEqual(r.getheader("Location"), "//127.0.0.1:%d/metrics" % a.health_port)
+        # The connection stays open for the next request, as Go's server keeps it.
+        conn.request("GET", "/metrics")
+        self.assertEqual(conn.getresponse().status, 301)
+        conn.close()
+        # A client that follows redirects lands on the health port's metrics.
+        status, body = h.http_get("http://127.0.0.1:%d/metrics" % a.admin_port)
+        self.assertEqual(status, 200)
+        self.assertIn("konnectivity_network_proxy_agent_open_server_connections", body)
+
+    def test_agent_offers_alpn_protocols(self):
+        # A TLS listener preferring "konnectivity" (as a load balancer routing by ALPN would)
+        # agrees on it only if the agent offered it.
+        c = self.env.certs
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(c.p("server.crt"), c.p("server.key"))
+        ctx.set_alpn_protocols(["konnectivity"])
+        listener = socket.create_server(("127.0.0.1", 0))
+        self.addCleanup(listener.close)
+        listener.settimeout(20)
+        lb = types.SimpleNamespace(agent_port=listener.getsockname()[1])
+        self.env.agent(lb, name="alpn", extra=["--alpn-proto=konnectivity"])
+        conn, _ = listener.accept()
+        with ctx.wrap_socket(conn, server_side=True) as tls:
+            self.assertEqual(tls.selected_alpn_protocol(), "konnectivity")
+        # Against a gRPC server (which takes h2, offered last) the tunnel works.
+        s = self.env.server()
+        a = self.env.agent(s, extra=["--alpn-proto=konnectivity,other"])
+        h.wait_until(a.ready, what="agent ready over its own TLS")
+        backend = h.Backend()
+        self.addCleanup(backend.stop)
+        t = h.Tunnel(s.channel())
+        rsp = t.dial("127.0.0.1:%d" % backend.port)
+        self.assertEqual(rsp.error, "")
+        self.assertIn(b"hello from backend", h.http_request(t, rsp.connectID, "/"))
+        t.cancel()
+
+    def test_server_logs_each_tunnel_at_the_default_level(self):
+        s = self.env.server()
+        a = self.env.agent(s)
+        h.wait_until(a.ready, what="agent ready")
+        backend = h.Backend()
+        self.addCleanup(backend.stop)
+        t = h.Tunnel(s.channel())
+        rsp = t.dial("127.0.0.1:%d" % backend.port)
+        self.assertIn(b"hello from backend", h.http_request(t, rsp.connectID, "/"))
+        t.cancel()
+        target = "to 127.0.0.1:%d via agent agent" % backend.port
+        h.wait_until(lambda: "tunnel %d %s established" % (rsp.connectID, target) in
+                     s.proc.output(), what="the established line")
+        h.wait_until(lambda: "tunnel %d %s closed" % (rsp.connectID, target) in s.proc.output(),
+                     what="the closed line")
 
 
 if __name__ == "__main__":
