@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/security/credentials.h"
+#include "lib/base/clock.h"
 #include "lib/base/metrics.h"
 #include "lib/event/loop_thread.h"
 
@@ -42,6 +43,8 @@ struct TunnelAgentConfig {
   std::vector<uint16_t> own_ports;  // the hosting process's status ports, denied by default
   size_t max_connection_buffer = 16 << 20;
   absl::Duration dial_timeout = absl::Seconds(5);
+  // The process's clock (outlives the agent): the loop's deadlines and the sync backoff.
+  const base::Clock* clock = &base::RealClock::Get();
 };
 
 // The tunnel agent: keeps one AgentService stream to each of servercount distinct servers,
@@ -74,7 +77,6 @@ class TunnelAgent final {
               std::unique_ptr<event::LoopThread> io_thread);
   void SyncLoop();
   bool ConnectOnce(const std::string& server);
-  bool SleepFor(absl::Duration d) ABSL_LOCKS_EXCLUDED(mu_);  // false when stopping
   void Barrier();
 
   const TunnelAgentConfig config_;
@@ -85,6 +87,7 @@ class TunnelAgent final {
   std::unique_ptr<event::LoopThread> io_thread_;
   event::EventLoop& loop_;  // io_thread_'s
   GetaddrinfoResolver resolver_;
+  base::Waiter sleep_;  // the sync thread's: probe interval and backoff; stopped at destruction
   mutable absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   int live_streams_ ABSL_GUARDED_BY(mu_) = 0;                         // reactors not yet deleted

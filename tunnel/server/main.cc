@@ -255,7 +255,9 @@ int Serve(const ServerOptions& o, std::vector<Strategy> strategies, const TokenF
           .max_tunnels_per_client = static_cast<size_t>(o.max_tunnels_per_client),
           .max_tunnels_per_agent = static_cast<size_t>(o.max_tunnels_per_agent),
       });
-  auto io_thread = event::LoopThread::Create("tunnel-io");
+  // The process's one clock; the token reviewer's default is the same one.
+  const base::Clock& clock = base::RealClock::Get();
+  auto io_thread = event::LoopThread::Create("tunnel-io", clock);
   if (!io_thread.ok()) {
     LOG(ERROR) << io_thread.status();
     return 1;
@@ -310,8 +312,8 @@ int Serve(const ServerOptions& o, std::vector<Strategy> strategies, const TokenF
             << o.shutdown_grace_period << " for " << router.Tunnels()
             << " open ones (another signal stops at once)";
   // Monotonic: a wall-clock step must not cut the grace period short or stretch it.
-  const absl::Duration until = base::MonotonicNow() + o.shutdown_grace_period;
-  while (router.Tunnels() > 0 && base::MonotonicNow() < until) {
+  const base::MonoTime until = clock.MonotonicNow() + o.shutdown_grace_period;
+  while (router.Tunnels() > 0 && clock.MonotonicNow() < until) {
     const timespec tick{0, 100'000'000};
     if (sigtimedwait(&sigs, nullptr, &tick) > 0) {
       LOG(INFO) << "second signal: stopping now";
@@ -320,7 +322,7 @@ int Serve(const ServerOptions& o, std::vector<Strategy> strategies, const TokenF
   }
   LOG(INFO) << "shutting down with " << router.Tunnels() << " tunnels open";
   // Frontends first, so no frontend is left waiting on an agent that is gone.
-  const auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(500);
+  const auto deadline = absl::ToChronoTime(clock.Now() + absl::Milliseconds(500));
   if (grpc_frontend.server) {
     grpc_frontend.listener.reset();
     grpc_frontend.server->Shutdown(deadline);

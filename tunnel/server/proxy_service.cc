@@ -98,7 +98,7 @@ class ProxyStream final : public Reactor, public Frontend {
     wire::GateHold window ABSL_GUARDED_BY(mu);  // on `reads` while `sent` is past the window
     wire::GateHold hold ABSL_GUARDED_BY(mu);    // on the agent stream while we are congested
     // Last write gRPC completed toward the client, on the loop's monotonic clock.
-    absl::Duration last_write ABSL_GUARDED_BY(mu);
+    base::MonoTime last_write ABSL_GUARDED_BY(mu);
   };
   void HoldAgent(const std::shared_ptr<wire::ReadGate>& gate);
   // The server-wide byte budget is spent (counted): pause what feeds us until we wrote.

@@ -5,8 +5,8 @@
 
 namespace sluice::tunnel::wire {
 
-bool StallWatch::Expired(absl::Duration last_drained, absl::Duration now) {
-  const absl::Duration deadline = std::max(last_drained, since_) + ReadGate::kStallGrace;
+bool StallWatch::Expired(base::MonoTime last_drained, base::MonoTime now) {
+  const base::MonoTime deadline = std::max(last_drained, since_) + ReadGate::kStallGrace;
   timer_->Arm(std::max(deadline - now, kRecheck));
   return now >= deadline;
 }

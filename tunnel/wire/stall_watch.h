@@ -32,8 +32,8 @@ class StallWatch final {
   // monotonic clock), as of `now` (default: the loop's iteration time; an owner whose drain
   // times come from other threads passes a fresh reading). Either way the check runs again: at
   // the deadline, or kRecheck from now once it has passed; an owner that closes calls Stop.
-  bool Expired(absl::Duration last_drained, absl::Duration now);
-  bool Expired(absl::Duration last_drained) { return Expired(last_drained, loop_.MonotonicNow()); }
+  bool Expired(base::MonoTime last_drained, base::MonoTime now);
+  bool Expired(base::MonoTime last_drained) { return Expired(last_drained, loop_.MonotonicNow()); }
   // The hold ended (drained, released, closed): no more checks.
   void Stop() { timer_->Disarm(); }
   bool watching() const { return timer_->armed(); }
@@ -41,7 +41,7 @@ class StallWatch final {
  private:
   event::EventLoop& loop_;
   std::unique_ptr<event::Timer> timer_;
-  absl::Duration since_ = -absl::InfiniteDuration();  // no Start: only last_drained counts
+  base::MonoTime since_ = base::MonoTime::InfinitePast();  // no Start: only last_drained counts
 };
 
 }  // namespace sluice::tunnel::wire
