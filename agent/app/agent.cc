@@ -29,7 +29,7 @@ std::string StrictArpRecord(const AgentOptions& opts) { return opts.state_dir + 
 
 }  // namespace
 
-Agent::Agent(const AgentOptions& opts, const base::Clock& clock)
+Agent::Agent(const AgentOptions& opts, base::Clock& clock)
     : opts_(opts), clock_(clock), started_(clock.Now()) {}
 
 Agent::~Agent() {
@@ -262,8 +262,7 @@ absl::StatusOr<std::unique_ptr<sources::EtcdSource>> Agent::CreateEtcdSource(
   return sources::EtcdSource::Create(options, channel, *source_metrics_);
 }
 
-absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(const AgentOptions& opts,
-                                                     const base::Clock& clock) {
+absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(const AgentOptions& opts, base::Clock& clock) {
   auto agent = std::unique_ptr<Agent>(new Agent(opts, clock));
   RETURN_IF_ERROR(agent->Start());
   return agent;

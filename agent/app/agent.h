@@ -39,8 +39,8 @@ class Agent final {
  public:
   // SIGINT and SIGTERM must already be blocked in every thread (main does it first). `clock`,
   // the process's one clock, must outlive the agent.
-  static absl::StatusOr<std::unique_ptr<Agent>> Create(
-      const AgentOptions& opts, const base::Clock& clock = base::RealClock::Get());
+  static absl::StatusOr<std::unique_ptr<Agent>> Create(const AgentOptions& opts,
+                                                       base::Clock& clock = base::RealClock::Get());
   // --cleanup: removes our VIPs and the objects pinned under --bpf-root, and restores the
   // sysctls strict ARP raised.
   static absl::Status Cleanup(const AgentOptions& opts);
@@ -53,7 +53,7 @@ class Agent final {
   absl::Status Run();
 
  private:
-  Agent(const AgentOptions& opts, const base::Clock& clock);
+  Agent(const AgentOptions& opts, base::Clock& clock);
   absl::Status Start();
   void RegisterMetrics();
   absl::Status StartDataPath();
@@ -76,7 +76,7 @@ class Agent final {
   void EnsureStrictArp();
 
   const AgentOptions opts_;
-  const base::Clock& clock_;
+  base::Clock& clock_;
   const absl::Time started_;  // wall time, as /healthz shows it
   base::Registry metrics_;
   std::unique_ptr<event::EventLoop> loop_;

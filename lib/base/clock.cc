@@ -20,7 +20,7 @@ bool Waiter::SleepUntil(MonoTime deadline) {
     return !stopped_;
   }
   const bool clock_wakes = clock_.SleepBegins(*this, deadline);
-  bool stopped;
+  bool was_stopped;
   {
     absl::MutexLock lock(&mu_);
     deadline_ = deadline;
@@ -33,11 +33,11 @@ bool Waiter::SleepUntil(MonoTime deadline) {
     while (!Done()) {
       mu_.AwaitWithTimeout(done, deadline - clock_.MonotonicNow());
     }
-    stopped = stopped_;
+    was_stopped = stopped_;
     woken_ = false;
   }
   clock_.SleepEnds(*this);
-  return !stopped;
+  return !was_stopped;
 }
 
 void Waiter::Wake() {
