@@ -34,7 +34,7 @@ absl::StatusOr<std::unique_ptr<TunnelAgent>> TunnelAgent::Create(TunnelAgentConf
                    AllowList::Parse(config.allowed_destinations, config.own_ports));
   ASSIGN_OR_RETURN(auto creds,
                    wire::ClientTls(config.ca_cert, config.agent_cert, config.agent_key));
-  ASSIGN_OR_RETURN(auto io_thread, event::LoopThread::Create("tunnel-agent"));
+  ASSIGN_OR_RETURN(auto io_thread, event::LoopThread::Create("tunnel-agent", *config.clock));
   auto agent = std::unique_ptr<TunnelAgent>(new TunnelAgent(
       std::move(config), registry, std::move(allow), std::move(creds), std::move(io_thread)));
   agent->sync_ = std::thread([a = agent.get()] { a->SyncLoop(); });
@@ -49,7 +49,8 @@ TunnelAgent::TunnelAgent(TunnelAgentConfig config, base::Registry& registry, All
       allow_(std::move(allow)),
       creds_(std::move(creds)),
       io_thread_(std::move(io_thread)),
-      loop_(io_thread_->loop()) {
+      loop_(io_thread_->loop()),
+      sleep_(*config_.clock) {
   policy_.timeout = config_.dial_timeout;
   policy_.allow = &allow_;
   policy_.denied = &metrics_.dials_denied;
@@ -62,6 +63,7 @@ TunnelAgent::~TunnelAgent() {
     absl::MutexLock lock(&mu_);
     stop_ = true;
   }
+  sleep_.Stop();
   sync_.join();
   {
     absl::MutexLock lock(&mu_);
@@ -137,12 +139,6 @@ void TunnelAgent::OnStreamGone(std::shared_ptr<grpc::Channel> channel) {
   --live_streams_;
 }
 
-bool TunnelAgent::SleepFor(absl::Duration d) {
-  absl::MutexLock lock(&mu_);
-  auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_; };
-  return !mu_.AwaitWithTimeout(absl::Condition(&stopping), d);
-}
-
 void TunnelAgent::SyncLoop() {
   // Jittered below the interval (never above the cap), so that the agents of every node, cut
   // off by one server restart, do not all reconnect in the same instant.
@@ -165,7 +161,7 @@ void TunnelAgent::SyncLoop() {
     }
     if (have >= want) {
       backoff.Reset();
-      if (!SleepFor(config_.probe_interval)) {
+      if (!sleep_.SleepFor(config_.probe_interval)) {
         return;
       }
       continue;
@@ -175,7 +171,7 @@ void TunnelAgent::SyncLoop() {
       backoff.Reset();
       continue;
     }
-    if (!SleepFor(backoff.Next())) {
+    if (!sleep_.SleepFor(backoff.Next())) {
       return;
     }
   }

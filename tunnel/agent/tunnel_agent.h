@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/security/credentials.h"
+#include "lib/base/clock.h"
 #include "lib/base/metrics.h"
 #include "lib/event/loop_thread.h"
 
@@ -47,6 +48,8 @@ struct TunnelAgentConfig {
   // With a server without the extension: how long a backend may read nothing while its bytes
   // are queued before the connection is cut (wire::StallWatch).
   absl::Duration stall_timeout = wire::StallWatch::kDefaultTimeout;
+  // The process's clock (outlives the agent): the loop's deadlines and the sync backoff.
+  const base::Clock* clock = &base::RealClock::Get();
 };
 
 // The tunnel agent: keeps one AgentService stream to each of servercount distinct servers,
@@ -78,7 +81,6 @@ class TunnelAgent final : public ServerStream::Owner {
               std::unique_ptr<event::LoopThread> io_thread);
   void SyncLoop();
   bool ConnectOnce(const std::string& server);
-  bool SleepFor(absl::Duration d) ABSL_LOCKS_EXCLUDED(mu_);  // false when stopping
   void Barrier();
 
   const TunnelAgentConfig config_;
@@ -89,6 +91,7 @@ class TunnelAgent final : public ServerStream::Owner {
   std::unique_ptr<event::LoopThread> io_thread_;
   event::EventLoop& loop_;  // io_thread_'s
   GetaddrinfoResolver resolver_;
+  base::Waiter sleep_;  // the sync thread's: probe interval and backoff; stopped at destruction
   mutable absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   int live_streams_ ABSL_GUARDED_BY(mu_) = 0;                         // reactors not yet deleted
