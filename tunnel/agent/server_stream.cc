@@ -20,6 +20,7 @@ ServerStream::ServerStream(Owner& owner, const Setup& setup,
                            const std::shared_ptr<grpc::Channel>& channel, const std::string& token,
                            std::promise<bool> ready)
     : owner_(owner),
+      window_(setup.window),
       loop_(setup.loop),
       stub_(::AgentService::NewStub(channel)),
       outbox_(std::make_shared<StreamOutbox>([this](const wire::Packet* p) { StartWrite(p); })),
@@ -33,9 +34,8 @@ ServerStream::ServerStream(Owner& owner, const Setup& setup,
   if (!token.empty()) {
     context_.AddMetadata("authorization", "Bearer " + token);
   }
-  if (agent.config_.window_extension) {
-    context_.AddMetadata(wire::kWindowHeader,
-                         std::to_string(wire::WindowFor(agent.config_.max_connection_buffer)));
+  if (window_ > 0) {
+    context_.AddMetadata(wire::kWindowHeader, std::to_string(window_));
   }
   stub_->async()->Connect(&context_, this);
   // Writes start from the tunnel loop, outside reactions, so the stream needs a hold (gRPC
@@ -57,9 +57,7 @@ void ServerStream::Negotiate(bool ok) {
     return;
   }
   // An upstream server sends no such header (and never sees our credits): then 0.
-  session_->Negotiated(agent_.config_.window_extension
-                           ? wire::ParseWindow(Header(context_, wire::kWindowHeader))
-                           : 0);
+  session_->Negotiated(window_ > 0 ? wire::ParseWindow(Header(context_, wire::kWindowHeader)) : 0);
   server_id_ = Header(context_, "serverid");
   int count = 1;
   if (!absl::SimpleAtoi(Header(context_, "servercount"), &count) || count < 1) {

@@ -42,6 +42,7 @@ class ServerStream final : public StreamReactor {
     const DialPolicy& policy;
     const std::string& agent_id;
     const std::string& identifiers;  // URL-query encoded; empty: none sent
+    int64_t window = 0;  // announced for per-connection flow control; 0: the extension is off
   };
 
   // Prepares the call; Start() starts it. `ready` gets true once initial metadata named a new
@@ -70,6 +71,7 @@ class ServerStream final : public StreamReactor {
   void EndWrites();
 
   Owner& owner_;
+  const int64_t window_;
   event::EventLoop& loop_;
   // The stub holds a channel reference; it must outlive the context (and its call).
   std::unique_ptr<::AgentService::Stub> stub_;

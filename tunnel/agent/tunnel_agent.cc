@@ -202,14 +202,16 @@ bool TunnelAgent::ConnectOnce(const std::string& server) {
   {
     absl::MutexLock lock(&mu_);
     ++live_streams_;
-    stream = new ServerStream(*this,
-                              {.loop = loop_,
-                               .resolver = resolver_,
-                               .metrics = metrics_,
-                               .policy = policy_,
-                               .agent_id = config_.agent_id,
-                               .identifiers = config_.identifiers},
-                              channel, token, std::move(ready));  // owns itself once started
+    stream = new ServerStream(
+        *this,
+        {.loop = loop_,
+         .resolver = resolver_,
+         .metrics = metrics_,
+         .policy = policy_,
+         .agent_id = config_.agent_id,
+         .identifiers = config_.identifiers,
+         .window = config_.window_extension ? wire::WindowFor(config_.max_connection_buffer) : 0},
+        channel, token, std::move(ready));  // owns itself once started
     all_.insert(stream);
     channels_[stream] = std::move(channel);
   }

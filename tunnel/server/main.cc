@@ -189,7 +189,7 @@ absl::StatusOr<std::unique_ptr<TokenReviewer>> StartTokenReviewer(const ServerOp
 }
 
 // Everything after configuration; returns the exit code.
-int Serve(const base::FlagSet& flags, const ServerOptions& o, std::vector<Strategy> strategies,
+int Serve(const base::FlagSet& flags, ServerOptions& o, std::vector<Strategy> strategies,
           const TokenFile* tokens) {
   WarnIgnoredServerFlags(flags, o);
   if (!o.cipher_list.empty()) {
