@@ -26,7 +26,8 @@ std::string StrictArpRecord(const AgentOptions& opts) { return opts.state_dir + 
 
 }  // namespace
 
-Agent::Agent(const AgentOptions& opts) : opts_(opts) {}
+Agent::Agent(const AgentOptions& opts, base::Clock& clock)
+    : opts_(opts), clock_(clock), started_(clock.Now()) {}
 
 Agent::~Agent() {
   // Sources and admin threads first: nothing may call into the pipeline while it goes away.
@@ -103,6 +104,7 @@ absl::Status Agent::StartDataPath() {
   dp.reuseport_sockets = static_cast<size_t>(opts_.reuseport_sockets);
   RETURN_IF_ERROR(ChooseDataPath(dp.workers));
   dp.worker.sockmap = sockmap_.get();
+  dp.worker.clock = &clock_;
   if (dp.workers > 1) {
     auto balancer = fastpath::ReuseportBalancer::Create(static_cast<uint32_t>(dp.workers));
     if (balancer.ok()) {
@@ -276,15 +278,15 @@ absl::StatusOr<std::unique_ptr<sources::EtcdSource>> Agent::CreateEtcdSource(
   return sources::EtcdSource::Create(options, channel, *source_metrics_);
 }
 
-absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(const AgentOptions& opts) {
-  auto agent = std::unique_ptr<Agent>(new Agent(opts));
+absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(const AgentOptions& opts, base::Clock& clock) {
+  auto agent = std::unique_ptr<Agent>(new Agent(opts, clock));
   RETURN_IF_ERROR(agent->Start());
   return agent;
 }
 
 absl::Status Agent::Start() {
-  ASSIGN_OR_RETURN(loop_, event::EventLoop::Create());
-  tracker_ = std::make_unique<proxier::ChangeTracker>(base::RealClock::Get(), [this] {
+  ASSIGN_OR_RETURN(loop_, event::EventLoop::Create(clock_));
+  tracker_ = std::make_unique<proxier::ChangeTracker>(clock_, [this] {
     if (runner_) {
       runner_->Request();
     }
@@ -292,8 +294,8 @@ absl::Status Agent::Start() {
   mux_.AddServiceHandler(tracker_.get());
   mux_.AddEndpointSliceHandler(tracker_.get());
   proxier_ = std::make_unique<proxier::Proxier>(
-      *tracker_, proxier::NodeInfo{opts_.node_name, opts_.zone, opts_.service_proxy_name},
-      base::RealClock::Get(), metrics_);
+      *tracker_, proxier::NodeInfo{opts_.node_name, opts_.zone, opts_.service_proxy_name}, clock_,
+      metrics_);
   // Failed syncs retry after the min period, but no sooner than 1s, to avoid a hot loop.
   proxier::RunPolicy policy(opts_.min_sync_period, opts_.sync_period,
                             std::max(opts_.min_sync_period, absl::Seconds(1)));
@@ -376,6 +378,7 @@ absl::Status Agent::StartTunnel() {
   c.identifiers =
       opts_.tunnel_identifiers.empty() ? "host=" + opts_.node_name : opts_.tunnel_identifiers;
   c.allowed_destinations = opts_.tunnel_allowed_destinations;
+  c.clock = &clock_;
   // The agent's own status ports stay closed to the tunnel unless listed (AllowList).
   for (const std::string& bind : {opts_.healthz_bind_address, opts_.metrics_bind_address}) {
     std::string host;
@@ -443,7 +446,7 @@ void Agent::RegisterMetrics() {
 }
 
 admin::HealthInputs Agent::Health() const {
-  return admin::HealthInputs{.now = absl::Now(),
+  return admin::HealthInputs{.now = clock_.Now(),
                              .started = started_,
                              .last_updated = proxier_->LastSync(),
                              .oldest_pending = tracker_->OldestPending(),

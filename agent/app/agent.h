@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "lib/base/clock.h"
 #include "lib/base/metrics.h"
 #include "lib/cli/shutdown.h"
 #include "lib/event/event_loop.h"
@@ -36,8 +37,10 @@ namespace sluice::app {
 // thread that calls Run(). Thread: control plane.
 class Agent final {
  public:
-  // SIGINT and SIGTERM must already be blocked in every thread (cli::Main does it first).
-  static absl::StatusOr<std::unique_ptr<Agent>> Create(const AgentOptions& opts);
+  // SIGINT and SIGTERM must already be blocked in every thread (cli::Main does it first). `clock`,
+  // the process's one clock, must outlive the agent.
+  static absl::StatusOr<std::unique_ptr<Agent>> Create(const AgentOptions& opts,
+                                                       base::Clock& clock = base::RealClock::Get());
   // --cleanup: removes our VIPs and the objects pinned under --bpf-root, and restores the
   // sysctls strict ARP raised.
   static absl::Status Cleanup(const AgentOptions& opts);
@@ -51,7 +54,7 @@ class Agent final {
   absl::Status Run();
 
  private:
-  explicit Agent(const AgentOptions& opts);
+  Agent(const AgentOptions& opts, base::Clock& clock);
   absl::Status Start();
   void RegisterMetrics();
   absl::Status StartDataPath();
@@ -75,7 +78,8 @@ class Agent final {
   void EnsureStrictArp();
 
   const AgentOptions opts_;
-  const absl::Time started_ = absl::Now();
+  base::Clock& clock_;
+  const absl::Time started_;  // wall time, as /healthz shows it
   base::Registry metrics_;
   std::unique_ptr<event::EventLoop> loop_;
   config::Mux mux_;

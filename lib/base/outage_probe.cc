@@ -8,7 +8,10 @@
 namespace sluice::base {
 
 OutageProbe::OutageProbe(Options options, Callbacks callbacks, Clock& clock)
-    : options_(std::move(options)), callbacks_(std::move(callbacks)), clock_(clock) {
+    : options_(std::move(options)),
+      callbacks_(std::move(callbacks)),
+      clock_(clock),
+      interval_(clock) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -17,6 +20,7 @@ OutageProbe::~OutageProbe() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
+  interval_.Stop();
   callbacks_.cancel();
   thread_.join();
 }
@@ -54,7 +58,10 @@ void OutageProbe::Run() {
   while (true) {
     mu_.Await(absl::Condition(&has_work));
     if (!stopping_) {
-      clock_.AwaitUntil(mu_, absl::Condition(&stopping_), next_probe_);
+      const MonoTime next_probe = next_probe_;
+      mu_.Unlock();
+      interval_.SleepUntil(next_probe);  // false once stopping
+      mu_.Lock();
     }
     if (stopping_) {
       break;

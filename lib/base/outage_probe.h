@@ -79,7 +79,8 @@ class OutageProbe final {
   uint64_t outage_since_ ABSL_GUARDED_BY(mu_) = 0;  // the first probe that failed; 0: none
   uint64_t recovered_ ABSL_GUARDED_BY(mu_) = 0;     // the probe that ended the last outage
   uint64_t wanted_ ABSL_GUARDED_BY(mu_) = 0;        // the highest ticket handed out, plus one
-  absl::Duration next_probe_ ABSL_GUARDED_BY(mu_) = -absl::InfiniteDuration();
+  MonoTime next_probe_ ABSL_GUARDED_BY(mu_) = MonoTime::InfinitePast();
+  Waiter interval_;  // the probe thread's sleep between probes; the destructor stops it
   std::thread thread_;
 };
 

@@ -68,7 +68,7 @@ class OutageProbeTest : public ::testing::Test {
     clock_.Advance(kInterval);
     return Eventually([&] { return done_ == before + 1; });
   }
-  std::vector<absl::Duration> Times() {
+  std::vector<MonoTime> Times() {
     absl::MutexLock lock(&mu_);
     return times_;
   }
@@ -103,7 +103,7 @@ class OutageProbeTest : public ::testing::Test {
   std::atomic<int> recovered_calls_{0};
   std::atomic<int> done_{0};  // probes finished
   absl::Mutex mu_;
-  std::vector<absl::Duration> times_ ABSL_GUARDED_BY(mu_);  // of each probe, on the fake clock
+  std::vector<MonoTime> times_ ABSL_GUARDED_BY(mu_);  // of each probe, on the fake clock
   std::unique_ptr<OutageProbe> probe_;
   std::vector<std::shared_future<OutageProbe::Wait>> waits_;
 };
@@ -130,7 +130,7 @@ TEST_F(OutageProbeTest, ProbesStayOneIntervalApartAcrossOutages) {
   ASSERT_TRUE(NextProbe());
   ASSERT_TRUE(Eventually([&] { return Ready(second); }));
   EXPECT_EQ(second.get(), OutageProbe::Wait::kAnswered);
-  const std::vector<absl::Duration> times = Times();
+  const std::vector<MonoTime> times = Times();
   ASSERT_EQ(times.size(), 2u);
   EXPECT_GE(times[1] - times[0], kInterval);
 }

@@ -35,7 +35,8 @@ void BlockShutdownSignals() {
   signal(SIGPIPE, SIG_IGN);
 }
 
-void AwaitShutdown(const Drain& drain, const std::function<bool()>& drained) {
+void AwaitShutdown(const Drain& drain, const std::function<bool()>& drained,
+                   const base::Clock& clock) {
   const sigset_t set = ShutdownSet();
   int signo = 0;
   while (sigwait(&set, &signo) != 0) {
@@ -46,9 +47,9 @@ void AwaitShutdown(const Drain& drain, const std::function<bool()>& drained) {
     return;
   }
   // Monotonic: a wall-clock step must not cut the drain short or stretch it.
-  const absl::Duration until = base::MonotonicNow() + period;
+  const base::MonoTime until = clock.MonotonicNow() + period;
   while (drained == nullptr || !drained()) {
-    const absl::Duration left = until - base::MonotonicNow();
+    const absl::Duration left = until - clock.MonotonicNow();
     if (left <= absl::ZeroDuration()) {
       LOG(INFO) << "drain period over: stopping";
       return;

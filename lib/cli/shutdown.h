@@ -9,6 +9,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "lib/base/clock.h"
 #include "lib/base/unique_fd.h"
 #include "lib/event/event_loop.h"
 
@@ -30,8 +31,10 @@ const char* SignalName(int signo);
 using Drain = std::function<absl::Duration(int signo)>;
 
 // The sequence on the calling thread: returns once the binary should stop. `drained`, when
-// given, is polled and ends the drain early once true.
-void AwaitShutdown(const Drain& drain, const std::function<bool()>& drained = nullptr);
+// given, is polled and ends the drain early once true. The drain period counts on `clock`'s
+// monotonic time, the process's one clock.
+void AwaitShutdown(const Drain& drain, const std::function<bool()>& drained = nullptr,
+                   const base::Clock& clock = base::RealClock::Get());
 
 // The same sequence on an event loop (a signalfd and a timer), for a binary whose main thread
 // runs one: `stop` runs once, on the loop thread. Thread: the loop's.

@@ -97,7 +97,7 @@ class Timer final {
 
  private:
   friend class EventLoop;
-  using Key = std::pair<absl::Duration, uint64_t>;  // (monotonic deadline, arm sequence)
+  using Key = std::pair<base::MonoTime, uint64_t>;  // (deadline, arm sequence)
   Timer(EventLoop& loop, absl::AnyInvocable<void()> cb);
 
   EventLoop& loop_;
@@ -154,8 +154,8 @@ class EventLoop final {
 
   // Wall-clock time cached when the current iteration woke up: for timestamps, not intervals.
   absl::Time Now() const { return now_; }
-  // CLOCK_MONOTONIC as a duration since boot, cached like Now(): for intervals and idle checks.
-  absl::Duration MonotonicNow() const { return mono_now_; }
+  // The monotonic clock, cached like Now(): for deadlines, intervals and idle checks.
+  base::MonoTime MonotonicNow() const { return mono_now_; }
   size_t armed_timers() const { return timers_.size(); }
   // Thread-safe. A fresh reading, for code that must not use the iteration's cached time.
   const base::Clock& clock() const { return clock_; }
@@ -192,7 +192,7 @@ class EventLoop final {
   std::atomic<bool> stop_requested_{false};
 
   absl::Time now_;
-  absl::Duration mono_now_;
+  base::MonoTime mono_now_;
   std::array<epoll_event, kMaxEventsPerWait> ready_{};
   // FileEvents by slot. epoll reports (generation << 32 | slot); a slot's generation moves on
   // whenever its handle stops watching, so an event for a cancelled, detached or freed handle

@@ -457,5 +457,28 @@ TEST(LoopThreadTest, RunsPostedTasksOnItsNamedThread) {
   EXPECT_FALSE(lt->loop().IsInLoopThread());
 }
 
+// The loop keeps the injected clock's time; after Stop (once, however often called) the owner
+// tears down what is registered with it on its own thread, as Worker does.
+TEST(LoopThreadTest, TakesItsClockAndStopsOnceLeavingTheLoop) {
+  base::FakeClock clock;
+  auto lt = LoopThread::Create("clock-test", clock).value();
+  std::promise<base::MonoTime> seen;
+  lt->loop().Post([&] { seen.set_value(lt->loop().MonotonicNow()); });
+  EXPECT_EQ(seen.get_future().get(), clock.MonotonicNow());
+  std::unique_ptr<Timer> timer;
+  std::promise<void> armed;
+  lt->loop().Post([&] {
+    timer = lt->loop().CreateTimer([] {});
+    timer->Arm(absl::Hours(1));
+    armed.set_value();
+  });
+  armed.get_future().wait();
+  lt->Stop();
+  lt->Stop();
+  EXPECT_EQ(lt->loop().armed_timers(), 1u);
+  timer.reset();
+  EXPECT_EQ(lt->loop().armed_timers(), 0u);
+}
+
 }  // namespace
 }  // namespace sluice::event

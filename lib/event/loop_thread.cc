@@ -9,8 +9,9 @@
 
 namespace sluice::event {
 
-absl::StatusOr<std::unique_ptr<LoopThread>> LoopThread::Create(const std::string& name) {
-  ASSIGN_OR_RETURN(std::unique_ptr<EventLoop> loop, EventLoop::Create());
+absl::StatusOr<std::unique_ptr<LoopThread>> LoopThread::Create(const std::string& name,
+                                                               const base::Clock& clock) {
+  ASSIGN_OR_RETURN(std::unique_ptr<EventLoop> loop, EventLoop::Create(clock));
   std::unique_ptr<LoopThread> t(new LoopThread(std::move(loop)));
   t->thread_ = std::thread([l = t->loop_.get()] { l->Run(); });
   pthread_setname_np(t->thread_.native_handle(), name.substr(0, 15).c_str());
@@ -22,9 +23,13 @@ absl::StatusOr<std::unique_ptr<LoopThread>> LoopThread::Create(const std::string
   return t;
 }
 
-LoopThread::~LoopThread() {
-  loop_->Stop();
-  thread_.join();
+void LoopThread::Stop() {
+  if (thread_.joinable()) {
+    loop_->Stop();
+    thread_.join();
+  }
 }
+
+LoopThread::~LoopThread() { Stop(); }
 
 }  // namespace sluice::event

@@ -209,7 +209,7 @@ class StatusServerState final : public StatusConnectionCallbacks {
   std::unique_ptr<event::Acceptor> acceptor_;
   std::unordered_map<StatusConnection*, std::unique_ptr<StatusConnection>> connections_;
   std::unordered_map<std::string, size_t> per_source_;
-  absl::Duration last_warning_ = -absl::InfiniteDuration();
+  base::MonoTime last_warning_ = base::MonoTime::InfinitePast();
 };
 
 absl::StatusOr<std::unique_ptr<StatusServer>> StatusServer::Create(const std::string& host,

@@ -56,7 +56,7 @@ std::string BearerToken::Get() {
 
 void BearerToken::Invalidate() {
   absl::MutexLock lock(&mu_);
-  read_at_ = -absl::InfiniteDuration();
+  read_at_ = base::MonoTime::InfinitePast();
 }
 
 }  // namespace sluice::kube

@@ -47,7 +47,7 @@ class BearerToken final {
   const base::Clock& clock_;
   absl::Mutex mu_;
   std::string token_ ABSL_GUARDED_BY(mu_);
-  absl::Duration read_at_ ABSL_GUARDED_BY(mu_) = -absl::InfiniteDuration();  // monotonic
+  base::MonoTime read_at_ ABSL_GUARDED_BY(mu_) = base::MonoTime::InfinitePast();
   bool failing_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -229,7 +229,7 @@ ListWatcher::Step ListWatcher::Watch() {
   VLOG(1) << "kube " << resource_.name << ": watching from resourceVersion " << resource_version_;
   LineSplitter lines(options_.max_event_bytes);
   StreamState stream;
-  const absl::Duration start = base::MonotonicNow();  // a wall-clock step must not count
+  const base::MonoTime start = base::MonotonicNow();  // a wall-clock step must not count
   absl::StatusOr<HttpResponse> result =
       client_->Get(target, timeout + options_.watch_grace, [&](std::string_view bytes) {
         stream.answered = true;

@@ -529,10 +529,14 @@ INSTANTIATE_TEST_SUITE_P(Paths, DrainTest, ::testing::ValuesIn(kDatapaths), Data
 
 TEST_P(DrainTest, RemovedServiceConnectionsRunToCompletion) {
   auto fd = EchoConnectionThenRemoveService({});
-  absl::SleepFor(absl::Milliseconds(300));  // longer than a sync: the removal has been applied
+  // The removal is applied once new connections are refused; the open one still runs.
+  EXPECT_TRUE(testutil::WaitFor(
+      [] {
+        int err = 0;
+        return !testutil::ConnectTcp(*net::SocketAddress::Parse("10.96.0.20:80"), &err);
+      },
+      absl::Seconds(10)));
   EXPECT_TRUE(Echo(fd.get()));
-  int err = 0;
-  EXPECT_FALSE(testutil::ConnectTcp(*net::SocketAddress::Parse("10.96.0.20:80"), &err));
   // The VIP stayed for the connection; once it closes, a periodic sync (2s here) releases it.
   auto vip_on_lo = [] {
     std::string addrs;

@@ -82,7 +82,7 @@ class BackendConn final : public wire::SocketPump::Callbacks {
   bool open() const { return pump_ != nullptr && !pump_->done(); }
   bool connected() const { return pump_ != nullptr; }
   // When Dial was called, on the loop's monotonic clock (dial_duration).
-  absl::Duration started() const { return started_; }
+  base::MonoTime started() const { return started_; }
 
   // wire::SocketPump::Callbacks
   void OnSocketData(std::string bytes) override;
@@ -104,7 +104,7 @@ class BackendConn final : public wire::SocketPump::Callbacks {
   const DialPolicy policy_;
   const int64_t connect_id_;
   const int64_t random_;
-  const absl::Duration started_;
+  const base::MonoTime started_;
   std::string address_;
   base::UniqueFd connecting_;
   std::unique_ptr<event::FileEvent> connect_watch_;  // on connecting_, until it completes

@@ -46,7 +46,7 @@ absl::StatusOr<std::unique_ptr<TunnelAgent>> TunnelAgent::Create(TunnelAgentConf
     ASSIGN_OR_RETURN(alpn_tls, wire::TlsContext::CreateClient(config.ca_cert, config.agent_cert,
                                                               config.agent_key, offered));
   }
-  ASSIGN_OR_RETURN(auto io_thread, event::LoopThread::Create("tunnel-agent"));
+  ASSIGN_OR_RETURN(auto io_thread, event::LoopThread::Create("tunnel-agent", *config.clock));
   auto agent = std::unique_ptr<TunnelAgent>(
       new TunnelAgent(std::move(config), registry, std::move(allow), std::move(creds),
                       std::move(alpn_tls), std::move(io_thread)));
@@ -64,7 +64,8 @@ TunnelAgent::TunnelAgent(TunnelAgentConfig config, base::Registry& registry, All
       creds_(std::move(creds)),
       alpn_tls_(std::move(alpn_tls)),
       io_thread_(std::move(io_thread)),
-      loop_(io_thread_->loop()) {
+      loop_(io_thread_->loop()),
+      sleep_(*config_.clock) {
   policy_.timeout = config_.dial_timeout;
   policy_.allow = &allow_;
   policy_.denied = &metrics_.dials_denied;
@@ -77,6 +78,7 @@ TunnelAgent::~TunnelAgent() {
     absl::MutexLock lock(&mu_);
     stop_ = true;
   }
+  sleep_.Stop();
   sync_.join();
   {
     absl::MutexLock lock(&mu_);
@@ -170,12 +172,6 @@ int TunnelAgent::WantedServers(int announced) {
   return leases > 0 ? leases : announced;  // no Lease seen yet: what servers say
 }
 
-bool TunnelAgent::SleepFor(absl::Duration d) {
-  absl::MutexLock lock(&mu_);
-  auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_; };
-  return !mu_.AwaitWithTimeout(absl::Condition(&stopping), d);
-}
-
 void TunnelAgent::SyncLoop() {
   // Jittered below the interval (never above the cap), so that the agents of every node, cut
   // off by one server restart, do not all reconnect in the same instant.
@@ -200,7 +196,7 @@ void TunnelAgent::SyncLoop() {
     metrics_.known_server_count.Set(want);
     if (have >= want) {
       backoff.Reset();
-      if (!SleepFor(config_.probe_interval)) {
+      if (!sleep_.SleepFor(config_.probe_interval)) {
         return;
       }
       continue;
@@ -210,7 +206,7 @@ void TunnelAgent::SyncLoop() {
       backoff.Reset();
       continue;
     }
-    if (!SleepFor(backoff.Next())) {
+    if (!sleep_.SleepFor(backoff.Next())) {
       return;
     }
   }

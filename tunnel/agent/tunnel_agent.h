@@ -15,6 +15,7 @@
 #include "grpcpp/channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
+#include "lib/base/clock.h"
 #include "lib/base/metrics.h"
 #include "lib/event/loop_thread.h"
 
@@ -59,6 +60,8 @@ struct TunnelAgentConfig {
   // --server-count-source=max) the larger of the two.
   std::function<int()> lease_count;
   bool server_count_max = false;
+  // The process's clock (outlives the agent): the loop's deadlines and the sync backoff.
+  const base::Clock* clock = &base::RealClock::Get();
 };
 
 // The tunnel agent: keeps one AgentService stream to each of servercount distinct servers,
@@ -95,7 +98,6 @@ class TunnelAgent final : public ServerStream::Owner {
                                                             std::shared_ptr<TlsRelay>* relay);
   void SyncLoop();
   bool ConnectOnce(const std::string& server);
-  bool SleepFor(absl::Duration d) ABSL_LOCKS_EXCLUDED(mu_);  // false when stopping
   // How many distinct servers to hold, given the count servers announce.
   int WantedServers(int announced);
   void Barrier();
@@ -109,6 +111,7 @@ class TunnelAgent final : public ServerStream::Owner {
   std::unique_ptr<event::LoopThread> io_thread_;
   event::EventLoop& loop_;  // io_thread_'s
   GetaddrinfoResolver resolver_;
+  base::Waiter sleep_;  // the sync thread's: probe interval and backoff; stopped at destruction
   mutable absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   int live_streams_ ABSL_GUARDED_BY(mu_) = 0;                         // reactors not yet deleted

@@ -239,7 +239,9 @@ int Serve(const base::FlagSet& flags, ServerOptions& o, std::vector<Strategy> st
           .max_tunnels_per_client = static_cast<size_t>(o.max_tunnels_per_client),
           .max_tunnels_per_agent = static_cast<size_t>(o.max_tunnels_per_agent),
       });
-  auto io_thread = event::LoopThread::Create("tunnel-io");
+  // The process's one clock; the token reviewer's default is the same one.
+  const base::Clock& clock = base::RealClock::Get();
+  auto io_thread = event::LoopThread::Create("tunnel-io", clock);
   if (!io_thread.ok()) {
     LOG(ERROR) << io_thread.status();
     return 1;
@@ -301,10 +303,10 @@ int Serve(const base::FlagSet& flags, ServerOptions& o, std::vector<Strategy> st
                   << " open ones (another signal stops at once)";
         return o.shutdown_grace_period;
       },
-      [&] { return router.Tunnels() == 0; });
+      [&] { return router.Tunnels() == 0; }, clock);
   LOG(INFO) << "shutting down with " << router.Tunnels() << " tunnels open";
   // Frontends first, so no frontend is left waiting on an agent that is gone.
-  const auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(500);
+  const auto deadline = absl::ToChronoTime(clock.Now() + absl::Milliseconds(500));
   if (grpc_frontend.server) {
     grpc_frontend.listener.reset();
     grpc_frontend.server->Shutdown(deadline);

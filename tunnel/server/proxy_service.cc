@@ -149,7 +149,7 @@ class ProxyStream final : public Reactor, public Frontend {
     bool stalled ABSL_GUARDED_BY(mu) = false;
     std::unique_ptr<wire::CreditReturn> returns ABSL_GUARDED_BY(mu);  // windowed agents only
     // Last write gRPC completed toward the client, on the loop's monotonic clock.
-    absl::Duration last_write ABSL_GUARDED_BY(mu);
+    base::MonoTime last_write ABSL_GUARDED_BY(mu);
   };
   void HoldAgent(const std::shared_ptr<wire::ReadGate>& gate);
   // The server-wide byte budget is spent (counted): pause what feeds us until we wrote.

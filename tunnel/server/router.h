@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "lib/base/clock.h"
 
 #include "tunnel/server/links.h"
 #include "tunnel/server/server_metrics.h"
@@ -91,7 +92,7 @@ class Router final {
     AgentLink* agent = nullptr;
     int64_t random = 0;
     int64_t connect_id = 0;  // 0 while the dial is pending
-    absl::Duration started;  // base::MonotonicNow() at the dial
+    base::MonoTime started;  // at the dial, for the dial-duration metric
     std::string client;
     std::string address;  // dialled, for the log
   };

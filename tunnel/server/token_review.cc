@@ -41,14 +41,12 @@ TokenReviewer::TokenReviewer(TokenReviewOptions options,
                              std::unique_ptr<kube::BearerToken> credentials)
     : options_(std::move(options)),
       credentials_(std::move(credentials)),
-      rate_(options_.qps, options_.burst, MonotonicTime()),
+      // The limiter's time line is monotonic: a wall-clock step must not stall reviews or
+      // release a burst.
+      rate_(options_.qps, options_.burst, options_.clock->MonotonicNow()),
+      rate_wait_(*options_.clock),
       queue_(options_.max_pending, options_.max_pending_per_peer),
       cache_(options_.cache_entries, options_.max_cache_ttl, options_.negative_cache_ttl) {}
-
-// The rate limiter's time line: a wall-clock step must not stall reviews or release a burst.
-absl::Time TokenReviewer::MonotonicTime() const {
-  return absl::UnixEpoch() + options_.clock->MonotonicNow();
-}
 
 void TokenReviewer::Count(const char* outcome) {
   if (options_.outcomes != nullptr) {
@@ -56,10 +54,10 @@ void TokenReviewer::Count(const char* outcome) {
   }
 }
 
-RequestRate::RequestRate(double qps, int burst, absl::Time now)
+RequestRate::RequestRate(double qps, int burst, base::MonoTime now)
     : qps_(qps), burst_(std::max(burst, 1)), tokens_(burst_), last_(now) {}
 
-absl::Duration RequestRate::Take(absl::Time now) {
+absl::Duration RequestRate::Take(base::MonoTime now) {
   tokens_ = std::min(burst_, tokens_ + absl::ToDoubleSeconds(now - last_) * qps_);
   last_ = now;
   tokens_ -= 1;  // may go negative: the debt is the wait
@@ -121,6 +119,7 @@ void TokenReviewer::Stop() {
     stopped_ = true;
     dropped = queue_.TakeAll();
   }
+  rate_wait_.Stop();
   if (client_) {
     client_->Stop();
   }
@@ -144,13 +143,9 @@ void TokenReviewer::Run() {
       next = queue_.Next();
     }
     // Wait out the rate limit; Stop() ends the wait (and fails this review below).
-    if (const absl::Duration wait = rate_.Take(MonotonicTime()); wait > absl::ZeroDuration()) {
-      absl::MutexLock lock(&mu_);
-      mu_.AwaitWithTimeout(absl::Condition(&stopped_), wait);
-      if (stopped_) {
-        std::move(next->done)(absl::UnavailableError("shutting down"));
-        return;
-      }
+    if (!rate_wait_.SleepFor(rate_.Take(options_.clock->MonotonicNow()))) {
+      std::move(next->done)(absl::UnavailableError("shutting down"));
+      return;
     }
     Serve(std::move(*next));
   }

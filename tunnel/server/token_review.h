@@ -46,15 +46,15 @@ struct TokenReviewOptions {
 // Thread: its user's.
 class RequestRate final {
  public:
-  RequestRate(double qps, int burst, absl::Time now);
+  RequestRate(double qps, int burst, base::MonoTime now);
   // Takes one request's token; how long to wait before sending it.
-  absl::Duration Take(absl::Time now);
+  absl::Duration Take(base::MonoTime now);
 
  private:
   const double qps_;
   const double burst_;
   double tokens_;
-  absl::Time last_;
+  base::MonoTime last_;
 };
 
 // Agent authentication by service-account token (upstream proxy-server's --agent-namespace,
@@ -99,12 +99,12 @@ class TokenReviewer final {
   void Serve(QueuedReview next) ABSL_LOCKS_EXCLUDED(mu_);
   ReviewResult Ask(const std::string& token);
   void Count(const char* outcome);
-  absl::Time MonotonicTime() const;
 
   const TokenReviewOptions options_;
   std::unique_ptr<kube::BearerToken> credentials_;  // the server's own, to the API server
   std::unique_ptr<kube::HttpClient> client_;        // the reviewer thread's only
   RequestRate rate_;                                // the reviewer thread's only
+  base::Waiter rate_wait_;  // the reviewer thread's sleep for rate_; Stop() ends it
   absl::Mutex mu_;
   ReviewQueue queue_ ABSL_GUARDED_BY(mu_);
   VerdictCache cache_ ABSL_GUARDED_BY(mu_);

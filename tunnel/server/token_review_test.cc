@@ -132,8 +132,28 @@ TEST(TokenReviewTest, NoTokenJunkExpiredUnreachableServerAndStop) {
   EXPECT_EQ(ReviewCode(**reviewer, BearerJwt("{}")), absl::StatusCode::kUnavailable);
 }
 
+TEST(TokenReviewTest, RateLimitIsWaitedOutOnTheInjectedClock) {
+  kube::ClientConfig config;
+  config.server = "http://127.0.0.1:1";  // refused at once: each review is "unavailable"
+  base::FakeClock clock(absl::FromUnixSeconds(2'000'000'000));
+  TokenReviewOptions options = kOptions;
+  options.clock = &clock;
+  options.qps = 1;
+  options.burst = 1;
+  auto reviewer = TokenReviewer::Create(config, options);
+  ASSERT_TRUE(reviewer.ok()) << reviewer.status();
+  const std::string token = BearerJwt(R"({"exp":2000000100})");
+  EXPECT_EQ(ReviewCode(**reviewer, token), absl::StatusCode::kUnavailable);  // the burst
+  absl::Notification done;
+  (*reviewer)->Review(token, "peer", [&](ReviewResult) { done.Notify(); });
+  ASSERT_TRUE(clock.AwaitSleepers(1));  // the second waits a token's time on the fake clock
+  EXPECT_FALSE(done.HasBeenNotified());
+  clock.Advance(absl::Seconds(1));
+  done.WaitForNotification();
+}
+
 TEST(RequestRateTest, BurstThenQps) {
-  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  const base::MonoTime t0 = base::MonoTime::FromSinceOrigin(absl::Seconds(1000));
   RequestRate rate(/*qps=*/2, /*burst=*/3, t0);
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(rate.Take(t0), absl::ZeroDuration());
@@ -141,7 +161,7 @@ TEST(RequestRateTest, BurstThenQps) {
   EXPECT_EQ(rate.Take(t0), absl::Milliseconds(500));  // the 4th waits one token's time
   EXPECT_EQ(rate.Take(t0 + absl::Milliseconds(500)), absl::Milliseconds(500));
   // A long quiet period refills only up to the burst.
-  const absl::Time later = t0 + absl::Seconds(60);
+  const base::MonoTime later = t0 + absl::Seconds(60);
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(rate.Take(later), absl::ZeroDuration());
   }

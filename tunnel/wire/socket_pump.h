@@ -52,7 +52,7 @@ class SocketPump final {
   void CloseAfterFlush();
   size_t queued() const { return queued_; }
   // When bytes last left the write queue, on the loop's monotonic clock (stall detection).
-  absl::Duration last_write() const { return last_write_; }
+  base::MonoTime last_write() const { return last_write_; }
   bool done() const { return done_; }
 
  private:
@@ -78,7 +78,7 @@ class SocketPump final {
   bool closing_ = false;
   bool done_ = false;
   uint32_t interest_ = 0;
-  absl::Duration last_write_;
+  base::MonoTime last_write_;
   std::unique_ptr<TlsConn> tls_;
   bool read_wants_write_ = false;  // TLS renegotiation/handshake needs the socket writable
   bool write_wants_read_ = false;

@@ -49,13 +49,13 @@ class StallWatch final {
   // whether the owner holds the shared stream; `now` a fresh reading when drain times come
   // from other threads. Re-arms the timer at the next deadline (or kRecheck from now once it
   // has passed) unless the verdict is kCut.
-  Verdict Check(absl::Duration last_drained, bool held, absl::Duration now);
-  Verdict Check(absl::Duration last_drained, bool held) {
+  Verdict Check(base::MonoTime last_drained, bool held, base::MonoTime now);
+  Verdict Check(base::MonoTime last_drained, bool held) {
     return Check(last_drained, held, loop_.MonotonicNow());
   }
   // Whether the owner may hold the stream again: not after a release for a stall until the
   // consumer has drained something since.
-  bool MayHold(absl::Duration last_drained) const {
+  bool MayHold(base::MonoTime last_drained) const {
     return !released_ || last_drained > released_at_;
   }
   // Drained, or closed: no more checks.
@@ -67,9 +67,9 @@ class StallWatch final {
   event::EventLoop& loop_;
   const absl::Duration timeout_;
   std::unique_ptr<event::Timer> timer_;
-  absl::Duration since_ = -absl::InfiniteDuration();  // no Start: only last_drained counts
+  base::MonoTime since_ = base::MonoTime::InfinitePast();  // no Start: only last_drained counts
   bool released_ = false;
-  absl::Duration released_at_;
+  base::MonoTime released_at_;
 };
 
 }  // namespace sluice::tunnel::wire

@@ -41,7 +41,7 @@ class StallWatchTest : public ::testing::Test {
   std::unique_ptr<event::EventLoop> loop_ = event::EventLoop::Create(clock_).value();
   StallWatch watch_{*loop_, kTimeout, [this] { Check(); }};
   bool holding_ = true;
-  absl::Duration drained_ = loop_->MonotonicNow();
+  base::MonoTime drained_ = loop_->MonotonicNow();
   int checks_ = 0;
   int releases_ = 0;
   int cuts_ = 0;

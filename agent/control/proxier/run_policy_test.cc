@@ -6,13 +6,13 @@
 namespace sluice::proxier {
 namespace {
 
-const absl::Time kT0 = absl::FromUnixSeconds(1000);
+const base::MonoTime kT0 = base::MonoTime::FromSinceOrigin(absl::Seconds(1000));
 
 TEST(RunPolicyTest, NothingRunsUntilRequested) {
   RunPolicy p(absl::Seconds(1), absl::Seconds(30), absl::Seconds(5));
-  EXPECT_EQ(p.Due(), absl::InfiniteFuture());
+  EXPECT_EQ(p.Due(), base::MonoTime::InfiniteFuture());
   p.Request();
-  EXPECT_EQ(p.Due(), absl::InfinitePast());  // first run: at once
+  EXPECT_EQ(p.Due(), base::MonoTime::InfinitePast());  // first run: at once
 }
 
 TEST(RunPolicyTest, RequestsCoalesceWithinMinInterval) {
@@ -40,11 +40,11 @@ TEST(RunPolicyTest, RequestLongAfterLastRunIsDueNow) {
 TEST(RunPolicyTest, SkippedRunsDoNotHoldBackTheFirstRealOne) {
   RunPolicy p(absl::Seconds(1), absl::Seconds(30), absl::Seconds(5));
   p.Request();
-  EXPECT_EQ(p.Due(), absl::InfinitePast());
+  EXPECT_EQ(p.Due(), base::MonoTime::InfinitePast());
   p.Skipped();
-  EXPECT_EQ(p.Due(), absl::InfiniteFuture());  // nothing to do until the next request
+  EXPECT_EQ(p.Due(), base::MonoTime::InfiniteFuture());  // nothing to do until the next request
   p.Request();
-  EXPECT_EQ(p.Due(), absl::InfinitePast());
+  EXPECT_EQ(p.Due(), base::MonoTime::InfinitePast());
 }
 
 TEST(RunPolicyTest, FailureRetries) {

@@ -20,8 +20,8 @@ void SyncRunner::Request() {
 }
 
 void SyncRunner::Schedule() {
-  const absl::Time due = policy_.Due();
-  if (due == absl::InfiniteFuture()) {
+  const base::MonoTime due = policy_.Due();
+  if (due == base::MonoTime::InfiniteFuture()) {
     timer_->Disarm();
     return;
   }
@@ -29,7 +29,7 @@ void SyncRunner::Schedule() {
 }
 
 void SyncRunner::Fire() {
-  const absl::Time now = Now();
+  const base::MonoTime now = Now();
   if (policy_.Due() > now) {
     Schedule();  // woke early (a re-arm raced the timer)
     return;

@@ -29,7 +29,7 @@ class SyncRunner final {
   // The loop's monotonic clock as the policy's time line: a step of the wall clock must not
   // delay (or hurry) every sync by its size. A fresh reading, not the iteration's: a failure is
   // retried from when the sync ended.
-  absl::Time Now() const { return absl::UnixEpoch() + loop_.clock().MonotonicNow(); }
+  base::MonoTime Now() const { return loop_.clock().MonotonicNow(); }
 
   event::EventLoop& loop_;
   RunPolicy policy_;

@@ -179,7 +179,7 @@ absl::Status EtcdSource::Probe() {
 }
 
 absl::Status EtcdSource::List() {
-  const absl::Duration start = base::MonotonicNow();
+  const base::MonoTime start = base::MonotonicNow();
   Batch next;
   ASSIGN_OR_RETURN(const int64_t revision,
                    client_->RangeAll(layout_.RangeStart(), layout_.RangeEnd(),

@@ -9,7 +9,11 @@
 namespace sluice::sources {
 
 RelistGate::RelistGate(std::vector<std::string> kinds, absl::Duration timeout, base::Clock& clock)
-    : kinds_(std::move(kinds)), timeout_(timeout), clock_(clock), listed_(kinds_.size(), false) {
+    : kinds_(std::move(kinds)),
+      timeout_(timeout),
+      clock_(clock),
+      listed_(kinds_.size(), false),
+      timeout_waiter_(clock) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -18,6 +22,7 @@ RelistGate::~RelistGate() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
+  timeout_waiter_.Stop();
   thread_.join();
 }
 
@@ -43,6 +48,7 @@ void RelistGate::Listed(int kind) {
   if (held_ && std::all_of(listed_.begin(), listed_.end(), [](bool b) { return b; })) {
     VLOG(1) << "kube: every kind listed again; applying " << queue_.size() << " held updates";
     Release();
+    timeout_waiter_.Wake();  // the thread need not wait out the hold's deadline
   }
 }
 
@@ -61,21 +67,21 @@ void RelistGate::Release() {
 }
 
 void RelistGate::Run() {
-  absl::MutexLock lock(&mu_);
+  mu_.Lock();
   auto held_or_stopping = [this]()
                               ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return held_ || stopping_; };
-  auto released_or_stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !held_ || stopping_;
-  };
   while (true) {
     mu_.Await(absl::Condition(&held_or_stopping));
     if (stopping_) {
-      return;
+      break;
     }
-    // A new Hold() while waiting moves the deadline on: wait again for the new one.
-    const absl::Duration deadline = deadline_;
-    if (clock_.AwaitUntil(mu_, absl::Condition(&released_or_stopping), deadline) ||
-        deadline_ != deadline) {
+    const base::MonoTime deadline = deadline_;
+    mu_.Unlock();
+    timeout_waiter_.SleepUntil(deadline);
+    mu_.Lock();
+    // Released meanwhile, or a new Hold() moved the deadline on (wait again for the new one),
+    // or a Wake() left over from an earlier release ended the sleep early.
+    if (stopping_ || !held_ || deadline_ != deadline || clock_.MonotonicNow() < deadline) {
       continue;
     }
     std::vector<std::string> missing;
@@ -89,6 +95,7 @@ void RelistGate::Run() {
                  << queue_.size() << " held updates without waiting longer";
     Release();
   }
+  mu_.Unlock();
 }
 
 }  // namespace sluice::sources

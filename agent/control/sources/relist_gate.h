@@ -49,9 +49,10 @@ class RelistGate final {
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool held_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Duration deadline_ ABSL_GUARDED_BY(mu_);   // of the hold, monotonic
+  base::MonoTime deadline_ ABSL_GUARDED_BY(mu_);   // of the hold
   std::vector<bool> listed_ ABSL_GUARDED_BY(mu_);  // since Hold()
   std::deque<absl::AnyInvocable<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  base::Waiter timeout_waiter_;  // the thread's sleep until a hold's deadline
   std::thread thread_;
 };
 

@@ -65,7 +65,7 @@ class BackendDialer final : public event::DeferredDeletable {
   event::EventLoop& loop_;
   const std::shared_ptr<Balancer> balancer_;
   const net::IpAddress client_;
-  const absl::Duration deadline_;  // monotonic
+  const base::MonoTime deadline_;
   BackendDialerCallbacks& callbacks_;
   std::vector<net::SocketAddress> failed_;
   int attempt_ = 0;

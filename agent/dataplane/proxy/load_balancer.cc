@@ -13,7 +13,7 @@ AffinityTable::Shard& AffinityTable::ShardFor(const net::IpAddress& client) {
 }
 
 std::optional<net::SocketAddress> AffinityTable::Lookup(const net::IpAddress& client,
-                                                        absl::Duration now,
+                                                        base::MonoTime now,
                                                         absl::Duration timeout) {
   Shard& shard = ShardFor(client);
   absl::MutexLock lock(&shard.mu);
@@ -29,7 +29,7 @@ std::optional<net::SocketAddress> AffinityTable::Lookup(const net::IpAddress& cl
 }
 
 bool AffinityTable::Remember(const net::IpAddress& client, const net::SocketAddress& endpoint,
-                             absl::Duration now, absl::Duration timeout) {
+                             base::MonoTime now, absl::Duration timeout) {
   Shard& shard = ShardFor(client);
   absl::MutexLock lock(&shard.mu);
   if (shard.entries.size() >= kMaxPerShard && !shard.entries.contains(client)) {
@@ -76,7 +76,7 @@ bool Balancer::Contains(const net::SocketAddress& a) const {
   return std::find(endpoints_.begin(), endpoints_.end(), a) != endpoints_.end();
 }
 
-std::optional<net::SocketAddress> Balancer::Pick(const net::IpAddress& client, absl::Duration now,
+std::optional<net::SocketAddress> Balancer::Pick(const net::IpAddress& client, base::MonoTime now,
                                                  const std::vector<net::SocketAddress>& exclude) {
   auto excluded = [&](const net::SocketAddress& a) {
     return std::find(exclude.begin(), exclude.end(), a) != exclude.end();

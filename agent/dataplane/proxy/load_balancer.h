@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "lib/base/clock.h"
 #include "lib/net/address.h"
 
 namespace sluice::proxy {
@@ -26,19 +27,19 @@ class AffinityTable final {
   static constexpr size_t kMaxPerShard = 65536;
 
   // The endpoint `client` is stuck to if it was used within `timeout` before `now`.
-  std::optional<net::SocketAddress> Lookup(const net::IpAddress& client, absl::Duration now,
+  std::optional<net::SocketAddress> Lookup(const net::IpAddress& client, base::MonoTime now,
                                            absl::Duration timeout);
   // Records (or refreshes) the client's endpoint. Returns false if the shard is full of live
   // entries (the client then simply has no affinity).
   bool Remember(const net::IpAddress& client, const net::SocketAddress& endpoint,
-                absl::Duration now, absl::Duration timeout);
+                base::MonoTime now, absl::Duration timeout);
   void Forget(const net::IpAddress& client);
   size_t size() const;
 
  private:
   struct Entry {
     net::SocketAddress endpoint;
-    absl::Duration last_used;
+    base::MonoTime last_used;
   };
   struct Shard {
     mutable absl::Mutex mu;
@@ -62,8 +63,8 @@ class Balancer final {
   Balancer(std::vector<net::SocketAddress> endpoints, Affinity affinity, uint64_t shuffle_seed);
 
   // An endpoint for a new connection of `client`, skipping `exclude` (endpoints that already
-  // failed for this connection). nullopt when none is left. `now` is a monotonic time.
-  std::optional<net::SocketAddress> Pick(const net::IpAddress& client, absl::Duration now,
+  // failed for this connection). nullopt when none is left.
+  std::optional<net::SocketAddress> Pick(const net::IpAddress& client, base::MonoTime now,
                                          const std::vector<net::SocketAddress>& exclude = {});
   // The dial to `endpoint` failed: drop the client's affinity so the retry may go elsewhere.
   void DialFailed(const net::IpAddress& client);

@@ -70,13 +70,22 @@ absl::Status SendAll(int fd, const std::string& data, const char* who) {
   return absl::OkStatus();
 }
 
-// Waits, in a peer thread, for the worker's side to reach a state only a gauge shows.
-absl::Status Await(absl::AnyInvocable<bool()> done, absl::Duration deadline, const char* what) {
+// The peers' time: the loop's clock and the probe's deadline on it.
+struct Deadline {
+  const base::Clock& clock;
+  base::MonoTime at;
+  bool Passed() const { return clock.MonotonicNow() > at; }
+};
+
+// Waits, in a peer thread, for the worker's side to reach a state only a gauge shows: nothing
+// signals it, so it looks every millisecond.
+absl::Status Await(absl::AnyInvocable<bool()> done, const Deadline& deadline, const char* what) {
+  base::Waiter waiter(deadline.clock);
   while (!done()) {
-    if (base::MonotonicNow() > deadline) {
+    if (deadline.Passed()) {
       return Fail(what);
     }
-    absl::SleepFor(absl::Milliseconds(1));
+    waiter.SleepFor(absl::Milliseconds(1));
   }
   return absl::OkStatus();
 }
@@ -113,9 +122,9 @@ absl::StatusOr<Pair> LoopbackPair(int far_receive_buffer) {
 // The client: sends until flow control paused its direction (the backend reads nothing until
 // then), waits for the resume, sends once more through the kernel, half-closes, and expects
 // the reply and the backend's FIN.
-absl::Status RunClient(int fd, const SockmapFlow& flow, absl::Duration deadline, uint64_t& sent) {
+absl::Status RunClient(int fd, const SockmapFlow& flow, const Deadline& deadline, uint64_t& sent) {
   while (flow.pauses.Value() == 0) {
-    if (base::MonotonicNow() > deadline) {
+    if (deadline.Passed()) {
       return Fail(absl::StrCat("no flow-control pause after ", sent, " bytes"));
     }
     RETURN_IF_ERROR(SendAll(fd, Pattern(sent, kChunk), "client"));
@@ -142,7 +151,7 @@ absl::Status RunClient(int fd, const SockmapFlow& flow, absl::Duration deadline,
 
 // The backend: reads nothing until the pause, then the client's whole stream, in order, up to
 // the forwarded FIN; replies and half-closes.
-absl::Status RunBackend(int fd, const SockmapFlow& flow, absl::Duration deadline,
+absl::Status RunBackend(int fd, const SockmapFlow& flow, const Deadline& deadline,
                         uint64_t& received) {
   RETURN_IF_ERROR(Await([&] { return flow.pauses.Value() > 0; }, deadline, "no pause"));
   char buf[64 << 10];
@@ -218,8 +227,8 @@ absl::Status Exchange(event::EventLoop& loop, Connection& conn, int client_fd, i
                       const SockmapFlow& flow) {
   std::unique_ptr<event::Timer> watchdog = loop.CreateTimer([&conn] { conn.Abort(); });
   watchdog->Arm(kDeadline);
-  // Monotonic, as the loop's watchdog: a wall-clock step must not stretch the probe.
-  const absl::Duration deadline = base::MonotonicNow() + kDeadline;
+  // The loop's clock, as its watchdog's: a wall-clock step must not stretch the probe.
+  const Deadline deadline{loop.clock(), loop.clock().MonotonicNow() + kDeadline};
   uint64_t sent = kEarly, received = 0;
   absl::Status client_status, backend_status;
   // A peer that fails resets the connection, which ends the other peer and the loop.

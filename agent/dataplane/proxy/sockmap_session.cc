@@ -58,7 +58,7 @@ void SockmapSession::OnPromoteTimer() {
   if (closed_ || pump(Side::kClient).finished() || pump(Side::kBackend).finished()) {
     return;
   }
-  const absl::Duration now = loop_.MonotonicNow();
+  const base::MonoTime now = loop_.MonotonicNow();
   const uint64_t bytes = PumpBytes();
   if (context_.promotion.Quiet(bytes - window_bytes_, now - window_start_)) {
     Enrol();

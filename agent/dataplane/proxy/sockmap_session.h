@@ -149,7 +149,7 @@ class SockmapSession final {
   std::unique_ptr<event::Timer> poll_timer_;  // only while a relay is paused or draining
   absl::Duration poll_interval_;
   // The current promotion window: when it began and PumpBytes() then.
-  absl::Duration window_start_;
+  base::MonoTime window_start_;
   uint64_t window_bytes_ = 0;
   bool used_ = false;
   bool closed_ = false;

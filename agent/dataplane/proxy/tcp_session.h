@@ -135,7 +135,7 @@ class TcpSession final : public event::DeferredDeletable, private SockmapSession
   std::unique_ptr<event::FileEvent> client_event_;
   std::unique_ptr<event::FileEvent> backend_event_;
   std::unique_ptr<event::Timer> idle_timer_;
-  absl::Duration last_activity_;
+  base::MonoTime last_activity_;
   bool closed_ = false;
 };
 

@@ -38,7 +38,7 @@ class UdpProxy::Flow final : public event::DeferredDeletable, public UdpFlowTabl
   size_t control_len = 0;
   UdpGsoState to_backend_gso;
   UdpGsoState to_client_gso;
-  absl::Duration last_active;  // loop monotonic time of the last datagram either way
+  base::MonoTime last_active;  // the loop's time of the last datagram either way
   base::UniqueFd fd;
   std::unique_ptr<event::FileEvent> event;  // after fd
   std::unique_ptr<event::Timer> idle;
@@ -352,8 +352,8 @@ UdpProxy::Flow* UdpProxy::OpenFlow(const net::SocketAddress& client, msghdr& hdr
 
 void UdpProxy::SocketFailed(const net::SocketAddress& backend, std::string_view cause) {
   Count(Drop::kSocketError);
-  if (loop_.Now() - last_error_log_ > absl::Seconds(10)) {  // rate-limited: may fire per datagram
-    last_error_log_ = loop_.Now();
+  if (loop_.MonotonicNow() - last_error_log_ > absl::Seconds(10)) {  // may fire per datagram
+    last_error_log_ = loop_.MonotonicNow();
     LOG(WARNING) << "udp " << local_.ToString() << ": flow to " << backend.ToString() << ": "
                  << cause;
   }

@@ -145,7 +145,7 @@ class UdpProxy final {
   std::shared_ptr<const SourceFilter> sources_;
   absl::flat_hash_map<net::SocketAddress, std::unique_ptr<Flow>> flows_;
   std::array<base::Counter*, static_cast<size_t>(Drop::kCount)> dropped_{};
-  absl::Time last_error_log_ = absl::InfinitePast();
+  base::MonoTime last_error_log_ = base::MonoTime::InfinitePast();
 };
 
 }  // namespace sluice::proxy

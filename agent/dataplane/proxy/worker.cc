@@ -2,7 +2,6 @@
 #include "agent/dataplane/proxy/worker.h"
 
 #include <fcntl.h>
-#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
@@ -169,11 +168,12 @@ class Connection final : public event::DeferredDeletable,
 };
 
 Worker::Worker(int id, const Options& options, DataPathMetrics& metrics,
-               std::unique_ptr<event::EventLoop> loop)
+               std::unique_ptr<event::LoopThread> thread)
     : id_(id),
       options_(options),
       metrics_(metrics),
-      loop_(std::move(loop)),
+      thread_(std::move(thread)),
+      loop_(&thread_->loop()),
       pipes_(options.pipes),
       udp_flows_(options.udp.max_flows, options.udp.max_flows_per_source, options.fds),
       tcp_sources_(options.max_connections_per_source),
@@ -182,14 +182,15 @@ Worker::Worker(int id, const Options& options, DataPathMetrics& metrics,
 
 absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(int id, const Options& options,
                                                        DataPathMetrics& metrics) {
-  ASSIGN_OR_RETURN(auto loop, event::EventLoop::Create());
-  auto worker = std::unique_ptr<Worker>(new Worker(id, options, metrics, std::move(loop)));
+  // top -H, perf and gdb tell the workers apart by the thread's name.
+  ASSIGN_OR_RETURN(auto thread,
+                   event::LoopThread::Create(absl::StrCat("worker-", id), *options.clock));
+  auto worker = std::unique_ptr<Worker>(new Worker(id, options, metrics, std::move(thread)));
   if (options.sockmap != nullptr) {
-    RETURN_IF_ERROR(worker->StartSockmap());
+    absl::Status started;
+    worker->RunAndWait([&] { started = worker->StartSockmap(); }, absl::InfiniteDuration());
+    RETURN_IF_ERROR(started);
   }
-  worker->thread_ = std::thread([w = worker.get()] { w->loop_->Run(); });
-  // top -H, perf and gdb tell the workers apart by it.
-  pthread_setname_np(worker->thread_.native_handle(), absl::StrCat("worker-", id).c_str());
   return worker;
 }
 
@@ -210,8 +211,7 @@ absl::Status Worker::StartSockmap() {
 }
 
 Worker::~Worker() {
-  loop_->Stop();
-  thread_.join();
+  thread_->Stop();
   // The loop no longer runs: tear down here, connections first (their sockets reset).
   const auto open = connections_.size();
   for (const auto& [raw, conn] : connections_) {
@@ -391,8 +391,8 @@ void Worker::ReleaseConnection(const net::IpAddress& client) {
 }
 
 bool Worker::Shed(int listen_fd) {
-  if (loop_->Now() - last_shed_log_ > absl::Seconds(10)) {  // rate-limited: may fire per accept
-    last_shed_log_ = loop_->Now();
+  if (loop_->MonotonicNow() - last_shed_log_ > absl::Seconds(10)) {  // may fire per accept
+    last_shed_log_ = loop_->MonotonicNow();
     LOG(WARNING) << "worker " << id_ << ": out of file descriptors, resetting new connections";
   }
   if (!reserve_fd_) {

@@ -5,13 +5,14 @@
 
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "lib/base/clock.h"
 #include "lib/base/unique_fd.h"
 #include "lib/event/event_loop.h"
+#include "lib/event/loop_thread.h"
 
 #include "agent/dataplane/fastpath/flow_ring.h"
 #include "agent/dataplane/fastpath/sockmap_fast_path.h"
@@ -47,7 +48,8 @@ struct ConnectionInfo {
 // worker watches, or this worker's socket of a per-worker SO_REUSEPORT group; a UDP socket
 // that only this worker serves), and the connections and flows they carry. Receives immutable
 // RouteTables; takes no control-plane lock.
-// Thread: its own loop thread; the public methods are thread-safe (they post).
+// Thread: its own loop thread (an event::LoopThread); the public methods are thread-safe (they
+// post).
 class Worker final {
  public:
   struct Options {
@@ -69,6 +71,8 @@ class Worker final {
     fastpath::SockmapFastPath* sockmap = nullptr;
     SockmapWatermarks sockmap_marks;
     SockmapPromotion sockmap_promotion;
+    // The process's clock (outlives the worker): the loop's timers, deadlines and idle checks.
+    const base::Clock* clock = &base::RealClock::Get();
   };
 
   static absl::StatusOr<std::unique_ptr<Worker>> Create(int id, const Options& options,
@@ -102,7 +106,7 @@ class Worker final {
   };
 
   Worker(int id, const Options& options, DataPathMetrics& metrics,
-         std::unique_ptr<event::EventLoop> loop);
+         std::unique_ptr<event::LoopThread> thread);
   // Runs `fn` on the loop thread and waits up to `timeout` for it; on timeout `fn` still runs
   // later, so it must own what it touches.
   bool RunAndWait(absl::AnyInvocable<void() &&> fn, absl::Duration timeout);
@@ -129,7 +133,9 @@ class Worker final {
   const int id_;
   const Options options_;
   DataPathMetrics& metrics_;
-  std::unique_ptr<event::EventLoop> loop_;
+  // Declared before everything registered with its loop, so that the loop goes last.
+  std::unique_ptr<event::LoopThread> thread_;
+  event::EventLoop* const loop_;  // thread_'s
   PipePool pipes_;
   DatagramArena udp_arena_;  // before listeners_: their UdpProxies use it
   UdpFlowTable udp_flows_;   // likewise
@@ -145,9 +151,8 @@ class Worker final {
   // Kept open so that at EMFILE one fd can be freed to accept and reset a connection instead
   // of leaving it in the backlog, where a level-triggered listener would spin.
   base::UniqueFd reserve_fd_;
-  absl::Time last_shed_log_ = absl::InfinitePast();
+  base::MonoTime last_shed_log_ = base::MonoTime::InfinitePast();
   std::unique_ptr<event::Timer> resume_timer_;
-  std::thread thread_;
 };
 
 }  // namespace sluice::proxy

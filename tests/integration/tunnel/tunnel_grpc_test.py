@@ -375,7 +375,8 @@ class GrpcTunnelTest(h.TestCase):
     def test_drain(self):
         s, a = self.up()
         a.proc.signal(signal.SIGTERM)
-        time.sleep(0.5)
+        # Draining, not stopping: the server has the agent's DRAIN, and the agent still runs.
+        h.wait_until(lambda: "is draining" in s.proc.output(), what="the server to see DRAIN")
         self.assertTrue(a.proc.alive())
         t = h.Tunnel(s.channel())  # a draining agent is still used when it is the only one
         self.assertEqual(t.dial(self.target()).error, "")
