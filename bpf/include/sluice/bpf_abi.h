@@ -153,4 +153,72 @@ struct sluice_lb_stats {
 	__u64 refused;	  /* no backend: ECONNREFUSED */
 };
 
+/* ---- External NAT (bpf/ext_nat.bpf.c): tc programs on the node's external devices ----
+ * Remote clients' packets to a frontend (NodePort on a node address, external IP, LoadBalancer
+ * IP) are translated to a backend on ingress and the replies back on egress. Frontends, backend
+ * sets, membership and counters use the socket-LB layouts above in the program's own maps, so
+ * socklb::ServiceMaps programs them: sluice_nat_svc (sluice_lb_key -> sluice_lb_svc),
+ * sluice_nat_slot (sluice_lb_slot -> sluice_lb_addr), sluice_nat_member (sluice_lb_member -> u8),
+ * sluice_nat_stats (per CPU, id -> sluice_lb_stats: translated = flows created, refused =
+ * packets dropped by loadBalancerSourceRanges). A frontend without an entry, or with count 0,
+ * is passed to the stack, where the proxy listens on the same address. */
+
+/* sluice_nat_range key (LPM trie), value __u8 allow. A guarded frontend (a LoadBalancer IP with
+ * loadBalancerSourceRanges) has one entry {prefixlen 160, front} -> 0 and one per range
+ * {160 + the range's length (IPv4: 96 + it, as ::ffff:0:0/96), front, range} -> 1: the longest
+ * match says whether a source may reach it; an unguarded frontend matches nothing. */
+struct sluice_nat_range {
+	__u32 prefixlen;
+	struct sluice_lb_key front;
+	__u8 addr[16];
+};
+
+/* sluice_nat_sticky key (LRU; value sluice_lb_sticky): ClientIP affinity of a remote client. */
+struct sluice_nat_client {
+	__u8 addr[16];
+	__u32 id;
+};
+
+/* sluice_nat_ct key: one direction of a flow, as its packets carry it. A flow has two entries:
+ * the forward one keyed (client, frontend) and the reply one keyed (backend, client). */
+struct sluice_nat_tuple {
+	__u8 saddr[16];
+	__u8 daddr[16];
+	__u16 sport;
+	__u16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+#define SLUICE_NAT_CT_REPLY 1	/* reply entry: `to` replaces the source, not the destination */
+#define SLUICE_NAT_CT_CLOSING 2 /* TCP FIN or RST seen: ages out after the closing timeout */
+#define SLUICE_NAT_CT_SNAT 4	/* reserved: the source was translated to the node (not built) */
+
+/* sluice_nat_ct value: forward entry, `to` is the backend (the new destination); reply entry,
+ * `to` is the frontend (the new source). A preallocated hash, not an LRU, so that a full table
+ * never evicts a live flow: a new flow that finds no room is passed to the stack (counted) and
+ * the agent removes expired entries. */
+struct sluice_nat_ct {
+	struct sluice_lb_addr to;
+	__u32 id; /* the service port (counters) */
+	__u32 flags;
+	__u32 pad;
+	__u64 last_ns; /* bpf_ktime_get_ns() of the last packet in this direction */
+};
+
+/* sluice_nat_traffic value (per CPU), by service id: packets translated, both directions. */
+struct sluice_nat_traffic {
+	__u64 packets;
+	__u64 bytes;
+};
+
+/* sluice_nat_drops index (per CPU array of __u64): what the programs did not translate. */
+enum sluice_nat_reason {
+	SLUICE_NAT_SOURCE_RANGE, /* dropped: source outside the frontend's ranges */
+	SLUICE_NAT_CT_FULL,	 /* passed to the stack: no room for a new flow */
+	SLUICE_NAT_FRAGMENT,	 /* passed to the stack: an IP fragment of a frontend's traffic */
+	SLUICE_NAT_MALFORMED,	 /* passed to the stack: headers the program cannot parse */
+	SLUICE_NAT_REASONS,
+};
+
 #endif /* SLUICE_BPF_ABI_H */
