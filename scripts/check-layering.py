@@ -27,7 +27,7 @@ TIERS = [
                     "lib/cli"], []),
     ("kernel programs", ["bpf"], []),
     ("data plane", ["agent/dataplane/fastpath", "agent/dataplane/proxy",
-                    "agent/dataplane/socklb", "agent/dataplane/vip"],
+                    "agent/dataplane/socklb", "agent/dataplane/extnat", "agent/dataplane/vip"],
      ["foundation", "kernel programs"]),
     ("control plane", ["agent/control/config", "agent/control/sources",
                        "agent/control/proxier", "agent/control/admin"],
@@ -50,6 +50,8 @@ EDGES = {
     "lib/cli": {"lib/base", "lib/event", "lib/http"},
     "agent/dataplane/proxy": {"agent/dataplane/fastpath"},
     "agent/dataplane/socklb": {"agent/dataplane/fastpath"},
+    # Its frontends and backend sets are the socket-LB layouts, programmed by socklb::ServiceMaps.
+    "agent/dataplane/extnat": {"agent/dataplane/fastpath", "agent/dataplane/socklb"},
     "agent/control/sources": {"agent/control/config"},
     "agent/control/proxier": {"agent/control/config"},
     "agent/control/admin": {"agent/control/proxier"},
