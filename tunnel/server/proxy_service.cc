@@ -35,7 +35,7 @@ class ProxyStream final : public Reactor, public Frontend {
         outbox_(
             [this](const wire::Packet* p) {
               writing_type_.store(p->type(), std::memory_order_relaxed);
-              write_started_.store(absl::ToInt64Nanoseconds(base::MonotonicNow()),
+              write_started_.store(absl::ToInt64Nanoseconds(base::MonotonicNow().SinceOrigin()),
                                    std::memory_order_relaxed);
               StartWrite(p);
             },
@@ -93,7 +93,8 @@ class ProxyStream final : public Reactor, public Frontend {
   void OnWriteDone(bool ok) override {
     // Read before the Outbox starts the next write. Upstream times each Send to the frontend.
     metrics_.frontend_write_duration.Observe(absl::ToDoubleSeconds(
-        base::MonotonicNow() - absl::Nanoseconds(write_started_.load(std::memory_order_relaxed))));
+        base::MonotonicNow() - base::MonoTime::FromSinceOrigin(absl::Nanoseconds(
+                                   write_started_.load(std::memory_order_relaxed)))));
     if (!ok) {
       metrics_.StreamError("to_client", grpc::StatusCode::CANCELLED,
                            wire::TypeLabel(writing_type_.load(std::memory_order_relaxed)));
