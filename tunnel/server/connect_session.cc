@@ -292,7 +292,7 @@ void ConnectSession::OnAgentData(std::string bytes, const std::shared_ptr<wire::
   if (state_ != State::kEstablished) {
     return;
   }
-  const absl::Duration start = loop_.clock().MonotonicNow();
+  const base::MonoTime start = loop_.clock().MonotonicNow();
   const bool written = pump_->Write(std::move(bytes));
   // Upstream times each write to the frontend's connection.
   metrics_.frontend_write_duration.Observe(

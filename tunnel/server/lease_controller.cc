@@ -31,10 +31,10 @@ absl::StatusOr<std::unique_ptr<LeaseController>> LeaseController::Create(
 }
 
 LeaseController::LeaseController(LeaseOptions options, std::unique_ptr<kube::BearerToken> token)
-    : options_(std::move(options)), token_(std::move(token)) {}
+    : options_(std::move(options)), token_(std::move(token)), wait_(*options_.clock) {}
 
 LeaseController::~LeaseController() {
-  stop_.Notify();
+  wait_.Stop();
   if (client_ != nullptr) {
     client_->Stop();  // interrupts a request in flight
   }
@@ -50,25 +50,24 @@ void LeaseController::Start() {
 void LeaseController::Run() {
   // Both at once first, as upstream's controllers start; then each on its own period, on the
   // monotonic clock (a wall-clock step must not stall renewals).
-  absl::Duration next_renew = -absl::InfiniteDuration();
-  absl::Duration next_gc = -absl::InfiniteDuration();
-  while (!stop_.HasBeenNotified()) {
-    const absl::Duration now = options_.clock->MonotonicNow();
+  base::MonoTime next_renew = base::MonoTime::InfinitePast();
+  base::MonoTime next_gc = base::MonoTime::InfinitePast();
+  while (!wait_.stopped()) {
+    const base::MonoTime now = options_.clock->MonotonicNow();
     if (now >= next_renew) {
-      if (absl::Status st = Renew(); !st.ok() && !stop_.HasBeenNotified()) {
+      if (absl::Status st = Renew(); !st.ok() && !wait_.stopped()) {
         LOG(WARNING) << "lease " << options_.name_space << "/" << lease_name() << ": " << st;
       }
       next_renew = now + options_.renew_interval;
     }
     if (now >= next_gc) {
-      if (auto st = CollectGarbage(); !st.ok() && !stop_.HasBeenNotified()) {
+      if (auto st = CollectGarbage(); !st.ok() && !wait_.stopped()) {
         LOG(WARNING) << "lease garbage collection in " << options_.name_space << ": "
                      << st.status();
       }
       next_gc = now + options_.gc_interval;
     }
-    (void)stop_.WaitForNotificationWithTimeout(std::max(
-        absl::ZeroDuration(), std::min(next_renew, next_gc) - options_.clock->MonotonicNow()));
+    (void)wait_.SleepUntil(std::min(next_renew, next_gc));
   }
 }
 

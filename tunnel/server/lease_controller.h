@@ -7,7 +7,6 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "lib/base/clock.h"
 #include "lib/base/metrics.h"
@@ -69,7 +68,7 @@ class LeaseController final {
   std::unique_ptr<kube::HttpClient> client_;  // the controller thread's only
   simdjson::dom::parser parser_;
   std::string resource_version_;  // of our Lease as last written; empty: unknown
-  absl::Notification stop_;
+  base::Waiter wait_;  // the controller thread's: renew and GC periods; stopped at destruction
   std::thread thread_;
 };
 
