@@ -378,6 +378,9 @@ absl::Status Agent::StartTunnel() {
   c.identifiers =
       opts_.tunnel_identifiers.empty() ? "host=" + opts_.node_name : opts_.tunnel_identifiers;
   c.allowed_destinations = opts_.tunnel_allowed_destinations;
+  c.max_connection_buffer = static_cast<size_t>(opts_.tunnel_max_connection_buffer);
+  c.window_extension = opts_.tunnel_window_extension;
+  c.stall_timeout = opts_.tunnel_stall_timeout;
   c.clock = &clock_;
   // The agent's own status ports stay closed to the tunnel unless listed (AllowList).
   for (const std::string& bind : {opts_.healthz_bind_address, opts_.metrics_bind_address}) {

@@ -186,6 +186,18 @@ std::vector<base::Option> AgentOptionTable(AgentOptions& o) {
        "On SIGTERM with the tunnel on: tell the servers we are draining and keep "
        "serving this long before stopping (a second signal stops at once)",
        kSluice},
+      {"tunnel-max-connection-buffer", &o.tunnel_max_connection_buffer,
+       "Bytes the tunnel agent queues toward one backend before that connection is closed "
+       "(sluice-proxy-agent's --max-connection-buffer)",
+       kSluice},
+      {"tunnel-window-extension", &o.tunnel_window_extension,
+       "Per-connection flow control with tunnel servers that offer it too (sluice's): a "
+       "backend that reads nothing pauses only its own connection",
+       kSluice},
+      {"tunnel-stall-timeout", &o.tunnel_stall_timeout,
+       "With a tunnel server without the window extension: a backend that reads nothing for "
+       "this long while bytes wait for it is closed",
+       kSluice},
   };
   for (O row : base::KlogOptions(o.klog)) {
     if (row.name == "v") {

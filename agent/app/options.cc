@@ -234,6 +234,10 @@ absl::Status Validate(AgentOptions& o) {
     return absl::InvalidArgumentError(
         "--dial-timeout, --tcp-idle-timeout and --udp-idle-timeout must be positive");
   }
+  if (o.tunnel_max_connection_buffer <= 0 || o.tunnel_stall_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "--tunnel-max-connection-buffer and --tunnel-stall-timeout must be positive");
+  }
   ASSIGN_OR_RETURN(o.nodeport_cidrs, ParseCidrs(o.nodeport_addresses, "nodeport-addresses",
                                                 /*network_only=*/false));
   ASSIGN_OR_RETURN(o.service_cidrs, ParseCidrs(o.service_cluster_ip_range,

@@ -94,6 +94,9 @@ struct AgentOptions {
   std::string tunnel_identifiers;  // default: host=<node name>
   std::vector<std::string> tunnel_allowed_destinations;
   absl::Duration tunnel_drain_period = absl::Seconds(10);
+  int64_t tunnel_max_connection_buffer = 16 << 20;
+  bool tunnel_window_extension = true;
+  absl::Duration tunnel_stall_timeout = absl::Minutes(5);
   base::KlogFlags klog;  // -v and klog's other flags
   KubeProxyFlags kube_proxy;
   cli::StandardFlags standard;  // --help, -h, --version

@@ -82,6 +82,17 @@ TEST_F(OptionsTest, BadValuesFailWithTheFlagName) {
   EXPECT_NE(st.message().find("want file:PATH"), std::string::npos) << st;
   st = Parse({"--source=file:" + dir_, "--min-sync-period=1m", "--sync-period=30s"});
   EXPECT_NE(st.message().find("must not exceed --sync-period"), std::string::npos) << st;
+  st = Parse({"--source=file:" + dir_, "--tunnel-stall-timeout=0s"});
+  EXPECT_NE(st.message().find("--tunnel-stall-timeout must be positive"), std::string::npos) << st;
+}
+
+TEST_F(OptionsTest, TunnelFlowControlFlagsReachTheirFields) {
+  ASSERT_TRUE(Parse({"--source=file:" + dir_, "--tunnel-window-extension=false",
+                     "--tunnel-stall-timeout=30m", "--tunnel-max-connection-buffer=1048576"})
+                  .ok());
+  EXPECT_FALSE(opts_.tunnel_window_extension);
+  EXPECT_EQ(opts_.tunnel_stall_timeout, absl::Minutes(30));
+  EXPECT_EQ(opts_.tunnel_max_connection_buffer, 1 << 20);
 }
 
 TEST_F(OptionsTest, StrictArpByDefaultRecordedUnderAnAbsoluteStateDir) {
