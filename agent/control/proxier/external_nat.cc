@@ -1,6 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "agent/control/proxier/external_nat.h"
 
+#include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <string.h>
+
+#include <algorithm>
+
+#include "lib/base/log.h"
+
 namespace sluice::proxier {
 namespace {
 
@@ -8,6 +17,38 @@ namespace {
 std::string PortOf(const std::string& name) { return name.substr(0, name.rfind('#')); }
 
 }  // namespace
+
+std::vector<std::string> NodeDevices(const std::vector<net::Cidr>& cidrs,
+                                     const absl::flat_hash_set<net::IpAddress>& exclude) {
+  std::vector<std::string> out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) {
+    LOG(ERROR) << "getifaddrs: " << strerror(errno);
+    return out;
+  }
+  static const net::Cidr kLinkLocal6 = *net::Cidr::Parse("fe80::/10");
+  for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || (a->ifa_flags & IFF_LOOPBACK) != 0) {
+      continue;
+    }
+    const socklen_t len =
+        a->ifa_addr->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+    auto sa = net::SocketAddress::FromSockaddr(a->ifa_addr, len);
+    if (!sa || kLinkLocal6.Contains(sa->ip()) || exclude.contains(sa->ip())) {
+      continue;
+    }
+    bool wanted = cidrs.empty();
+    for (const auto& c : cidrs) {
+      wanted = wanted || c.Contains(sa->ip());
+    }
+    if (wanted && std::find(out.begin(), out.end(), a->ifa_name) == out.end()) {
+      out.emplace_back(a->ifa_name);
+    }
+  }
+  freeifaddrs(list);
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 ExternalNat::ExternalNat(extnat::ExtNat& nat, Options options)
     : nat_(nat), options_(std::move(options)) {

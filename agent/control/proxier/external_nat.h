@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "lib/net/address.h"
 
@@ -32,6 +33,11 @@ struct ExternalNatContext {
 // addresses. Pure: the unit tests' seam.
 void ExternalNatChanges(const ServicePortName& port, const ServicePortInfo* info,
                         const ExternalNatContext& context, std::vector<extnat::Change>& out);
+
+// The devices remote clients arrive on: those holding a node address in `cidrs` (every address
+// when empty) other than IPv6 link-local ones and `exclude` (our VIPs), loopback excepted.
+std::vector<std::string> NodeDevices(const std::vector<net::Cidr>& cidrs,
+                                     const absl::flat_hash_set<net::IpAddress>& exclude);
 
 // eBPF NAT for remote clients as a TableConsumer: each changed service port becomes its
 // per-family extnat::Services (ExternalNatChanges). Full syncs re-read the node's addresses and
