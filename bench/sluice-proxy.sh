@@ -38,8 +38,9 @@ endpoints: [{addresses: ["$backend"]}]
 ports: [{name: p, protocol: $P, port: $backend_port}]
 YAML
 # Without --socket-lb=off the agent's default (auto, the cgroup v2 root, pinned under
-# /sys/fs/bpf/sluice) would translate every process on the machine.
-lb=(--socket-lb=off --bpf-root=)
+# /sys/fs/bpf/sluice) would translate every process on the machine; the eBPF NAT of remote
+# clients is mode external's alone.
+lb=(--socket-lb=off --bpf-root= --external-datapath=proxy)
 datapath=$mode
 if [[ $mode == socket-lb ]]; then
   [[ -n $cgroup && -f $cgroup/cgroup.procs ]] ||

@@ -216,8 +216,14 @@ absl::Status Agent::StartExternalNat() {
                                         {"reason"});
   if (opts_.external_datapath == "proxy") {
     unavailable.WithLabels({"disabled"}).Set(1);
-    // An earlier agent's filters would go on translating with stale maps.
-    return extnat::ExtNat::Cleanup(opts_.bpf_root);
+    // An earlier agent's filters would go on translating with stale maps. As for socket LB,
+    // only with a bpf root: --bpf-root= (tests, demos) leaves the node's devices alone.
+    if (!opts_.bpf_root.empty()) {
+      if (absl::Status st = extnat::ExtNat::Cleanup(opts_.bpf_root); !st.ok()) {
+        LOG(ERROR) << "removing an earlier agent's eBPF NAT: " << st;
+      }
+    }
+    return absl::OkStatus();
   }
   extnat::LoadOptions load{.bpf_root = opts_.bpf_root,
                            .max_flows = static_cast<uint32_t>(opts_.external_max_flows)};
@@ -248,7 +254,9 @@ absl::Status Agent::StartExternalNat() {
                  << "): " << nat.status().message();
     unavailable.WithLabels({reason}).Set(1);
     // Whatever an earlier agent left would translate to backends nobody keeps up to date.
-    if (absl::Status st = extnat::ExtNat::Cleanup(opts_.bpf_root); !st.ok()) {
+    if (absl::Status st =
+            opts_.bpf_root.empty() ? absl::OkStatus() : extnat::ExtNat::Cleanup(opts_.bpf_root);
+        !st.ok()) {
       LOG(ERROR) << "removing an earlier agent's eBPF NAT: " << st;
     }
     return absl::OkStatus();
@@ -340,9 +348,8 @@ absl::Status Agent::Cleanup(const AgentOptions& opts) {
   absl::Status result;
   if (!opts.bpf_root.empty()) {
     result.Update(socklb::SocketLb::Cleanup(opts.bpf_root));
+    result.Update(extnat::ExtNat::Cleanup(opts.bpf_root));
   }
-  // The tc filters outlive their agent even without pins.
-  result.Update(extnat::ExtNat::Cleanup(opts.bpf_root));
   result.Update(vip::RestoreStrictArp(StrictArpRecord(opts)));
   // No local ranges: Create then removes every service-CIDR route an earlier run installed.
   auto vips = vip::NetlinkVipManager::Create(opts.vip_interface, {});
