@@ -314,7 +314,9 @@ void Agent::RegisterExternalNatMetrics() {
                                 {"service_port"}, per_port(&extnat::ExtNat::Counts::bytes));
   extnat::ExtNat* nat = ext_nat_.get();
   metrics_.AddCounterFamilyFunc("sluice_external_nat_drops_total",
-                                "Packets to a frontend the eBPF NAT dropped, by reason", {"reason"},
+                                "Packets to a frontend the eBPF NAT did not translate: dropped "
+                                "(source_range) or passed to the proxy (conntrack_full, "
+                                "fragment, malformed)", {"reason"},
                                 [nat] {
                                   Rows out;
                                   for (const auto& [reason, n] : nat->Drops()) {
