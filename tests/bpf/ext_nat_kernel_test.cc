@@ -7,8 +7,10 @@
 //   fd00:89:9::9) | np0: 10.89.2.2 ── pod 10.89.2.1 / fd00:89:2::1
 //
 // The pod runs TCP backends "a" (8080) and "b" (8081) and UDP ones "a" (5353), "b" (5354), each
-// answering a line or datagram with "<name> <peer address> <bytes received>". Clients are
-// sockets made in the client's namespace by the test thread.
+// answering a line or datagram with "<name> <peer address> <bytes received>", and a UDP backend
+// on 5355 that answers "first" on a socket connected to the client, then, when a datagram to
+// 5356 asks, sends "late" there and answers the asker whether that was refused (ICMP port
+// unreachable). Clients are sockets made in the client's namespace by the test thread.
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/socket.h>
@@ -68,9 +70,29 @@ def udp(name, port):
     while True:
         d, a = s.recvfrom(65535)
         s.sendto(f"{name} {peer(a)} {len(d)}\n".encode(), a)
+def late(name, port):
+    trigger = bound(socket.SOCK_DGRAM, port + 1)
+    s = bound(socket.SOCK_DGRAM, port)
+    while True:
+        _, a = s.recvfrom(100)
+        s.connect(a)
+        s.send(b"first\n")
+        _, ta = trigger.recvfrom(100)
+        s.send(b"late\n")
+        s.settimeout(3)
+        try:
+            s.recv(100)
+            verdict = b"answered"
+        except ConnectionRefusedError:
+            verdict = b"refused"
+        except socket.timeout:
+            verdict = b"silence"
+        s.close()
+        s = bound(socket.SOCK_DGRAM, port)  # before the verdict: the next round may follow
+        trigger.sendto(verdict, ta)
 for spec in sys.argv[1:]:
     kind, name, port = spec.split(":")
-    threading.Thread(target=tcp if kind == "tcp" else udp, args=(name, int(port)),
+    threading.Thread(target={"tcp": tcp, "udp": udp, "late": late}[kind], args=(name, int(port)),
                      daemon=True).start()
 threading.Event().wait()
 )";
@@ -123,8 +145,9 @@ class ExtNatKernelTest : public ::testing::Test {
     }
     client_ns_.Reset(open(("/run/netns/" + client_->name()).c_str(), O_RDONLY | O_CLOEXEC));
     ASSERT_TRUE(client_ns_);
-    backends_ = std::make_unique<testutil::Subprocess>(pod_->Exec(
-        {"python3", "-c", kBackends, "tcp:a:8080", "tcp:b:8081", "udp:a:5353", "udp:b:5354"}));
+    backends_ = std::make_unique<testutil::Subprocess>(
+        pod_->Exec({"python3", "-c", kBackends, "tcp:a:8080", "tcp:b:8081", "udp:a:5353",
+                    "udp:b:5354", "late:l:5355"}));
     ASSERT_TRUE(testutil::WaitFor(
         [&] {
           return Name(AskOnce(kPodA4, /*from_client=*/false)) == "a" &&
@@ -265,10 +288,11 @@ class ExtNatKernelTest : public ::testing::Test {
   }
   // One datagram of `size` bytes from the client; the answer and where it came from.
   std::pair<std::string, std::optional<net::SocketAddress>> UdpAsk(const net::SocketAddress& to,
-                                                                   size_t size = 1) {
+                                                                   size_t size = 1,
+                                                                   int timeout_s = 2) {
     base::UniqueFd fd =
         AtClient([&] { return base::UniqueFd(socket(to.ip().family(), SOCK_DGRAM, 0)); });
-    const timeval tv{.tv_sec = 2, .tv_usec = 0};
+    const timeval tv{.tv_sec = timeout_s, .tv_usec = 0};
     setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     sockaddr_storage ss;
     const socklen_t len = to.ToSockaddr(&ss);
@@ -490,6 +514,20 @@ TEST_F(ExtNatKernelTest, PathMtuDiscoveryWorksThroughTheTranslation) {
     base::UniqueFd conn = Connect(front);
     ASSERT_TRUE(conn);
     EXPECT_EQ(Ask(conn.get(), big), absl::StrCat("a ", client, " 4097")) << front.ToString();
+  }
+}
+
+// An ICMP error from the client's side about a reply it got from the frontend (its socket is
+// gone: port unreachable) reaches the backend that sent the reply, quoting what it sent.
+TEST_F(ExtNatKernelTest, IcmpErrorsFromTheClientReachTheBackend) {
+  Load();
+  const net::SocketAddress front4 = Addr("10.89.9.9:54"), front6 = Addr("[fd00:89:9::9]:54");
+  Apply({{"late4", Svc({front4}, {Addr("10.89.2.1:5355")}, true)},
+         {"late6", Svc({front6}, {Addr("[fd00:89:2::1]:5355")}, true)}});
+  for (const auto& [front, trigger] : {std::pair{front4, Addr("10.89.2.1:5356")},
+                                       std::pair{front6, Addr("[fd00:89:2::1]:5356")}}) {
+    EXPECT_EQ(UdpAsk(front).first, "first") << front.ToString();  // then the socket closes
+    EXPECT_EQ(UdpAsk(trigger, 1, 10).first, "refused") << front.ToString();
   }
 }
 
