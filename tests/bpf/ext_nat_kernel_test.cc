@@ -329,8 +329,13 @@ class ExtNatKernelTest : public ::testing::Test {
 };
 
 // TCP and UDP, both families, to external IPs (extra node addresses) and NodePorts on the
-// node's address: the pod sees the client's address, the client the frontend's.
+// node's address: the pod sees the client's address, the client the frontend's. With strict
+// reverse-path filtering, as many distributions set it.
 TEST_F(ExtNatKernelTest, TranslatesBothWaysKeepingTheClientAddress) {
+  for (const char* key : {"net.ipv4.conf.all.rp_filter=1", "net.ipv4.conf.nc0.rp_filter=1",
+                          "net.ipv4.conf.np0.rp_filter=1"}) {
+    ASSERT_EQ(testutil::RunCommand({"sysctl", "-qw", key}), 0) << key;
+  }
   Load();
   Apply({{"web4", Svc({kExt4, kNodePort4}, {kPodA4})},
          {"web6", Svc({kExt6, kNodePort6}, {kPodA6})},
