@@ -17,7 +17,9 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <ctime>
 #include <optional>
 #include <set>
 #include <string>
@@ -534,6 +536,55 @@ TEST_F(ExtNatKernelTest, IcmpErrorsFromTheClientReachTheBackend) {
     EXPECT_EQ(UdpAsk(front).first, "first") << front.ToString();  // then the socket closes
     EXPECT_EQ(UdpAsk(trigger, 1, 10).first, "refused") << front.ToString();
   }
+}
+
+// A flow idle past its age is gone: the client's next datagram from the same port is a new flow
+// and follows the service's current backends.
+TEST_F(ExtNatKernelTest, IdleFlowsAgeOut) {
+  Load({.udp = absl::Milliseconds(300)});
+  Apply({{"dns", Svc({kExtDns4}, {kDnsA4}, true)}});
+  base::UniqueFd fd = AtClient([] { return base::UniqueFd(socket(AF_INET, SOCK_DGRAM, 0)); });
+  const timeval tv{.tv_sec = 2, .tv_usec = 0};
+  setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  sockaddr_storage ss;
+  const socklen_t len = kExtDns4.ToSockaddr(&ss);
+  ASSERT_EQ(connect(fd.get(), reinterpret_cast<sockaddr*>(&ss), len), 0);
+  auto ask = [&] {
+    char buf[128];
+    const ssize_t n = send(fd.get(), "q", 1, 0) == 1 ? recv(fd.get(), buf, sizeof(buf), 0) : -1;
+    return n > 0 ? Name(std::string(buf, n)) : "";
+  };
+  EXPECT_EQ(ask(), "a");
+  Apply({{"dns", Svc({kExtDns4}, {Addr("10.89.2.1:5354")}, true)}});
+  // Idle (no datagram meanwhile) until both entries are older than the age, by the programs'
+  // clock (bpf_ktime_get_ns: CLOCK_MONOTONIC).
+  ASSERT_TRUE(testutil::WaitFor(
+      [&] {
+        timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        const uint64_t now = ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+        auto entries = fastpath::TypedMap<sluice_nat_tuple, sluice_nat_ct>(*maps_[5]).Entries();
+        return !entries.empty() && std::all_of(entries.begin(), entries.end(), [&](auto& e) {
+          return now - e.second.last_ns > 300'000'000;
+        });
+      },
+      absl::Seconds(10)));
+  EXPECT_EQ(ask(), "b") << "the flow aged out: the next datagram took the new backend";
+}
+
+// A pinned map of another size (the flags changed between agents) is replaced; the others are
+// reused.
+TEST_F(ExtNatKernelTest, PinnedMapsOfAnotherSizeAreReplaced) {
+  Load({.max_flows = 64});
+  Apply({{"web", Svc({kExt4}, {kPodA4})}});
+  Unload();
+  Load({.max_flows = 128});
+  EXPECT_TRUE(nat_->adopted_maps());
+  bpf_map_info info{};
+  uint32_t len = sizeof(info);
+  ASSERT_EQ(bpf_obj_get_info_by_fd(maps_[5]->fd(), &info, &len), 0);
+  EXPECT_EQ(info.max_entries, 128u);
+  EXPECT_EQ(AskOnce(kExt4), "a 10.89.1.1 3") << "the service maps were reused";
 }
 
 }  // namespace
