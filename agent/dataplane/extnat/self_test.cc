@@ -91,9 +91,14 @@ absl::Status BuildNet(base::UniqueFd& client_ns, base::UniqueFd& node_ns) {
   return Enter(node_ns);
 }
 
-// A connect to the frontend must be accepted by the backend from the client's address (the
-// SYN translated) and complete at the client (the SYN-ACK translated back).
+// A connect to the frontend must complete at the client (the SYN translated, the SYN-ACK
+// translated back; untranslated, the node refuses it at once) and be accepted by the backend
+// from the client's address.
 absl::Status CheckTcp(int listener, int client, absl::Time deadline) {
+  RETURN_IF_ERROR(Wait(client, POLLOUT, deadline, "TCP: the client's connect"));
+  if (int err = net::SocketError(client); err != 0) {
+    return base::ErrnoStatus(err, absl::StrCat("TCP: the client's connect to ", kNode, ":80"));
+  }
   RETURN_IF_ERROR(Wait(listener, POLLIN, deadline, "TCP: the backend got no connection"));
   base::UniqueFd conn(accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
   if (!conn) {
@@ -103,10 +108,6 @@ absl::Status CheckTcp(int listener, int client, absl::Time deadline) {
   if (peer.ip() != *net::IpAddress::Parse(kClient)) {
     return absl::InternalError(absl::StrCat("TCP: the backend sees ", peer.ToString(),
                                             ", not the client's address ", kClient));
-  }
-  RETURN_IF_ERROR(Wait(client, POLLOUT, deadline, "TCP: the client's connect"));
-  if (int err = net::SocketError(client); err != 0) {
-    return base::ErrnoStatus(err, "TCP: the client's connect");
   }
   return absl::OkStatus();
 }
