@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,7 +14,9 @@
 #include "absl/time/time.h"
 #include "lib/net/address.h"
 
+#include "agent/dataplane/extnat/flow_table.h"
 #include "agent/dataplane/extnat/nat_object.h"
+#include "agent/dataplane/extnat/source_ranges.h"
 #include "agent/dataplane/fastpath/bpf_map.h"
 #include "agent/dataplane/socklb/service_maps.h"
 
@@ -66,9 +69,9 @@ class ExtNat final {
   absl::StatusOr<uint64_t> CollectFlows(absl::Duration now);
 
   struct Counts {
-    uint64_t flows = 0;          // created
-    uint64_t range_drops = 0;    // packets dropped by source ranges
-    uint64_t packets = 0;        // translated, both directions
+    uint64_t flows = 0;        // created
+    uint64_t range_drops = 0;  // packets dropped by source ranges
+    uint64_t packets = 0;      // translated, both directions
     uint64_t bytes = 0;
   };
   std::map<std::string, Counts> Counters() const;
@@ -82,6 +85,37 @@ class ExtNat final {
   static absl::Status Cleanup(const std::string& bpf_root) {
     return NatObject::RemoveAll(bpf_root);
   }
+
+ private:
+  struct KernelMaps {  // the loaded object's maps, which refer into it
+    fastpath::KernelBpfMap svc, slot, member, stats, ranges, flows, traffic, drops;
+  };
+  // What one Apply hands ServiceMaps, once the source ranges are written.
+  struct Plan {
+    std::vector<socklb::Change> services;
+    std::set<std::string> unguarded;  // guards not written: their guarded frontends left out
+    absl::Status status;
+  };
+
+  ExtNat(Maps maps, const LoadOptions& options);
+  Plan Guard(const std::vector<Change>& changes);
+  // After ServiceMaps programmed `plan` (`programmed`: without error): removes the guards that
+  // `changes` dropped, and resets or removes traffic counters of new or removed service ports.
+  void Settle(const std::vector<Change>& changes, const Plan& plan, bool programmed);
+  void Forget(const std::vector<socklb::Gone>& gone);
+  // Removes traffic counters of ids no service port has (an earlier agent's).
+  void SweepTraffic();
+
+  std::unique_ptr<NatObject> object_;  // null: ForMaps
+  std::unique_ptr<KernelMaps> kernel_maps_;
+  const Maps maps_;
+  socklb::ServiceMaps services_;
+  SourceRanges ranges_;
+  FlowTable flows_;
+  std::vector<std::string> devices_;  // ForMaps
+  // Service ports whose traffic counters this agent reset: their ids.
+  std::map<std::string, uint32_t> traffic_ids_;
+  bool swept_ = false;
 };
 
 // The startup self-test of --external-datapath=auto: loads the object without pinning in a
