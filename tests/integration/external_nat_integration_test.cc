@@ -185,15 +185,26 @@ class ExternalNatTest : public AgentTest {
     Write("lb-v4.yaml", SliceYaml("lb", {"10.88.2.1"}, ports));
     Write("lb-v6.yaml", SliceYaml("lb", {"fd00:88:2::1"}, ports, "IPv6"));
   }
+  // The `externalBpf` list of test/lb's `port` in /debug/services ("" when absent).
+  std::string ExternalBpf(const std::string& port) {
+    const std::string json = Get("/debug/services");
+    const size_t object = json.find("\"service\": \"test/lb\", \"port\": \"" + port + "\"");
+    const size_t at =
+        object == std::string::npos ? object : json.find("\"externalBpf\": [", object);
+    if (at == std::string::npos) {
+      return "";
+    }
+    // The list ends at the first ']' that is not an IPv6 address's (those are followed by ':').
+    size_t end = json.find(']', at);
+    while (end != std::string::npos && end + 1 < json.size() && json[end + 1] == ':') {
+      end = json.find(']', end + 1);
+    }
+    return json.substr(at, end - at);
+  }
   // Waits until /debug/services lists `frontend` ("tcp/10.77.0.1:80") as served by the NAT.
-  bool WaitExternal(const std::string& frontend) {
+  bool WaitExternal(const std::string& frontend, const std::string& port = "http") {
     return testutil::WaitFor(
-        [&] {
-          const std::string json = Get("/debug/services");
-          const size_t at = json.find("\"externalBpf\": [");
-          return at != std::string::npos &&
-                 json.find("\"" + frontend + "\"", at) != std::string::npos;
-        },
+        [&] { return ExternalBpf(port).find("\"" + frontend + "\"") != std::string::npos; },
         absl::Seconds(10));
   }
   // Waits until the proxy listens on the LoadBalancer IP (its path when the NAT is off).
@@ -221,13 +232,26 @@ class ExternalNatTest : public AgentTest {
     const int rc = testutil::RunCommand(client_->Exec({"python3", "-c", kUdpQuery, ip}), &out);
     return rc == 0 ? out : absl::StrCat("exit ", rc);
   }
-  // Every frontend of the service from the client: each answer must name `seen`.
-  void ExpectServedSeeing(const std::string& seen) {
-    for (const std::string& url :
-         {Url(kLbV4), Url(kLbV6), Url("10.88.1.2", 30080), Url("fd00:88:1::2", 30080)}) {
-      EXPECT_EQ(Curl(url, /*from_client=*/true), seen + "\n") << url;
+  // Every frontend of the service from the client: each answer must name `v4` (IPv4 clients)
+  // or `v6`, or, when the proxy carries them, either of the node's addresses (it may dial the
+  // pod's address of the other family).
+  void ExpectServedSeeing(const std::string& v4, const std::string& v6) {
+    auto seen = [&](const std::string& want, const std::string& got) {
+      return got == want + "\n" ||
+             (want == "node" && (got == "10.88.2.2\n" || got == "fd00:88:2::2\n"));
+    };
+    for (const std::string& url : {Url(kLbV4), Url("10.88.1.2", 30080)}) {
+      const std::string got = Curl(url, /*from_client=*/true);
+      EXPECT_TRUE(seen(v4, got)) << url << ": " << got;
     }
-    EXPECT_EQ(Udp(kLbV4), "from " + seen + "\n");
+    for (const std::string& url : {Url(kLbV6), Url("fd00:88:1::2", 30080)}) {
+      const std::string got = Curl(url, /*from_client=*/true);
+      EXPECT_TRUE(seen(v6, got)) << url << ": " << got;
+    }
+    for (const auto& [lb, want] : {std::pair{kLbV4, v4}, std::pair{kLbV6, v6}}) {
+      const std::string got = Udp(lb);
+      EXPECT_TRUE(got.starts_with("from ") && seen(want, got.substr(5))) << lb << ": " << got;
+    }
   }
 
   std::unique_ptr<testutil::PeerHost> client_;
@@ -246,11 +270,7 @@ TEST_F(ExternalNatTest, ThePodSeesTheClientsAddress) {
     WriteService(policy);
     ASSERT_TRUE(WaitExternal(absl::StrCat("tcp/", kLbV4, ":80"))) << Get("/debug/services");
     ASSERT_TRUE(WaitExternal("tcp/10.88.1.2:30080")) << Get("/debug/services");
-    ExpectServedSeeing("10.88.1.1");
-    for (const std::string& url : {Url(kLbV6), Url("fd00:88:1::2", 30080)}) {
-      // The IPv6 client's answers name its IPv6 address.
-      EXPECT_EQ(Curl(url, true), "fd00:88:1::1\n") << url;
-    }
+    ExpectServedSeeing("10.88.1.1", "fd00:88:1::1");
   }
   EXPECT_GT(MetricValue("sluice_external_nat_flows_total{service_port=\"test/lb:http\"}"), 0);
   EXPECT_GT(MetricValue("sluice_external_nat_packets_total{service_port=\"test/lb:http\"}"), 0);
@@ -268,13 +288,14 @@ TEST_F(ExternalNatTest, ARemoteEndpointLeavesThePortToTheProxy) {
   Write("lb-v4.yaml", remote);
   ASSERT_TRUE(testutil::WaitFor(
       [&] {
-        const std::string json = Get("/debug/services");
-        const size_t at = json.find("\"externalBpf\": [");
-        return json.find("10.88.3.9") != std::string::npos && at != std::string::npos &&
-               json.find(absl::StrCat("tcp/", kLbV4), at) == std::string::npos;
+        return Get("/debug/services").find("10.88.3.9") != std::string::npos &&
+               ExternalBpf("http").find(kLbV4) == std::string::npos;
       },
       absl::Seconds(10)))
       << Get("/debug/services");
+  // The IPv6 side's endpoint is still only the local one: that family stays in the kernel.
+  EXPECT_THAT(ExternalBpf("http"), HasSubstr(absl::StrCat("\"tcp/[", kLbV6, "]:80\"")));
+  EXPECT_EQ(Curl(Url(kLbV6), true), "fd00:88:1::1\n");
 }
 
 // --external-datapath=proxy: the same frontends are served by the proxy (the pod sees the
@@ -283,7 +304,7 @@ TEST_F(ExternalNatTest, ProxyModeServesThroughTheProxyAndRemovesTheKernelState) 
   StartAgent(Flags("bpf"));
   WriteService("Local");
   ASSERT_TRUE(WaitExternal(absl::StrCat("tcp/", kLbV4, ":80"))) << Get("/debug/services");
-  ExpectServedSeeing("10.88.1.1");
+  ExpectServedSeeing("10.88.1.1", "fd00:88:1::1");
   agent_->Signal(SIGTERM);
   ASSERT_EQ(agent_->Wait(absl::Seconds(10)), 0) << agent_->Output();
 
@@ -291,7 +312,7 @@ TEST_F(ExternalNatTest, ProxyModeServesThroughTheProxyAndRemovesTheKernelState) 
   EXPECT_THAT(Get("/proxyMode"), Not(HasSubstr("external"))) << agent_->Output();
   EXPECT_EQ(MetricValue("sluice_external_nat_unavailable{reason=\"disabled\"}"), 1);
   ASSERT_TRUE(WaitProxy()) << Get("/debug/services");
-  ExpectServedSeeing("10.88.2.2");
+  ExpectServedSeeing("node", "node");
   std::string filters;
   testutil::RunCommand({"tc", "filter", "show", "dev", "nc0", "ingress"}, &filters);
   EXPECT_THAT(filters, Not(HasSubstr("sluice"))) << filters;
