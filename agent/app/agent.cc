@@ -316,8 +316,8 @@ void Agent::RegisterExternalNatMetrics() {
   metrics_.AddCounterFamilyFunc("sluice_external_nat_drops_total",
                                 "Packets to a frontend the eBPF NAT did not translate: dropped "
                                 "(source_range) or passed to the proxy (conntrack_full, "
-                                "fragment, malformed)", {"reason"},
-                                [nat] {
+                                "fragment, malformed)",
+                                {"reason"}, [nat] {
                                   Rows out;
                                   for (const auto& [reason, n] : nat->Drops()) {
                                     out.push_back({{reason}, static_cast<double>(n)});
