@@ -271,10 +271,13 @@ absl::Status Agent::StartExternalNat() {
           .random = opts_.external_algorithm == "random",
           .node_name = opts_.node_name});
   proxier_->AddConsumer(external_nat_.get(), "external-nat");
-  // New links and addresses: the next sync re-reads the devices and NodePort addresses.
+  // New links and addresses: this consumer alone re-reads the devices and NodePort addresses,
+  // at most once per min-sync-period (pods come and go with links of their own).
+  devices_timer_ = loop_->CreateTimer([this] { RefreshExternalNat(); });
   ASSIGN_OR_RETURN(link_watcher_, vip::LinkWatcher::Create(*loop_, vips_->interface_name(), [this] {
-                     external_nat_->Invalidate();
-                     runner_->Request();
+                     if (!devices_timer_->armed()) {
+                       devices_timer_->Arm(std::max(opts_.min_sync_period, absl::Seconds(1)));
+                     }
                    }));
   flow_timer_ = loop_->CreateTimer([this] {
     // bpf_ktime_get_ns() is CLOCK_MONOTONIC, the base clock's monotonic origin.
@@ -328,6 +331,21 @@ void Agent::RegisterExternalNatMetrics() {
                         "Connection-tracking entries of the eBPF NAT (two per flow) at the last "
                         "ageing pass",
                         [nat] { return static_cast<double>(nat->flows()); });
+}
+
+void Agent::RefreshExternalNat() {
+  // Until the first sync the table is not the cluster's: applying it would remove what an
+  // earlier agent programmed. That first sync is full anyway.
+  if (proxier_->LastSync() == absl::InfinitePast()) {
+    external_nat_->Invalidate();
+    return;
+  }
+  absl::Status st = external_nat_->Apply({.table = proxier_->table(), .full = true});
+  if (!st.ok()) {
+    LOG(ERROR) << "eBPF NAT after a link or address change: " << st;
+    external_nat_->Invalidate();  // the next sync tries again, in full
+    runner_->Request();
+  }
 }
 
 std::vector<std::string> Agent::ExternalDevices() const {

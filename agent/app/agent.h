@@ -77,6 +77,9 @@ class Agent final {
   // holding the NodePort addresses.
   std::vector<std::string> ExternalDevices() const;
   void RegisterExternalNatMetrics();
+  // A full apply of the eBPF NAT's consumer alone, with the table of the last sync: devices
+  // and NodePort addresses re-read (after vip::LinkWatcher saw a change).
+  void RefreshExternalNat();
   // What /proxyMode reports: the proxy's TCP path, plus "+socket-lb" and "+external-bpf" for
   // the kernel paths that are on.
   std::string ProxyMode() const;
@@ -111,7 +114,8 @@ class Agent final {
   std::unique_ptr<proxier::SocketBalancing> socket_balancing_;
   std::unique_ptr<extnat::ExtNat> ext_nat_;  // outlives external_nat_
   std::unique_ptr<proxier::ExternalNat> external_nat_;
-  std::unique_ptr<vip::LinkWatcher> link_watcher_;  // resyncs external_nat_
+  std::unique_ptr<vip::LinkWatcher> link_watcher_;  // arms devices_timer_
+  std::unique_ptr<event::Timer> devices_timer_;     // RefreshExternalNat
   std::unique_ptr<event::Timer> flow_timer_;        // ages ext_nat_'s conntrack entries
   std::unique_ptr<sources::SourceMetricFamilies> source_metrics_;
   std::vector<std::unique_ptr<sources::FileSource>> file_sources_;

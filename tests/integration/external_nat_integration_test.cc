@@ -298,6 +298,20 @@ TEST_F(ExternalNatTest, ARemoteEndpointLeavesThePortToTheProxy) {
   EXPECT_EQ(Curl(Url(kLbV6), true), "fd00:88:1::1\n");
 }
 
+// A node address added at run time: the link watcher has the NodePort served on it in the
+// kernel well before the next periodic sync (an hour away here).
+TEST_F(ExternalNatTest, ANewNodeAddressIsFollowed) {
+  std::vector<std::string> flags = Flags("bpf");
+  flags.push_back("--sync-period=1h");
+  StartAgent(flags);
+  WriteService("Local");
+  ASSERT_TRUE(WaitExternal("tcp/10.88.1.2:30080")) << Get("/debug/services");
+  EXPECT_THAT(ExternalBpf("http"), Not(HasSubstr("10.88.1.3")));
+  ASSERT_EQ(testutil::RunCommand({"ip", "addr", "add", "10.88.1.3/24", "dev", "nc0"}), 0);
+  ASSERT_TRUE(WaitExternal("tcp/10.88.1.3:30080")) << Get("/debug/services");
+  EXPECT_EQ(Curl(Url("10.88.1.3", 30080), true), "10.88.1.1\n");
+}
+
 // --external-datapath=proxy: the same frontends are served by the proxy (the pod sees the
 // node), and what an earlier agent left in the kernel is removed.
 TEST_F(ExternalNatTest, ProxyModeServesThroughTheProxyAndRemovesTheKernelState) {
