@@ -19,12 +19,14 @@ static_assert(sizeof(sluice_nat_traffic) == 16, "bpf_abi.h: struct sluice_nat_tr
 
 namespace {
 
-constexpr std::array<std::pair<uint32_t, const char*>, SLUICE_NAT_REASONS> kReasons = {{
+// Drop labels of the metrics, by index of sluice_nat_drops.
+constexpr std::array<std::pair<uint32_t, const char*>, 4> kReasons = {{
     {SLUICE_NAT_SOURCE_RANGE, "source_range"},
     {SLUICE_NAT_CT_FULL, "conntrack_full"},
     {SLUICE_NAT_FRAGMENT, "fragment"},
     {SLUICE_NAT_MALFORMED, "malformed"},
 }};
+static_assert(kReasons.size() == SLUICE_NAT_REASONS, "a reason without a label");
 
 socklb::Service Translate(const Service& s) {
   return {

@@ -27,7 +27,7 @@ struct Service {
   std::vector<socklb::Frontend> frontends;   // NodePorts on node addresses, external/LB IPs
   std::vector<net::SocketAddress> backends;  // of the frontends' family; all on this node
   // Per frontend address: the sources that may reach it (loadBalancerSourceRanges of a
-  // LoadBalancer IP); a frontend not listed takes every source.
+  // LoadBalancer IP); a frontend not listed, or with an empty list, takes every source.
   std::map<net::IpAddress, std::vector<net::Cidr>> source_ranges;
   absl::Duration affinity = absl::ZeroDuration();  // ClientIP timeout; zero: none
   bool random = false;
@@ -55,12 +55,15 @@ class ExtNat final {
   static std::unique_ptr<ExtNat> ForMaps(Maps maps, const LoadOptions& options);
   ~ExtNat();
 
-  // The devices remote clients arrive on: attaches to new ones, detaches from the others.
+  // The devices remote clients arrive on: attaches to new ones, detaches from the others. A
+  // device that fails is logged and skipped, the others still attached; returns the first error.
   absl::Status SetDevices(const std::vector<std::string>& devices);
   std::vector<std::string> Devices() const;
 
   // As socklb::SocketLb's: `changes` only; `all` is every service (the first time, what an
-  // earlier agent left is removed too).
+  // earlier agent left is removed too). A guarded frontend's source ranges are written before
+  // it is served and removed after it is not; one whose ranges cannot be written is left out
+  // (to the proxy) and the error returned. UDP flows to a backend that left are ended.
   absl::Status Apply(const std::vector<Change>& changes);
   absl::Status ApplyAll(const std::map<std::string, Service>& all);
 

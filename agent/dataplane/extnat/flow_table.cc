@@ -26,9 +26,18 @@ namespace {
 using Entry = std::pair<sluice_nat_tuple, sluice_nat_ct>;
 using CtMap = fastpath::TypedMap<sluice_nat_tuple, sluice_nat_ct>;
 
-std::string Bytes(const sluice_nat_tuple& t) {
-  return std::string(reinterpret_cast<const char*>(&t), sizeof(t));
-}
+// A conntrack key hashed as its bytes (no allocation: a full table is 262,144 of them).
+struct Key {
+  sluice_nat_tuple t;
+  friend bool operator==(const Key& a, const Key& b) {
+    return std::memcmp(&a.t, &b.t, sizeof(a.t)) == 0;
+  }
+  template <typename H>
+  friend H AbslHashValue(H h, const Key& k) {
+    return H::combine_contiguous(std::move(h), reinterpret_cast<const unsigned char*>(&k.t),
+                                 sizeof(k.t));
+  }
+};
 
 bool IsReply(const sluice_nat_ct& v) { return (v.flags & SLUICE_NAT_CT_REPLY) != 0; }
 
@@ -54,8 +63,8 @@ sluice_nat_tuple Partner(const Entry& e) {
 
 // Whether `b` is the other direction of `a`'s flow (and `a` of `b`'s).
 bool Paired(const Entry& a, const Entry& b) {
-  return IsReply(a.second) != IsReply(b.second) && Bytes(Partner(a)) == Bytes(b.first) &&
-         Bytes(Partner(b)) == Bytes(a.first);
+  return IsReply(a.second) != IsReply(b.second) && Key{Partner(a)} == Key{b.first} &&
+         Key{Partner(b)} == Key{a.first};
 }
 
 absl::StatusOr<std::vector<Entry>> Walk(const fastpath::BpfMap& map) {
@@ -76,9 +85,10 @@ FlowTable::FlowTable(fastpath::BpfMap& map, const Ages& ages) : map_(map), ages_
 
 absl::StatusOr<uint64_t> FlowTable::Collect(absl::Duration now) {
   ASSIGN_OR_RETURN(std::vector<Entry> entries, Walk(map_));
-  absl::flat_hash_map<std::string, size_t> index;
+  absl::flat_hash_map<Key, size_t> index;
+  index.reserve(entries.size());
   for (size_t i = 0; i < entries.size(); ++i) {
-    index.emplace(Bytes(entries[i].first), i);
+    index.emplace(Key{entries[i].first}, i);
   }
   // A flow is idle for as long as both of its entries are; one without its partner (the
   // program writes them one after the other) ages alone.
@@ -103,7 +113,7 @@ absl::StatusOr<uint64_t> FlowTable::Collect(absl::Duration now) {
     }
     seen[i] = true;
     std::vector<Entry> flow{entries[i]};
-    if (auto it = index.find(Bytes(Partner(entries[i])));
+    if (auto it = index.find(Key{Partner(entries[i])});
         it != index.end() && !seen[it->second] && Paired(entries[i], entries[it->second])) {
       seen[it->second] = true;
       flow.push_back(entries[it->second]);
