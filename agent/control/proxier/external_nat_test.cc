@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// ExternalNatChanges: what each service port becomes for the eBPF NAT of remote clients.
+// ExternalNatChanges: what each service port becomes for the eBPF NAT of remote clients; and
+// ExternalNat over ExtNat::ForMaps with FakeBpfMap: which syncs re-read the node, unprivileged.
 #include "agent/control/proxier/external_nat.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
+#include "agent/control/proxier/fake_proxier.h"
+#include "agent/dataplane/fastpath/fake_bpf_map.h"
 
 namespace sluice::proxier {
 namespace {
@@ -184,6 +188,90 @@ TEST_F(ExternalNatChangesTest, BackendOrderIsStableAcrossSyncs) {
   auto first = Build(&info);
   auto second = Build(&info);
   EXPECT_EQ(first, second);  // an unchanged port is not rewritten
+}
+
+// ExternalNat itself: full syncs (the first two, Invalidate()) re-read the node's addresses and
+// devices; a delta sync programs the changed ports only.
+class ExternalNatTest : public ::testing::Test {
+ protected:
+  static constexpr uint32_t kCpus = 2;
+  ExternalNatTest()
+      : nat_(extnat::ExtNat::ForMaps(
+            {.services = {.svc = svc_, .slot = slot_, .member = member_, .stats = stats_},
+             .ranges = ranges_,
+             .flows = ct_,
+             .traffic = traffic_,
+             .drops = drops_},
+            extnat::LoadOptions{})),
+        consumer_(*nat_, {.node_ips = [this] { return node_ips_; },
+                          .devices = [this] { return devices_; },
+                          .node_name = "node1"}),
+        feed_(consumer_) {}
+
+  static ServicePortInfoPtr NodePort(const char* name, int node_port) {
+    ServicePortInfo info = Port({{"10.0.0.1:8080", "node1"}});
+    info.name.service.name = name;
+    info.external_ips.clear();
+    info.node_port = node_port;
+    return std::make_shared<const ServicePortInfo>(std::move(info));
+  }
+  static std::shared_ptr<const ServiceTable> Table(const std::vector<ServicePortInfoPtr>& ports) {
+    std::map<ServicePortName, ServicePortInfoPtr> map;
+    for (const auto& p : ports) {
+      map.emplace(p->name, p);
+    }
+    return std::make_shared<const ServiceTable>(std::move(map));
+  }
+
+  fastpath::FakeBpfMap svc_{"sluice_nat_svc", sizeof(sluice_lb_key), sizeof(sluice_lb_svc), 64};
+  fastpath::FakeBpfMap slot_{"sluice_nat_slot", sizeof(sluice_lb_slot), sizeof(sluice_lb_addr), 64};
+  fastpath::FakeBpfMap member_{"sluice_nat_member", sizeof(sluice_lb_member), 1, 64};
+  fastpath::FakeBpfMap stats_{"sluice_nat_stats", sizeof(uint32_t), kCpus * sizeof(sluice_lb_stats),
+                              64};
+  fastpath::FakeBpfMap ranges_{"sluice_nat_range", sizeof(sluice_nat_range), 1, 64};
+  fastpath::FakeBpfMap ct_{"sluice_nat_ct", sizeof(sluice_nat_tuple), sizeof(sluice_nat_ct), 64};
+  fastpath::FakeBpfMap traffic_{"sluice_nat_traffi", sizeof(uint32_t),
+                                kCpus * sizeof(sluice_nat_traffic), 64};
+  fastpath::FakeBpfMap drops_{"sluice_nat_drops", sizeof(uint32_t), kCpus * sizeof(uint64_t), 64};
+  std::vector<net::IpAddress> node_ips_ = {Ip("192.0.2.1")};
+  std::vector<std::string> devices_ = {"eth0"};
+  std::unique_ptr<extnat::ExtNat> nat_;
+  ExternalNat consumer_;
+  FakeProxier feed_;
+};
+
+TEST_F(ExternalNatTest, FullSyncsRereadTheNodeAndDeltasTouchOnlyTheChangedPorts) {
+  auto a = NodePort("a", 30080);
+  auto b = NodePort("b", 30081);
+  ASSERT_TRUE(feed_.Apply(Table({a, b})).ok());  // full: the first
+  EXPECT_THAT(nat_->Devices(), ElementsAre("eth0"));
+  EXPECT_THAT(consumer_.Frontends(),
+              ElementsAre(Pair("ns/a:p", ElementsAre("tcp/192.0.2.1:30080")),
+                          Pair("ns/b:p", ElementsAre("tcp/192.0.2.1:30081"))));
+  ASSERT_TRUE(feed_.Apply(Table({a, b})).ok());  // full: the second
+  // A new address and device: a delta sync programs the changed port with the addresses the
+  // last full sync read, and leaves the other alone.
+  node_ips_ = {Ip("192.0.2.7")};
+  devices_ = {"eth0", "eth1"};
+  auto b2 = NodePort("b", 30082);
+  ASSERT_TRUE(feed_.Apply(Table({a, b2})).ok());
+  EXPECT_THAT(nat_->Devices(), ElementsAre("eth0"));
+  EXPECT_THAT(consumer_.Frontends(),
+              ElementsAre(Pair("ns/a:p", ElementsAre("tcp/192.0.2.1:30080")),
+                          Pair("ns/b:p", ElementsAre("tcp/192.0.2.1:30082"))));
+  // A link or address change: the next apply is full, whatever the Proxier says.
+  consumer_.Invalidate();
+  auto a2 = NodePort("a", 30083);
+  ASSERT_TRUE(feed_.Apply(Table({a2, b2})).ok());
+  EXPECT_THAT(nat_->Devices(), ElementsAre("eth0", "eth1"));
+  EXPECT_THAT(consumer_.Frontends(),
+              ElementsAre(Pair("ns/a:p", ElementsAre("tcp/192.0.2.7:30083")),
+                          Pair("ns/b:p", ElementsAre("tcp/192.0.2.7:30082"))));
+  // Removal: the port's two names go.
+  ASSERT_TRUE(feed_.Apply(Table({b2})).ok());
+  EXPECT_THAT(consumer_.Frontends(),
+              ElementsAre(Pair("ns/b:p", ElementsAre("tcp/192.0.2.7:30082"))));
+  EXPECT_THAT(consumer_.Counters(), ElementsAre(Pair("ns/b:p", ::testing::_)));
 }
 
 }  // namespace
