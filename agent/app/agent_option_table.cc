@@ -165,8 +165,8 @@ std::vector<base::Option> AgentOptionTable(AgentOptions& o) {
        kSluice},
       {"external-max-flows", &o.external_max_flows,
        "Connection-tracking entries of the eBPF NAT of remote clients, two per flow, "
-       "preallocated: each takes a 40 B key and a 40 B value plus the hash table's "
-       "overhead; a new flow beyond it is left to the proxy and counted",
+       "preallocated: each is a 40 B key and a 40 B value, 144 B with the hash table's "
+       "overhead (36 MiB at the default); a new flow beyond it is left to the proxy and counted",
        kSluice},
       {"bpf-root", &o.bpf_root,
        "bpffs directory where socket-level balancing and the eBPF NAT of remote clients "
