@@ -73,6 +73,8 @@ class Agent final {
   // Applies --external-datapath: the eBPF NAT of remote clients unless "proxy" (which removes
   // what an earlier agent left). Fails only for "bpf".
   absl::Status StartExternalNat();
+  // After StartExternalNat loaded ext_nat_: its consumer, link watcher, timers and metrics.
+  absl::Status WireExternalNat();
   // The devices the eBPF NAT is attached to: --external-devices (those present), else those
   // holding the NodePort addresses.
   std::vector<std::string> ExternalDevices() const;
