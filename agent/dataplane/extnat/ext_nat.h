@@ -66,9 +66,9 @@ class ExtNat final {
   absl::StatusOr<uint64_t> CollectFlows(absl::Duration now);
 
   struct Counts {
-    uint64_t flows = 0;          // created
-    uint64_t range_drops = 0;    // packets dropped by source ranges
-    uint64_t packets = 0;        // translated, both directions
+    uint64_t flows = 0;        // created
+    uint64_t range_drops = 0;  // packets dropped by source ranges
+    uint64_t packets = 0;      // translated, both directions
     uint64_t bytes = 0;
   };
   std::map<std::string, Counts> Counters() const;
