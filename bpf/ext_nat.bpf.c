@@ -557,6 +557,11 @@ static __always_inline int ingress(struct __sk_buff *skb, struct pkt *p)
 	} else {
 		if (ct && !(ct->flags & SLUICE_NAT_CT_REPLY))
 			forget(&p->t, ct);
+		/* Only a SYN starts a TCP flow: a connection the stack took (the table was full,
+		 * the frontend had no backend yet) must stay with the proxy when room appears. */
+		if (p->t.proto == IPPROTO_TCP &&
+		    (p->tcp_flags & (SLUICE_TCP_SYN | SLUICE_TCP_ACK)) != SLUICE_TCP_SYN)
+			return TC_ACT_OK;
 		__builtin_memcpy(key.addr, p->t.daddr, 16);
 		key.port = p->t.dport;
 		key.proto = p->t.proto;

@@ -439,9 +439,24 @@ TEST_F(ExtNatKernelTest, FullConntrackPassesNewFlowsToTheStack) {
   base::UniqueFd second = Connect(kExt4);
   ASSERT_TRUE(second) << "the node's listener completes the handshake";
   base::UniqueFd accepted(accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
-  EXPECT_TRUE(accepted);
+  ASSERT_TRUE(accepted);
+  const timeval tv{.tv_sec = 5, .tv_usec = 0};
+  setsockopt(accepted.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   EXPECT_GE(Drops(SLUICE_NAT_CT_FULL), 1u);
   EXPECT_EQ(Ask(first.get()), "a 10.89.1.1 3");
+  // Room again (the agent collected the first flow): the node's connection stays the node's,
+  // only a SYN starts a flow.
+  first.Reset();
+  fastpath::TypedMap<sluice_nat_tuple, sluice_nat_ct> ct(*maps_[5]);
+  for (const auto& [k, v] : ct.Entries()) {
+    ASSERT_TRUE(ct.Delete(k).ok());
+  }
+  ASSERT_EQ(send(second.get(), "x\n", 2, MSG_NOSIGNAL), 2);
+  char buf[2];
+  EXPECT_EQ(testutil::Recv(accepted.get(), buf, 2), 2) << "reached the node's socket";
+  ASSERT_EQ(send(accepted.get(), "node\n", 5, MSG_NOSIGNAL), 5);
+  EXPECT_EQ(Ask(second.get(), "y"), "node");
+  EXPECT_EQ(Flows(), 0u);
 }
 
 // A datagram larger than the MTU arrives in fragments: they are passed (counted once, by the
