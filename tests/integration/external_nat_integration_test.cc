@@ -332,6 +332,38 @@ TEST_F(ExternalNatTest, ProxyModeServesThroughTheProxyAndRemovesTheKernelState) 
   EXPECT_THAT(filters, Not(HasSubstr("sluice"))) << filters;
 }
 
+// --cleanup with the node's bpf root removes the filters from every device and the pins.
+TEST_F(ExternalNatTest, CleanupRemovesTheFiltersAndThePins) {
+  StartAgent(Flags("bpf"));
+  WriteService("Local");
+  ASSERT_TRUE(WaitExternal(absl::StrCat("tcp/", kLbV4, ":80"))) << Get("/debug/services");
+  agent_->Signal(SIGTERM);
+  ASSERT_EQ(agent_->Wait(absl::Seconds(10)), 0) << agent_->Output();
+  std::string filters;
+  testutil::RunCommand({"tc", "filter", "show", "dev", "nc0", "ingress"}, &filters);
+  ASSERT_THAT(filters, HasSubstr("sluice")) << "the filters outlive the agent";
+  // (The bpffs's own progs.debug and maps.debug are not pins.)
+  std::string pins;
+  testutil::RunCommand({"find", bpffs_->path(), "-name", "sluice_*"}, &pins);
+  ASSERT_NE(pins, "") << "the maps are pinned";
+  std::string out;
+  ASSERT_EQ(testutil::RunCommand({SLUICE_AGENT_BINARY, "--cleanup", "--bpf-root=" + bpffs_->path(),
+                                  "--state-dir=" + dir_ + "/.state"},
+                                 &out),
+            0)
+      << out;
+  for (const char* dev : {"nc0", "np0"}) {
+    for (const char* dir : {"ingress", "egress"}) {
+      testutil::RunCommand({"tc", "filter", "show", "dev", dev, dir}, &filters);
+      EXPECT_THAT(filters, Not(HasSubstr("sluice"))) << dev << " " << dir;
+    }
+  }
+  testutil::RunCommand({"find", bpffs_->path(), "-name", "sluice_*"}, &pins);
+  EXPECT_EQ(pins, "") << pins;
+  // Nothing translates: the LoadBalancer IP is no one's (no agent, no VIP).
+  EXPECT_NE(Curl(Url(kLbV4), true), "10.88.1.1\n");
+}
+
 // kill -9 with a connection open in the kernel: it goes on while no agent runs and after the
 // next one adopted the pinned maps.
 TEST_F(ExternalNatTest, AFlowOutlivesTheAgentAndTheNextOneAdoptsIt) {
