@@ -2,11 +2,13 @@
 # SPDX-License-Identifier: Apache-2.0
 # Measures sluice's data paths against a direct connection, HAProxy, nginx, socat and kernel NAT
 # (nftables DNAT, kube-proxy nftables mode's data path) in one interleaved run of the shared
-# harness (../shared/bench/bench.sh, or $SLUICE_BENCH_HARNESS). sluice runs three ways: the
-# sockmap fast path, the splice path, and socket-level balancing (cgroup connect()/sendmsg()
-# hooks attached to the harness's client cgroup, the proxy alongside for the rest).
+# harness (../shared/bench/bench.sh, or $SLUICE_BENCH_HARNESS). sluice runs four ways: the
+# sockmap fast path, the splice path, socket-level balancing (cgroup connect()/sendmsg()
+# hooks attached to the harness's client cgroup, the proxy alongside for the rest), and the
+# eBPF NAT of remote clients (tc programs on the node's client-facing device; netns topology
+# only, where the listen address is the service's externalIP).
 # Arguments go to the harness (e.g. --quick, --topo netns, --reps 7; a later --proxies LIST may
-# name sluice-sockmap, sluice-splice, sluice-socketlb). Needs root and a build in build/
+# name sluice-sockmap, sluice-splice, sluice-socketlb, sluice-external). Needs root and a build in build/
 # (scripts/test.sh or cmake --build build). Results land in the harness's results dir.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -38,4 +40,5 @@ exec "$harness" --proxies none,haproxy,nginx,socat,nft-dnat --client-cgroup "$cg
   --proxy "sluice-splice=$proxy tcp $args splice" --proxy-udp "sluice-splice=$proxy udp $args splice" \
   --proxy "sluice-socketlb=$proxy tcp $args socket-lb {CLIENT_CGROUP}" \
   --proxy-udp "sluice-socketlb=$proxy udp $args socket-lb {CLIENT_CGROUP}" \
+  --proxy "sluice-external=$proxy tcp $args external" --proxy-udp "sluice-external=$proxy udp $args external" \
   "$@"

@@ -209,6 +209,8 @@ def run(args):
         else:
             # The default (auto) would attach to the cgroup v2 root and pin in /sys/fs/bpf.
             lb_args = ["--socket-lb=off", "--bpf-root="]
+        # The eBPF NAT of remote clients would attach to this machine's network devices.
+        lb_args.append("--external-datapath=proxy")
         etcd = Etcd(workdir)
         t = time.time()
         n, per = args.services, args.endpoints_per_service

@@ -8,8 +8,12 @@
 # (the harness's {CLIENT_CGROUP}; required, never the cgroup v2 root) with nothing pinned
 # (--bpf-root=), so the hooks detach when the agent exits; the proxy (--datapath auto, or
 # $SLUICE_DATAPATH) still serves clients outside that cgroup, e.g. the harness's smoke test.
+# MODE external serves remote clients with the eBPF NAT (--external-datapath=bpf, refusing to
+# start without it) on the device holding LISTEN_ADDR, the service's externalIP too, with the
+# backend an endpoint on this node; socket LB off, the proxy ($SLUICE_DATAPATH or auto) for the
+# rest. It needs the harness's netns topology: on loopback no device carries remote clients.
 # The service's ClusterIP is LISTEN_ADDR (already local, so no VIP is added) and its one
-# endpoint is the backend. Admin servers are off so several instances can run side by side,
+# endpoint is the backend, on this node ("bench"). Admin servers are off so several instances can run side by side,
 # unless $SLUICE_METRICS_DIR is set: the agent then serves /metrics on a free loopback port
 # and writes "PORT" to $SLUICE_METRICS_DIR/<proto>-<port>-<mode>.port (for checks by hand).
 set -euo pipefail
@@ -22,24 +26,28 @@ mkdir -p "$dir"
 family=IPv4
 [[ $addr == *:* ]] && family=IPv6
 P=${proto^^}
+external=
+[[ $mode == external ]] && external="
+  externalIPs: [\"$addr\"]"
 cat >"$dir/svc.yaml" <<YAML
 apiVersion: v1
 kind: Service
 metadata: {name: bench, namespace: bench}
 spec:
-  clusterIP: "$addr"
+  clusterIP: "$addr"$external
   ports: [{name: p, protocol: $P, port: $port}]
 ---
 apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
 metadata: {name: bench-1, namespace: bench, labels: {kubernetes.io/service-name: bench}}
 addressType: $family
-endpoints: [{addresses: ["$backend"]}]
+endpoints: [{addresses: ["$backend"], nodeName: bench}]
 ports: [{name: p, protocol: $P, port: $backend_port}]
 YAML
 # Without --socket-lb=off the agent's default (auto, the cgroup v2 root, pinned under
-# /sys/fs/bpf/sluice) would translate every process on the machine.
-lb=(--socket-lb=off --bpf-root=)
+# /sys/fs/bpf/sluice) would translate every process on the machine; the eBPF NAT of remote
+# clients is mode external's alone.
+lb=(--socket-lb=off --bpf-root= --external-datapath=proxy)
 datapath=$mode
 if [[ $mode == socket-lb ]]; then
   [[ -n $cgroup && -f $cgroup/cgroup.procs ]] ||
@@ -47,6 +55,18 @@ if [[ $mode == socket-lb ]]; then
   [[ $(stat -c %i "$cgroup") != 1 ]] ||
     { echo "sluice-proxy.sh: refusing to attach to the cgroup v2 root $cgroup" >&2; exit 2; }
   lb=(--socket-lb=on "--socket-lb-cgroup=$cgroup" --bpf-root=)
+  datapath=${SLUICE_DATAPATH:-auto}
+elif [[ $mode == external ]]; then
+  # Only the client side: the backend's device carries no remote client, as kube-proxy's
+  # DNAT in PREROUTING does nothing there either.
+  dev=$(ip -o addr show to "$addr" | awk '{print $2; exit}')
+  [[ -n $dev && $dev != lo ]] ||
+    { echo "sluice-proxy.sh: external needs a device other than lo holding $addr (netns topology)" >&2; exit 2; }
+  # The connection test closes with an RST, after which the kernel's conntrack (nft-dnat's)
+  # keeps a flow 10 s (nf_conntrack_tcp_timeout_close); the NAT's one closing age (default
+  # 1h, from a FIN or an RST alike) is set to that, and its table to hold ~26k conn/s of it.
+  lb=(--socket-lb=off --bpf-root= --external-datapath=bpf "--external-devices=$dev"
+    --conntrack-tcp-timeout-close-wait=10s --external-max-flows=524288)
   datapath=${SLUICE_DATAPATH:-auto}
 fi
 metrics=--metrics-bind-address=
@@ -58,5 +78,6 @@ fi
 # The bench's backend listens on loopback, which sluice refuses as an endpoint without the flag.
 # $SLUICE_AGENT_FLAGS: more flags, e.g. --reuseport-sockets=0 for one shared listening socket.
 # shellcheck disable=SC2086
-exec "$agent" --source="file:$dir" --allow-loopback --healthz-bind-address= "$metrics" \
+exec "$agent" --source="file:$dir" --allow-loopback --hostname-override=bench \
+  --healthz-bind-address= "$metrics" \
   --workers="$workers" --datapath="$datapath" "${lb[@]}" ${SLUICE_AGENT_FLAGS:-}

@@ -65,6 +65,8 @@ if [[ -n $cg ]]; then
 else
   socket_lb=(--socket-lb=off --bpf-root=)
 fi
+# The eBPF NAT of remote clients would attach to this machine's network devices.
+socket_lb+=(--external-datapath=proxy)
 # --allow-loopback: the "pods" listen on 127.0.0.x, which the API server (and so
 # sluice, by default) refuses as endpoint addresses.
 ./build/agent/sluice-agent --source=file:examples/ --hostname-override=local \

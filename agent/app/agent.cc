@@ -116,9 +116,10 @@ absl::Status Agent::StartDataPath() {
     }
   }
   ASSIGN_OR_RETURN(data_path_, proxier::DataPath::Create(dp, *vips_, *data_path_metrics_));
-  // Socket LB first: within a sync, a local client is balanced at the socket before the proxy
-  // listens, and the listener of a removed port closes after its frontends went.
+  // Socket LB and the eBPF NAT first: within a sync, a client is balanced in the kernel before
+  // the proxy listens, and the listener of a removed port closes after its frontends went.
   RETURN_IF_ERROR(StartSocketLb());
+  RETURN_IF_ERROR(StartExternalNat());
   proxier_->AddConsumer(data_path_.get(), "proxy");
   LOG(INFO) << "data path: " << datapath_ << ", " << dp.workers << " workers, VIPs on "
             << vips_->interface_name();
@@ -198,12 +199,15 @@ absl::Status Agent::StartSocketLb() {
   return absl::OkStatus();
 }
 
-std::string Agent::ProxyMode() const { return socket_lb_ ? datapath_ + "+socket-lb" : datapath_; }
+std::string Agent::ProxyMode() const {
+  return absl::StrCat(datapath_, socket_lb_ ? "+socket-lb" : "", ext_nat_ ? "+external-bpf" : "");
+}
 
 absl::Status Agent::Cleanup(const AgentOptions& opts) {
   absl::Status result;
   if (!opts.bpf_root.empty()) {
     result.Update(socklb::SocketLb::Cleanup(opts.bpf_root));
+    result.Update(extnat::ExtNat::Cleanup(opts.bpf_root));
   }
   result.Update(vip::RestoreStrictArp(StrictArpRecord(opts)));
   // No local ranges: Create then removes every service-CIDR route an earlier run installed.
@@ -220,20 +224,20 @@ absl::Status Agent::Cleanup(const AgentOptions& opts) {
 
 absl::Status Agent::InitOnly(const AgentOptions& opts) {
   absl::Status result;
-  if (opts.socket_lb != "off") {
+  if (opts.socket_lb != "off" || opts.external_datapath != "proxy") {
     // Mounts in the host's namespaces (the init container's volumes propagate Bidirectional),
     // where the host lacks them: a bpffs for the pins, cgroup2 for the hooks.
     absl::Status st;
     if (!opts.bpf_root.empty()) {
       st.Update(socklb::EnsureBpfFs(opts.bpf_root));
     }
-    if (!opts.socket_lb_cgroup.empty()) {
+    if (opts.socket_lb != "off" && !opts.socket_lb_cgroup.empty()) {
       st.Update(socklb::EnsureCgroup2(opts.socket_lb_cgroup).status());
     }
-    if (opts.socket_lb == "on") {
+    if (opts.socket_lb == "on" || opts.external_datapath == "bpf") {
       result.Update(st);
     } else if (!st.ok()) {
-      LOG(WARNING) << "--init-only: socket LB will be unavailable: " << st;
+      LOG(WARNING) << "--init-only: the kernel paths may be unavailable: " << st;
     }
   }
   if (opts.strict_arp) {
@@ -342,6 +346,8 @@ absl::Status Agent::Start() {
                 {.listeners = data_path_->Listeners(),
                  .socket_lb = socket_balancing_ ? socket_balancing_->Frontends()
                                                 : std::map<std::string, std::vector<std::string>>{},
+                 .external_bpf = external_nat_ ? external_nat_->Frontends()
+                                               : std::map<std::string, std::vector<std::string>>{},
                  .unserved = data_path_->Unserved()});
           },
       .debug_connections =

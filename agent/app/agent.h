@@ -17,16 +17,19 @@
 #include "agent/control/config/mux.h"
 #include "agent/control/proxier/change_tracker.h"
 #include "agent/control/proxier/data_path.h"
+#include "agent/control/proxier/external_nat.h"
 #include "agent/control/proxier/proxier.h"
 #include "agent/control/proxier/socket_balancing.h"
 #include "agent/control/proxier/sync_runner.h"
 #include "agent/control/sources/etcd_source.h"
 #include "agent/control/sources/file_source.h"
 #include "agent/control/sources/kube_source.h"
+#include "agent/dataplane/extnat/ext_nat.h"
 #include "agent/dataplane/fastpath/reuseport_balancer.h"
 #include "agent/dataplane/fastpath/sockmap_fast_path.h"
 #include "agent/dataplane/proxy/data_path_metrics.h"
 #include "agent/dataplane/socklb/socket_lb.h"
+#include "agent/dataplane/vip/link_watcher.h"
 #include "agent/dataplane/vip/vip_manager.h"
 #include "tunnel/agent/tunnel_agent.h"
 
@@ -41,12 +44,13 @@ class Agent final {
   // the process's one clock, must outlive the agent.
   static absl::StatusOr<std::unique_ptr<Agent>> Create(const AgentOptions& opts,
                                                        base::Clock& clock = base::RealClock::Get());
-  // --cleanup: removes our VIPs and the objects pinned under --bpf-root, and restores the
-  // sysctls strict ARP raised.
+  // --cleanup: removes our VIPs, the objects pinned under --bpf-root and the eBPF NAT's tc
+  // filters, and restores the sysctls strict ARP raised.
   static absl::Status Cleanup(const AgentOptions& opts);
   // --init-only (kube-proxy's step for a privileged init container): strict ARP, which needs a
   // writable /proc/sys, unless --strict-arp=false; unless --socket-lb=off, a bpffs at
-  // --bpf-root and cgroup2 at --socket-lb-cgroup (or its unified/) where the host has none.
+  // --bpf-root (also unless --external-datapath=proxy) and cgroup2 at --socket-lb-cgroup (or
+  // its unified/) where the host has none.
   static absl::Status InitOnly(const AgentOptions& opts);
   ~Agent();
 
@@ -66,7 +70,20 @@ class Agent final {
   // Applies --socket-lb: probes socket-level balancing unless "off" (which removes what an
   // earlier agent pinned). Fails only for "on".
   absl::Status StartSocketLb();
-  // What /proxyMode reports: the proxy's TCP path, plus "+socket-lb" when that is on.
+  // Applies --external-datapath: the eBPF NAT of remote clients unless "proxy" (which removes
+  // what an earlier agent left). Fails only for "bpf".
+  absl::Status StartExternalNat();
+  // After StartExternalNat loaded ext_nat_: its consumer, link watcher, timers and metrics.
+  absl::Status WireExternalNat();
+  // The devices the eBPF NAT is attached to: --external-devices (those present), else those
+  // holding the NodePort addresses.
+  std::vector<std::string> ExternalDevices() const;
+  void RegisterExternalNatMetrics();
+  // A full apply of the eBPF NAT's consumer alone, with the table of the last sync: devices
+  // and NodePort addresses re-read (after vip::LinkWatcher saw a change).
+  void RefreshExternalNat();
+  // What /proxyMode reports: the proxy's TCP path, plus "+socket-lb" and "+external-bpf" for
+  // the kernel paths that are on.
   std::string ProxyMode() const;
   admin::HealthInputs Health() const;
   // kube-proxy's health check node ports, a consumer of every synced table.
@@ -97,6 +114,11 @@ class Agent final {
   std::unique_ptr<proxier::DataPath> data_path_;
   std::unique_ptr<socklb::SocketLb> socket_lb_;  // outlives socket_balancing_
   std::unique_ptr<proxier::SocketBalancing> socket_balancing_;
+  std::unique_ptr<extnat::ExtNat> ext_nat_;  // outlives external_nat_
+  std::unique_ptr<proxier::ExternalNat> external_nat_;
+  std::unique_ptr<vip::LinkWatcher> link_watcher_;  // arms devices_timer_
+  std::unique_ptr<event::Timer> devices_timer_;     // RefreshExternalNat
+  std::unique_ptr<event::Timer> flow_timer_;        // ages ext_nat_'s conntrack entries
   std::unique_ptr<sources::SourceMetricFamilies> source_metrics_;
   std::vector<std::unique_ptr<sources::FileSource>> file_sources_;
   std::unique_ptr<tunnel::agent::TunnelAgent> tunnel_;

@@ -149,9 +149,29 @@ std::vector<base::Option> AgentOptionTable(AgentOptions& o) {
        "ClientIP affinity entries (client network namespace x service) socket-level "
        "balancing keeps, least recently used forgotten first; preallocated",
        kSluice},
+      {"external-datapath", &o.external_datapath,
+       "Path of remote clients to NodePorts, external IPs and LoadBalancer IPs: auto (eBPF "
+       "NAT on the node's devices, keeping the client's address, if the kernel and "
+       "capabilities allow it and a self-test passes; else the proxy), bpf (refuse to start "
+       "without it) or proxy. Ports with an endpoint on another node are left to the proxy",
+       kSluice},
+      {"external-devices", &o.external_devices,
+       "Devices the eBPF NAT of remote clients is attached to (default: those holding the "
+       "addresses --nodeport-addresses selects, loopback excepted; followed as links and "
+       "addresses change)",
+       kSluice},
+      {"external-algorithm", &o.external_algorithm,
+       "Backend choice of the eBPF NAT of remote clients: round-robin (as the proxy) or random",
+       kSluice},
+      {"external-max-flows", &o.external_max_flows,
+       "Connection-tracking entries of the eBPF NAT of remote clients, two per flow, "
+       "preallocated: each is a 40 B key and a 40 B value, 144 B with the hash table's "
+       "overhead (36 MiB at the default); a new flow beyond it is left to the proxy and counted",
+       kSluice},
       {"bpf-root", &o.bpf_root,
-       "bpffs directory where socket-level balancing pins its programs and maps, so "
-       "they keep working while the agent restarts (\"\": no pinning)",
+       "bpffs directory where socket-level balancing and the eBPF NAT of remote clients "
+       "pin their programs and maps, so they keep working while the agent restarts "
+       "(\"\": no pinning)",
        kSluice},
       {"strict-arp", &o.strict_arp,
        "Once the node has VIPs, set net.ipv4.conf.all.arp_ignore=1 and arp_announce=2 (as "
@@ -164,7 +184,7 @@ std::vector<base::Option> AgentOptionTable(AgentOptions& o) {
        kSluice},
       {"cleanup", &o.cleanup,
        "Remove what sluice leaves on the node (VIPs, pinned BPF programs and maps under "
-       "--bpf-root) and exit",
+       "--bpf-root, the eBPF NAT's tc filters) and exit",
        kUpstream},
       {"tunnel-server-address", &o.tunnel_servers,
        "HOST:PORT[,...] of Konnectivity servers' agent ports: runs the tunnel agent", kSluice},
@@ -272,7 +292,9 @@ std::vector<base::Option> AgentOptionTable(AgentOptions& o) {
        O::kFileWins},
       {"ipvs-scheduler", &o.kube_proxy.ipvs_scheduler, "(kube-proxy) Accepted; reported, no effect",
        kUpstream, "ipvs.scheduler",
-       "sluice balances round-robin (--socket-lb-algorithm for local clients)", O::kFileWins},
+       "sluice balances round-robin (--socket-lb-algorithm for local clients, "
+       "--external-algorithm for remote ones)",
+       O::kFileWins},
       {"ipvs-exclude-cidrs", &o.kube_proxy.ipvs_exclude_cidrs,
        "(kube-proxy) Accepted; reported, no effect", kUpstream, "ipvs.excludeCIDRs",
        "sluice writes no IPVS rules", O::kFileWins},
@@ -305,26 +327,36 @@ std::vector<base::Option> AgentOptionTable(AgentOptions& o) {
        O::kGoPointer | O::kFileWins},
       {"conntrack-max-per-core", &o.kube_proxy.conntrack_max_per_core,
        "(kube-proxy) Accepted; reported, no effect", kUpstream, "conntrack.maxPerCore",
-       "sluice does not NAT, so it leaves conntrack's sysctls alone", O::kGoPointer | O::kFileWins},
+       "sluice leaves the kernel's conntrack sysctls alone; its eBPF NAT's table is "
+       "--external-max-flows",
+       O::kGoPointer | O::kFileWins},
       {"conntrack-min", &o.kube_proxy.conntrack_min, "(kube-proxy) Accepted; reported, no effect",
-       kUpstream, "conntrack.min", "sluice does not NAT, so it leaves conntrack's sysctls alone",
+       kUpstream, "conntrack.min",
+       "sluice leaves the kernel's conntrack sysctls alone; its eBPF NAT's table is "
+       "--external-max-flows",
        O::kGoPointer | O::kFileWins},
       {"conntrack-tcp-timeout-established", &o.kube_proxy.conntrack_tcp_timeout_established,
-       "(kube-proxy) Accepted; reported, no effect", kUpstream, "conntrack.tcpEstablishedTimeout",
-       "sluice does not NAT; its proxy's idle timeout is --tcp-idle-timeout",
-       O::kGoPointer | O::kFileWins},
+       "(kube-proxy) Idle time after which the eBPF NAT of remote clients forgets an "
+       "established TCP flow (0: 24h); the proxy's is --tcp-idle-timeout",
+       kUpstream, "conntrack.tcpEstablishedTimeout", "", O::kGoPointer | O::kFileWins},
       {"conntrack-tcp-timeout-close-wait", &o.kube_proxy.conntrack_tcp_timeout_close_wait,
-       "(kube-proxy) Accepted; reported, no effect", kUpstream, "conntrack.tcpCloseWaitTimeout",
-       "sluice does not NAT", O::kGoPointer | O::kFileWins},
+       "(kube-proxy) Idle time after which the eBPF NAT of remote clients forgets a closing "
+       "TCP flow (0: 1h)",
+       kUpstream, "conntrack.tcpCloseWaitTimeout", "", O::kGoPointer | O::kFileWins},
       {"conntrack-tcp-be-liberal", &o.kube_proxy.conntrack_tcp_be_liberal,
        "(kube-proxy) Accepted; reported, no effect", kUpstream, "conntrack.tcpBeLiberal",
-       "sluice does not NAT", O::kFileWins},
+       "sluice leaves the kernel's conntrack sysctls alone; its eBPF NAT does not check TCP "
+       "windows",
+       O::kFileWins},
       {"conntrack-udp-timeout", &o.kube_proxy.conntrack_udp_timeout,
-       "(kube-proxy) Accepted; reported, no effect", kUpstream, "conntrack.udpTimeout",
-       "sluice does not NAT; its UDP flows' idle timeout is --udp-idle-timeout", O::kFileWins},
+       "(kube-proxy) Idle time after which the eBPF NAT of remote clients forgets a UDP flow "
+       "(0: --udp-idle-timeout)",
+       kUpstream, "conntrack.udpTimeout", "", O::kFileWins},
       {"conntrack-udp-timeout-stream", &o.kube_proxy.conntrack_udp_timeout_stream,
        "(kube-proxy) Accepted; reported, no effect", kUpstream, "conntrack.udpStreamTimeout",
-       "sluice does not NAT; its UDP flows' idle timeout is --udp-idle-timeout", O::kFileWins},
+       "sluice's eBPF NAT ages every UDP flow by --conntrack-udp-timeout; the proxy's by "
+       "--udp-idle-timeout",
+       O::kFileWins},
       {"config-sync-period", &o.kube_proxy.config_sync_period,
        "(kube-proxy) Accepted; reported, no effect", kUpstream, "configSyncPeriod",
        "sluice keeps its watches' state without periodic resync; see --sync-period", O::kFileWins},

@@ -208,10 +208,23 @@ TEST_F(KubeProxyConfigTest, EveryFieldIsMappedOrReported) {
        ""},
       {"conntrack:\n  maxPerCore: 0\n", nullptr, "--conntrack-max-per-core"},
       {"conntrack:\n  min: 5\n", nullptr, "--conntrack-min"},
-      {"conntrack:\n  tcpEstablishedTimeout: 1h\n", nullptr, "--conntrack-tcp-timeout-established"},
-      {"conntrack:\n  tcpCloseWaitTimeout: 1m\n", nullptr, "--conntrack-tcp-timeout-close-wait"},
+      // The eBPF NAT of remote clients ages its flows by these.
+      {"conntrack:\n  tcpEstablishedTimeout: 1h\n",
+       [](const AgentOptions& o) {
+         EXPECT_EQ(o.kube_proxy.conntrack_tcp_timeout_established, absl::Hours(1));
+       },
+       ""},
+      {"conntrack:\n  tcpCloseWaitTimeout: 1m\n",
+       [](const AgentOptions& o) {
+         EXPECT_EQ(o.kube_proxy.conntrack_tcp_timeout_close_wait, absl::Minutes(1));
+       },
+       ""},
       {"conntrack:\n  tcpBeLiberal: true\n", nullptr, "--conntrack-tcp-be-liberal"},
-      {"conntrack:\n  udpTimeout: 30s\n", nullptr, "--conntrack-udp-timeout"},
+      {"conntrack:\n  udpTimeout: 30s\n",
+       [](const AgentOptions& o) {
+         EXPECT_EQ(o.kube_proxy.conntrack_udp_timeout, absl::Seconds(30));
+       },
+       ""},
       {"conntrack:\n  udpStreamTimeout: 2m\n", nullptr, "--conntrack-udp-timeout-stream"},
       {"configSyncPeriod: 1m\n", nullptr, "--config-sync-period"},
       {"portRange: 30000-31000\n", nullptr, "--proxy-port-range"},
@@ -270,10 +283,10 @@ TEST_F(KubeProxyConfigTest, EveryKubeProxyFlagIsAccepted) {
       {"--oom-score-adj=-500", false},
       {"--conntrack-max-per-core=0", true},
       {"--conntrack-min=1", true},
-      {"--conntrack-tcp-timeout-established=1h", true},
-      {"--conntrack-tcp-timeout-close-wait=1m", true},
+      {"--conntrack-tcp-timeout-established=1h", false},
+      {"--conntrack-tcp-timeout-close-wait=1m", false},
       {"--conntrack-tcp-be-liberal", true},
-      {"--conntrack-udp-timeout=30s", true},
+      {"--conntrack-udp-timeout=30s", false},
       {"--conntrack-udp-timeout-stream=2m", true},
       {"--config-sync-period=1m", true},
       {"--healthz-port=12345", false},

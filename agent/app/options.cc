@@ -229,6 +229,35 @@ absl::Status Validate(AgentOptions& o) {
                                                    "\" for flag --socket-lb-algorithm: want "
                                                    "round-robin or random"));
   }
+  if (o.external_datapath != "auto" && o.external_datapath != "bpf" &&
+      o.external_datapath != "proxy") {
+    return absl::InvalidArgumentError(absl::StrCat("invalid value \"", o.external_datapath,
+                                                   "\" for flag --external-datapath: want auto, "
+                                                   "bpf or proxy"));
+  }
+  if (o.external_algorithm != "round-robin" && o.external_algorithm != "random") {
+    return absl::InvalidArgumentError(absl::StrCat("invalid value \"", o.external_algorithm,
+                                                   "\" for flag --external-algorithm: want "
+                                                   "round-robin or random"));
+  }
+  if (o.external_max_flows < 2 || o.external_max_flows > (int64_t{1} << 24)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--external-max-flows must be between 2 and 16777216, not ", o.external_max_flows));
+  }
+  for (const std::string& device : o.external_devices) {
+    if (device.empty() || device.size() >= 16 || device.find('/') != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("invalid value \"", device,
+                                                     "\" for flag --external-devices: want "
+                                                     "interface names"));
+    }
+  }
+  if (o.kube_proxy.conntrack_tcp_timeout_established < absl::ZeroDuration() ||
+      o.kube_proxy.conntrack_tcp_timeout_close_wait < absl::ZeroDuration() ||
+      o.kube_proxy.conntrack_udp_timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "--conntrack-tcp-timeout-established, --conntrack-tcp-timeout-close-wait and "
+        "--conntrack-udp-timeout must not be negative");
+  }
   if (o.dial_timeout <= absl::ZeroDuration() || o.tcp_idle_timeout <= absl::ZeroDuration() ||
       o.udp_idle_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(

@@ -79,6 +79,12 @@ struct AgentOptions {
   int64_t socket_lb_max_frontends = 65536;
   int64_t socket_lb_max_backends = 262144;
   int64_t socket_lb_max_affinity = 16384;
+  // eBPF NAT for remote clients (NodePorts, external and LoadBalancer IPs): "auto" (on if the
+  // self-test passes), "bpf" (fail at start without it) or "proxy" (off).
+  std::string external_datapath = "auto";
+  std::vector<std::string> external_devices;  // default: those holding the NodePort addresses
+  std::string external_algorithm = "round-robin";
+  int64_t external_max_flows = 262144;  // conntrack entries (two per flow), preallocated
   std::string bpf_root = "/sys/fs/bpf/sluice";
   bool cleanup = false;
   // arp_ignore=1 and arp_announce=2 once the node has VIPs (vip/strict_arp.h), recorded under

@@ -135,6 +135,28 @@ TEST_F(OptionsTest, SocketLbMapSizesComeFromFlags) {
       << st;
 }
 
+TEST_F(OptionsTest, ExternalDatapathFlags) {
+  ASSERT_TRUE(Parse({"--source=file:" + dir_}).ok());
+  EXPECT_EQ(opts_.external_datapath, "auto");
+  EXPECT_EQ(opts_.external_algorithm, "round-robin");
+  EXPECT_EQ(opts_.external_max_flows, 262144);
+  EXPECT_TRUE(opts_.external_devices.empty());
+  ASSERT_TRUE(
+      Parse({"--source=file:" + dir_, "--external-datapath=bpf", "--external-devices=eth0,eth1",
+             "--external-algorithm=random", "--external-max-flows=1024"})
+          .ok());
+  EXPECT_EQ(opts_.external_datapath, "bpf");
+  EXPECT_EQ(opts_.external_devices, (std::vector<std::string>{"eth0", "eth1"}));
+  EXPECT_EQ(opts_.external_algorithm, "random");
+  EXPECT_EQ(opts_.external_max_flows, 1024);
+  for (const char* bad : {"--external-datapath=on", "--external-algorithm=lc",
+                          "--external-max-flows=1", "--external-devices=a/b"}) {
+    absl::Status st = Parse({"--source=file:" + dir_, bad});
+    std::string flag(bad, std::string_view(bad).find('='));
+    EXPECT_NE(st.message().find(flag), std::string::npos) << bad << ": " << st;
+  }
+}
+
 TEST_F(OptionsTest, ServiceClusterIpRangeWantsNetworkAddresses) {
   ASSERT_TRUE(
       Parse({"--source=file:" + dir_, "--service-cluster-ip-range=10.96.0.0/12,fd00:96::/108"})

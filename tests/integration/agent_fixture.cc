@@ -163,6 +163,9 @@ void AgentTest::StartAgent(std::vector<std::string> extra, std::vector<std::stri
     // Never the machine's root cgroup, and never the node's pins under /sys/fs/bpf/sluice.
     argv.insert(argv.end(), {"--socket-lb=off", "--bpf-root="});
   }
+  // The eBPF NAT of remote clients only where a test asks for it (a later flag wins): it would
+  // change which path serves the other tests' off-node clients.
+  argv.push_back("--external-datapath=proxy");
   argv.insert(argv.end(), extra.begin(), extra.end());
   agent_ = std::make_unique<testutil::Subprocess>(argv);
   ASSERT_TRUE(testutil::WaitFor([&] { return !Get("/proxyMode").empty() || !agent_->running(); },

@@ -49,7 +49,7 @@ class FileSourceIntegrationTest : public ::testing::Test {
         SLUICE_AGENT_BINARY, "--source=file:" + dir_,
         absl::StrCat("--healthz-bind-address=127.0.0.1:", healthz_port_),
         absl::StrCat("--metrics-bind-address=127.0.0.1:", metrics_port_), "--sync-period=2s",
-        "--min-sync-period=100ms", "--socket-lb=off", "--bpf-root=",
+        "--min-sync-period=100ms", "--socket-lb=off", "--bpf-root=", "--external-datapath=proxy",
         // This test runs in the host's network namespace, whose ARP sysctls are not its own.
         "--strict-arp=false"};
     argv.insert(argv.end(), extra.begin(), extra.end());

@@ -591,8 +591,9 @@ TEST_F(SocketLbTest, AutoFallsBackToTheProxyAndOnRefuses) {
   ASSERT_EQ(agent_->Wait(absl::Seconds(10)), 0);
 
   agent_ = std::make_unique<testutil::Subprocess>(std::vector<std::string>{
-      SLUICE_AGENT_BINARY, "--source=file:" + dir_, "--healthz-bind-address=",
-      "--metrics-bind-address=", "--socket-lb=on", "--socket-lb-cgroup=" + dir_, "--bpf-root="});
+      SLUICE_AGENT_BINARY, "--source=file:" + dir_,
+      "--healthz-bind-address=", "--metrics-bind-address=", "--socket-lb=on",
+      "--socket-lb-cgroup=" + dir_, "--bpf-root=", "--external-datapath=proxy"});
   EXPECT_NE(agent_->Wait(absl::Seconds(10)), 0);
   EXPECT_NE(agent_->Output().find("--socket-lb=on: socket-level balancing is unavailable (cgroup)"),
             std::string::npos)

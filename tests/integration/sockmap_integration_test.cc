@@ -142,11 +142,12 @@ TEST_P(CapabilityFallbackTest, AutoRunsOnSpliceAndSaysWhy) {
 
 TEST_P(CapabilityFallbackTest, SockmapModeRefusesToStart) {
   std::vector<std::string> argv = Prefix();
-  for (const std::string& a : {std::string(SLUICE_AGENT_BINARY), "--source=file:" + dir_,
-                               std::string("--healthz-bind-address="),
-                               absl::StrCat("--metrics-bind-address=127.0.0.1:", metrics_port_),
-                               std::string("--datapath=sockmap"), std::string("--socket-lb=off"),
-                               std::string("--bpf-root=")}) {
+  for (const std::string& a :
+       {std::string(SLUICE_AGENT_BINARY), "--source=file:" + dir_,
+        std::string("--healthz-bind-address="),
+        absl::StrCat("--metrics-bind-address=127.0.0.1:", metrics_port_),
+        std::string("--datapath=sockmap"), std::string("--socket-lb=off"),
+        std::string("--bpf-root="), std::string("--external-datapath=proxy")}) {
     argv.push_back(a);
   }
   for (const auto& f : Flags()) {

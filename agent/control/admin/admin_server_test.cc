@@ -78,13 +78,15 @@ TEST(DebugServicesTest, RendersTable) {
   proxier::ServiceTable table({{info->name, info}});
   std::string json =
       RenderDebugServices(table, {.listeners = {{"default/web:http", {"tcp/10.96.0.10:80"}}},
-                                  .socket_lb = {{"default/web:http", {"tcp/10.96.0.10:80"}}}});
+                                  .socket_lb = {{"default/web:http", {"tcp/10.96.0.10:80"}}},
+                                  .external_bpf = {{"default/web:http", {"tcp/192.0.2.1:30080"}}}});
   EXPECT_NE(json.find("\"service\": \"default/web\", \"port\": \"http\", \"protocol\": \"TCP\""),
             std::string::npos)
       << json;
   EXPECT_NE(json.find("\"clusterEndpoints\": [\"10.0.0.1:8080\"]"), std::string::npos) << json;
   EXPECT_NE(json.find("\"listeners\": [\"tcp/10.96.0.10:80\"]"), std::string::npos) << json;
   EXPECT_NE(json.find("\"socketLb\": [\"tcp/10.96.0.10:80\"]"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"externalBpf\": [\"tcp/192.0.2.1:30080\"]"), std::string::npos) << json;
 }
 
 }  // namespace

@@ -50,7 +50,8 @@ std::string Cidrs(const std::vector<net::Cidr>& cidrs) {
 }
 
 std::string Port(const proxier::ServicePortInfo& p, const std::vector<std::string>& listeners,
-                 const std::vector<std::string>& socket_lb, const std::string* unserved) {
+                 const std::vector<std::string>& socket_lb,
+                 const std::vector<std::string>& external_bpf, const std::string* unserved) {
   return absl::StrCat(
       "{\"service\": ", JsonString(p.name.service.ToString()),
       ", \"port\": ", JsonString(p.name.port),
@@ -67,7 +68,7 @@ std::string Port(const proxier::ServicePortInfo& p, const std::vector<std::strin
       "\", \"clusterEndpoints\": ", Addrs(p.cluster_endpoints),
       ", \"externalEndpoints\": ", Addrs(p.external_endpoints),
       ", \"endpoints\": ", Array(p.endpoints, Endpoint), ", \"listeners\": ", Strings(listeners),
-      ", \"socketLb\": ", Strings(socket_lb),
+      ", \"socketLb\": ", Strings(socket_lb), ", \"externalBpf\": ", Strings(external_bpf),
       unserved != nullptr ? absl::StrCat(", \"unserved\": ", JsonString(*unserved)) : "", "}");
 }
 
@@ -84,6 +85,7 @@ std::string RenderDebugServices(const proxier::ServiceTable& table, const PortSt
     const std::string key = name.ToString();
     auto unserved = states.unserved.find(key);
     parts.push_back(Port(*info, find(states.listeners, key), find(states.socket_lb, key),
+                         find(states.external_bpf, key),
                          unserved == states.unserved.end() ? nullptr : &unserved->second));
   }
   return absl::StrCat("{\"servicePorts\": [\n  ", absl::StrJoin(parts, ",\n  "), "\n]}\n");

@@ -14,7 +14,9 @@ namespace sluice::admin {
 struct PortStates {
   std::map<std::string, std::vector<std::string>> listeners;  // the proxy's: ["tcp/IP:PORT", ...]
   std::map<std::string, std::vector<std::string>> socket_lb;  // frontends balanced at the socket
-  std::map<std::string, std::string> unserved;                // why no path serves the port
+  // Frontends whose remote clients are translated by the eBPF NAT on the node's devices.
+  std::map<std::string, std::vector<std::string>> external_bpf;
+  std::map<std::string, std::string> unserved;  // why no path serves the port
 };
 
 // /debug/services: the programmed table as JSON, one object per service port, sorted, with

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,7 +14,9 @@
 #include "absl/time/time.h"
 #include "lib/net/address.h"
 
+#include "agent/dataplane/extnat/flow_table.h"
 #include "agent/dataplane/extnat/nat_object.h"
+#include "agent/dataplane/extnat/source_ranges.h"
 #include "agent/dataplane/fastpath/bpf_map.h"
 #include "agent/dataplane/socklb/service_maps.h"
 
@@ -24,7 +27,7 @@ struct Service {
   std::vector<socklb::Frontend> frontends;   // NodePorts on node addresses, external/LB IPs
   std::vector<net::SocketAddress> backends;  // of the frontends' family; all on this node
   // Per frontend address: the sources that may reach it (loadBalancerSourceRanges of a
-  // LoadBalancer IP); a frontend not listed takes every source.
+  // LoadBalancer IP); a frontend not listed, or with an empty list, takes every source.
   std::map<net::IpAddress, std::vector<net::Cidr>> source_ranges;
   absl::Duration affinity = absl::ZeroDuration();  // ClientIP timeout; zero: none
   bool random = false;
@@ -52,12 +55,15 @@ class ExtNat final {
   static std::unique_ptr<ExtNat> ForMaps(Maps maps, const LoadOptions& options);
   ~ExtNat();
 
-  // The devices remote clients arrive on: attaches to new ones, detaches from the others.
+  // The devices remote clients arrive on: attaches to new ones, detaches from the others. A
+  // device that fails is logged and skipped, the others still attached; returns the first error.
   absl::Status SetDevices(const std::vector<std::string>& devices);
   std::vector<std::string> Devices() const;
 
   // As socklb::SocketLb's: `changes` only; `all` is every service (the first time, what an
-  // earlier agent left is removed too).
+  // earlier agent left is removed too). A guarded frontend's source ranges are written before
+  // it is served and removed after it is not; one whose ranges cannot be written is left out
+  // (to the proxy) and the error returned. UDP flows to a backend that left are ended.
   absl::Status Apply(const std::vector<Change>& changes);
   absl::Status ApplyAll(const std::map<std::string, Service>& all);
 
@@ -82,6 +88,37 @@ class ExtNat final {
   static absl::Status Cleanup(const std::string& bpf_root) {
     return NatObject::RemoveAll(bpf_root);
   }
+
+ private:
+  struct KernelMaps {  // the loaded object's maps, which refer into it
+    fastpath::KernelBpfMap svc, slot, member, stats, ranges, flows, traffic, drops;
+  };
+  // What one Apply hands ServiceMaps, once the source ranges are written.
+  struct Plan {
+    std::vector<socklb::Change> services;
+    std::set<std::string> unguarded;  // guards not written: their guarded frontends left out
+    absl::Status status;
+  };
+
+  ExtNat(Maps maps, const LoadOptions& options);
+  Plan Guard(const std::vector<Change>& changes);
+  // After ServiceMaps programmed `plan` (`programmed`: without error): removes the guards that
+  // `changes` dropped, and resets or removes traffic counters of new or removed service ports.
+  void Settle(const std::vector<Change>& changes, const Plan& plan, bool programmed);
+  void Forget(const std::vector<socklb::Gone>& gone);
+  // Removes traffic counters of ids no service port has (an earlier agent's).
+  void SweepTraffic();
+
+  std::unique_ptr<NatObject> object_;  // null: ForMaps
+  std::unique_ptr<KernelMaps> kernel_maps_;
+  const Maps maps_;
+  socklb::ServiceMaps services_;
+  SourceRanges ranges_;
+  FlowTable flows_;
+  std::vector<std::string> devices_;  // ForMaps
+  // Service ports whose traffic counters this agent reset: their ids.
+  std::map<std::string, uint32_t> traffic_ids_;
+  bool swept_ = false;
 };
 
 // The startup self-test of --external-datapath=auto: loads the object without pinning in a

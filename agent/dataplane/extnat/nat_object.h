@@ -45,7 +45,8 @@ class NatObject final {
   bool adopted_maps() const { return adopted_maps_; }
 
   // Attaches (or replaces an earlier agent's) ingress and egress filters on `device`.
-  // NotFound when there is no such device. Idempotent.
+  // NotFound when there is no such device; FailedPrecondition when it is not Ethernet (the
+  // programs expect an Ethernet header; loopback has one). Idempotent.
   absl::Status Attach(const std::string& device);
   // Removes our filters from `device` (nothing attached is not an error).
   absl::Status Detach(const std::string& device);

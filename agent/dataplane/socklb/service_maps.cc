@@ -357,4 +357,13 @@ std::map<std::string, std::vector<std::string>> ServiceMaps::Frontends() const {
   return out;
 }
 
+std::map<std::string, uint32_t> ServiceMaps::Ids() const {
+  std::map<std::string, uint32_t> out;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [name, p] : programmed_) {
+    out.emplace(name, p.id);
+  }
+  return out;
+}
+
 }  // namespace sluice::socklb

@@ -90,6 +90,8 @@ class ServiceMaps final {
   std::map<std::string, Counts> Counters() const ABSL_LOCKS_EXCLUDED(mu_);
   // Frontends programmed per service port ("tcp/10.96.0.10:80"). Thread-safe.
   std::map<std::string, std::vector<std::string>> Frontends() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The id of each service port programmed (the key of the counters maps). Thread-safe.
+  std::map<std::string, uint32_t> Ids() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Programmed {

@@ -197,7 +197,11 @@ struct sluice_nat_tuple {
 /* sluice_nat_ct value: forward entry, `to` is the backend (the new destination); reply entry,
  * `to` is the frontend (the new source). A preallocated hash, not an LRU, so that a full table
  * never evicts a live flow: a new flow that finds no room is passed to the stack (counted) and
- * the agent removes expired entries. */
+ * the agent removes expired entries. A flow is live while either of its entries was used within
+ * its age (TCP established; TCP closing, once a FIN or RST marked both; UDP): the agent removes
+ * both once neither is. A new flow may take over a dead flow's reply entry, so a reply entry
+ * whose `to` is not the forward key's destination belongs to another flow and stays. Only a
+ * TCP SYN creates a flow. */
 struct sluice_nat_ct {
 	struct sluice_lb_addr to;
 	__u32 id; /* the service port (counters) */
@@ -206,7 +210,8 @@ struct sluice_nat_ct {
 	__u64 last_ns; /* bpf_ktime_get_ns() of the last packet in this direction */
 };
 
-/* sluice_nat_traffic value (per CPU), by service id: packets translated, both directions. */
+/* sluice_nat_traffic value (per CPU), by service id: packets translated, both directions. The
+ * program creates an id's entry on its first packet; the agent removes removed services' ones. */
 struct sluice_nat_traffic {
 	__u64 packets;
 	__u64 bytes;

@@ -111,8 +111,8 @@ TEST_F(KubeAgentTest, RunsAsKubeProxyWithKubeadmsConfigMapOrKubeProxysFlags) {
   // Runs kube-proxy with `args`; checks the service, /healthz on `healthz_port`, /metrics.
   auto run = [&](std::vector<std::string> args, int healthz_port) {
     args.insert(args.begin(), kube_proxy);
-    args.insert(args.end(), {"--socket-lb=off", "--bpf-root=", "--allow-loopback",
-                             "--state-dir=" + dir_ + "/.state"});
+    args.insert(args.end(), {"--socket-lb=off", "--bpf-root=", "--external-datapath=proxy",
+                             "--allow-loopback", "--state-dir=" + dir_ + "/.state"});
     agent_ = std::make_unique<Subprocess>(args);
     ASSERT_TRUE(WaitListener("tcp/10.96.0.10:80", true, absl::Seconds(20))) << agent_->Output();
     ASSERT_TRUE(WaitFor([&] { return Hello("10.96.0.10:80") == "a"; }, absl::Seconds(10)));

@@ -251,7 +251,7 @@ class NodeAgent:
         os.makedirs(manifests, exist_ok=True)
         c = env.certs
         argv = [NODE_AGENT_BIN, "--source=file:" + manifests, "--hostname-override=" + name,
-                "--socket-lb=off", "--bpf-root=",
+                "--socket-lb=off", "--bpf-root=", "--external-datapath=proxy",
                 "--healthz-bind-address=127.0.0.1:%d" % self.health_port,
                 "--metrics-bind-address=127.0.0.1:%d" % self.metrics_port, "--workers=1",
                 "--min-sync-period=0s", "--tunnel-server-address=127.0.0.1:%d" % server.agent_port,

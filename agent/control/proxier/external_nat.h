@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "lib/net/address.h"
+
+#include "agent/control/proxier/proxier.h"
+#include "agent/dataplane/extnat/ext_nat.h"
+
+namespace sluice::proxier {
+
+// What ExternalNatChanges needs besides the port: this node.
+struct ExternalNatContext {
+  std::string node_name;                 // EndpointInfo.node_name of local endpoints
+  std::vector<net::IpAddress> node_ips;  // NodePorts are translated on these
+  bool random = false;                   // --external-algorithm=random
+};
+
+// Appends the changes that program `port` as `info` (null: removed) for remote clients: one
+// per family ("<port>#4", "<port>#6"), nullopt where that family is not served in the kernel.
+// Frontends are external and LoadBalancer IPs at the service port and NodePorts on the node's
+// addresses; backends the external endpoints of the frontend's family. There is no SNAT yet,
+// so a port is served in the kernel only when every external endpoint is on this node (eTP
+// Local, or Cluster with local endpoints only): a Cluster port with a remote endpoint, a port
+// without endpoints (of that family) and SCTP are left to the proxy, which listens on the same
+// addresses. Pure: the unit tests' seam.
+void ExternalNatChanges(const ServicePortName& port, const ServicePortInfo* info,
+                        const ExternalNatContext& context, std::vector<extnat::Change>& out);
+
+// The devices remote clients arrive on: those holding a node address in `cidrs` (every address
+// when empty) other than IPv6 link-local ones and `exclude` (our VIPs), loopback excepted.
+std::vector<std::string> NodeDevices(const std::vector<net::Cidr>& cidrs,
+                                     const absl::flat_hash_set<net::IpAddress>& exclude);
+
+// eBPF NAT for remote clients as a TableConsumer: each changed service port becomes its
+// per-family extnat::Services (ExternalNatChanges). Full syncs re-read the node's addresses and
+// devices and set the devices the programs are attached to. Thread: control plane; Invalidate()
+// is thread-safe.
+class ExternalNat final : public TableConsumer {
+ public:
+  struct Options {
+    // The node addresses NodePorts are reached on; read at each full sync.
+    std::function<std::vector<net::IpAddress>()> node_ips;
+    // The devices remote clients arrive on; read at each full sync.
+    std::function<std::vector<std::string>()> devices;
+    bool random = false;    // --external-algorithm=random
+    std::string node_name;  // local endpoints; also seeds each service's backend order
+  };
+
+  ExternalNat(extnat::ExtNat& nat, Options options);
+
+  // TableConsumer
+  absl::Status Apply(const TableDelta& delta) override;
+
+  // Makes the next Apply full (node addresses or links changed: see vip::LinkWatcher).
+  void Invalidate() { invalid_ = true; }
+
+  // Frontends served in the kernel by service port name ("ns/name:port"), for
+  // /debug/services and /proxyMode.
+  std::map<std::string, std::vector<std::string>> Frontends() const;
+  // Counters by service port name. Thread-safe.
+  std::map<std::string, extnat::ExtNat::Counts> Counters() const;
+
+ private:
+  extnat::ExtNat& nat_;
+  const Options options_;
+  ExternalNatContext context_;  // node_ips re-read at each full sync
+  std::atomic<bool> invalid_{false};
+};
+
+}  // namespace sluice::proxier

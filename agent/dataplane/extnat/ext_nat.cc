@@ -1,0 +1,289 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "agent/dataplane/extnat/ext_nat.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <set>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "lib/base/log.h"
+
+#include "bpf/include/sluice/bpf_abi.h"
+
+namespace sluice::extnat {
+
+static_assert(sizeof(sluice_nat_traffic) == 16, "bpf_abi.h: struct sluice_nat_traffic");
+
+namespace {
+
+// Drop labels of the metrics, by index of sluice_nat_drops.
+constexpr std::array<std::pair<uint32_t, const char*>, 4> kReasons = {{
+    {SLUICE_NAT_SOURCE_RANGE, "source_range"},
+    {SLUICE_NAT_CT_FULL, "conntrack_full"},
+    {SLUICE_NAT_FRAGMENT, "fragment"},
+    {SLUICE_NAT_MALFORMED, "malformed"},
+}};
+static_assert(kReasons.size() == SLUICE_NAT_REASONS, "a reason without a label");
+
+socklb::Service Translate(const Service& s) {
+  return {
+      .frontends = s.frontends, .backends = s.backends, .affinity = s.affinity, .random = s.random};
+}
+
+// The frontends of `s` with source ranges; an empty list takes every source, as kube-proxy
+// reads an empty loadBalancerSourceRanges.
+Guards GuardsOf(const Service& s) {
+  Guards out;
+  for (const socklb::Frontend& f : s.frontends) {
+    if (auto it = s.source_ranges.find(f.address.ip());
+        it != s.source_ranges.end() && !it->second.empty()) {
+      out.emplace(f, it->second);
+    }
+  }
+  return out;
+}
+
+Guards GuardsOf(const std::optional<Service>& s) { return s ? GuardsOf(*s) : Guards{}; }
+
+}  // namespace
+
+ExtNat::ExtNat(Maps maps, const LoadOptions& options)
+    : maps_(maps),
+      services_(maps.services),
+      ranges_(maps.ranges),
+      flows_(maps.flows, {.tcp_established = options.tcp_established,
+                          .tcp_closing = options.tcp_closing,
+                          .udp = options.udp}) {
+  SLUICE_CHECK(maps.traffic.key_size() == sizeof(uint32_t) &&
+               maps.traffic.value_size() % sizeof(sluice_nat_traffic) == 0)
+      << maps.traffic.name();
+  SLUICE_CHECK(maps.drops.key_size() == sizeof(uint32_t) &&
+               maps.drops.value_size() % sizeof(uint64_t) == 0)
+      << maps.drops.name();
+}
+
+std::unique_ptr<ExtNat> ExtNat::ForMaps(Maps maps, const LoadOptions& options) {
+  return std::unique_ptr<ExtNat>(new ExtNat(maps, options));
+}
+
+ExtNat::~ExtNat() = default;
+
+absl::Status ExtNat::SetDevices(const std::vector<std::string>& devices) {
+  if (object_ == nullptr) {
+    devices_ = devices;
+    return absl::OkStatus();
+  }
+  absl::Status first;
+  for (const std::string& d : object_->Devices()) {
+    if (std::find(devices.begin(), devices.end(), d) == devices.end()) {
+      if (absl::Status st = object_->Detach(d); !st.ok()) {
+        LOG(WARNING) << "external NAT: detaching from " << d << ": " << st;
+        first.Update(st);
+      }
+    }
+  }
+  for (const std::string& d : devices) {
+    if (absl::Status st = object_->Attach(d); !st.ok()) {
+      // Its remote clients go on reaching the proxy; the other devices still translate.
+      LOG(WARNING) << "external NAT: skipping device " << d << ": " << st;
+      first.Update(st);
+    }
+  }
+  return first;
+}
+
+std::vector<std::string> ExtNat::Devices() const {
+  return object_ != nullptr ? object_->Devices() : devices_;
+}
+
+ExtNat::Plan ExtNat::Guard(const std::vector<Change>& changes) {
+  Plan plan;
+  for (const auto& [name, service] : changes) {
+    if (!service) {
+      plan.services.emplace_back(name, std::nullopt);
+      continue;
+    }
+    socklb::Service lb = Translate(*service);
+    const Guards guards = GuardsOf(*service);
+    if (absl::Status st = ranges_.Add(name, guards); !st.ok()) {
+      // Never served without its guard: the stack (the proxy) gets those frontends' traffic.
+      LOG(WARNING) << "external NAT: source ranges of " << name
+                   << " not written, its guarded frontends left to the proxy: " << st;
+      plan.status.Update(st);
+      plan.unguarded.insert(name);
+      std::erase_if(lb.frontends, [&](const socklb::Frontend& f) { return guards.contains(f); });
+    }
+    plan.services.emplace_back(name, std::move(lb));
+  }
+  return plan;
+}
+
+void ExtNat::Settle(const std::vector<Change>& changes, const Plan& plan, bool programmed) {
+  // After a failed sync the old guards stay beside the new ones (stricter, never looser) until
+  // one succeeds.
+  bool added = false;
+  for (const auto& [name, service] : changes) {
+    if (programmed && !plan.unguarded.contains(name)) {
+      ranges_.Trim(name, GuardsOf(service));
+    }
+    if (service) {
+      added = added || !traffic_ids_.contains(name);
+    } else if (auto it = traffic_ids_.find(name); it != traffic_ids_.end()) {
+      (void)maps_.traffic.Delete(&it->second);
+      traffic_ids_.erase(it);
+    }
+  }
+  if (!added) {
+    return;
+  }
+  // Counters are best effort, as ServiceMaps' are: zero, in case an earlier agent used the id.
+  const std::map<std::string, uint32_t> ids = services_.Ids();
+  const std::vector<sluice_nat_traffic> zero(maps_.traffic.value_size() /
+                                             sizeof(sluice_nat_traffic));
+  for (const auto& [name, service] : changes) {
+    auto id = ids.find(name);
+    if (service && id != ids.end() && !traffic_ids_.contains(name)) {
+      (void)maps_.traffic.Update(&id->second, zero.data(), BPF_ANY);
+      traffic_ids_.emplace(name, id->second);
+    }
+  }
+}
+
+void ExtNat::Forget(const std::vector<socklb::Gone>& gone) {
+  if (absl::StatusOr<uint64_t> n = flows_.Forget(gone); !n.ok()) {
+    LOG(WARNING) << "external NAT: ending UDP flows of removed backends: " << n.status();
+  }
+}
+
+void ExtNat::SweepTraffic() {
+  absl::flat_hash_set<uint32_t> live;
+  for (const auto& [name, id] : services_.Ids()) {
+    live.insert(id);
+  }
+  std::vector<uint32_t> stale;
+  const std::vector<char> zero(maps_.traffic.value_size());
+  (void)maps_.traffic.ForEach([&](const void* key, const void* value) {
+    uint32_t id;
+    std::memcpy(&id, key, sizeof(id));
+    // Zero values are skipped: an array-backed map lists every index.
+    if (!live.contains(id) && std::memcmp(value, zero.data(), zero.size()) != 0) {
+      stale.push_back(id);
+    }
+  });
+  for (uint32_t id : stale) {
+    (void)maps_.traffic.Delete(&id);
+  }
+}
+
+absl::Status ExtNat::Apply(const std::vector<Change>& changes) {
+  Plan plan = Guard(changes);
+  std::vector<socklb::Gone> gone;
+  const absl::Status programmed = services_.Apply(plan.services, gone);
+  Settle(changes, plan, programmed.ok());
+  Forget(gone);
+  absl::Status result = plan.status;
+  result.Update(programmed);
+  return result;
+}
+
+absl::Status ExtNat::ApplyAll(const std::map<std::string, Service>& all) {
+  std::vector<Change> changes;
+  std::set<std::string> gone_names;
+  for (const std::string& name : ranges_.Names()) {
+    gone_names.insert(name);
+  }
+  for (const auto& [name, id] : traffic_ids_) {
+    gone_names.insert(name);
+  }
+  for (const std::string& name : gone_names) {
+    if (!all.contains(name)) {
+      changes.emplace_back(name, std::nullopt);
+    }
+  }
+  for (const auto& [name, service] : all) {
+    changes.emplace_back(name, service);
+  }
+  Plan plan = Guard(changes);
+  std::map<std::string, socklb::Service> lb;
+  for (auto& [name, service] : plan.services) {
+    if (service) {
+      lb.emplace(name, std::move(*service));
+    }
+  }
+  std::vector<socklb::Gone> gone;
+  const absl::Status programmed = services_.ApplyAll(lb, gone);
+  Settle(changes, plan, programmed.ok());
+  Forget(gone);
+  // After ServiceMaps' own sweep: an earlier agent's frontend loses its guard only once it is
+  // no longer served.
+  if (programmed.ok() && !swept_) {
+    swept_ = true;
+    ranges_.Sweep();
+    SweepTraffic();
+  }
+  absl::Status result = plan.status;
+  result.Update(programmed);
+  return result;
+}
+
+absl::StatusOr<uint64_t> ExtNat::CollectFlows(absl::Duration now) { return flows_.Collect(now); }
+
+std::map<std::string, ExtNat::Counts> ExtNat::Counters() const {
+  std::map<std::string, Counts> out;
+  absl::flat_hash_map<uint32_t, Counts*> by_id;
+  for (const auto& [name, id] : services_.Ids()) {
+    by_id[id] = &out[name];
+  }
+  for (const auto& [name, c] : services_.Counters()) {
+    if (auto it = out.find(name); it != out.end()) {
+      it->second.flows = c.translated;
+      it->second.range_drops = c.refused;
+    }
+  }
+  // Best effort, as ServiceMaps::Counters: a failed walk leaves this scrape's counters short.
+  const size_t cpus = maps_.traffic.value_size() / sizeof(sluice_nat_traffic);
+  (void)maps_.traffic.ForEach([&](const void* key, const void* value) {
+    uint32_t id;
+    std::memcpy(&id, key, sizeof(id));
+    auto it = by_id.find(id);
+    if (it == by_id.end()) {
+      return;
+    }
+    for (size_t cpu = 0; cpu < cpus; ++cpu) {
+      sluice_nat_traffic t;
+      std::memcpy(&t, static_cast<const char*>(value) + cpu * sizeof(t), sizeof(t));
+      it->second->packets += t.packets;
+      it->second->bytes += t.bytes;
+    }
+  });
+  return out;
+}
+
+std::map<std::string, uint64_t> ExtNat::Drops() const {
+  std::map<std::string, uint64_t> out;
+  std::vector<uint64_t> per_cpu(maps_.drops.value_size() / sizeof(uint64_t));
+  for (const auto& [reason, label] : kReasons) {
+    uint64_t& sum = out[label];
+    if (maps_.drops.Lookup(&reason, per_cpu.data()).ok()) {
+      for (uint64_t n : per_cpu) {
+        sum += n;
+      }
+    }
+  }
+  return out;
+}
+
+std::map<std::string, std::vector<std::string>> ExtNat::Frontends() const {
+  return services_.Frontends();
+}
+
+uint64_t ExtNat::flows() const { return flows_.size(); }
+
+bool ExtNat::adopted() const {
+  return services_.adopted() || (object_ != nullptr && object_->adopted_maps());
+}
+
+}  // namespace sluice::extnat

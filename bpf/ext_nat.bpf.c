@@ -1,0 +1,834 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/* External NAT: tc programs on the node's external devices. A remote client's TCP or UDP packet
+ * to a frontend (NodePort on a node address, external IP, LoadBalancer IP) has its destination
+ * rewritten to a backend on ingress, before routing, so the stack forwards it to the pod with
+ * the client's address intact; the pod's replies have their source rewritten back to the
+ * frontend on egress. Conntrack lives in sluice_nat_ct. Anything not translated is passed to
+ * the stack, where the proxy listens on the same addresses. The agent programs the maps; see
+ * agent/dataplane/extnat/ext_nat.h and the layouts in bpf_abi.h. Ethernet devices only (the IP
+ * header is taken to start ETH_HLEN bytes in). */
+#include <linux/bpf.h>
+#include <linux/errno.h>
+#include <linux/icmpv6.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/in6.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/pkt_cls.h>
+#include <linux/stddef.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "sluice/bpf_abi.h"
+
+/* max_entries are set by the agent before load. Service maps are not preallocated, as in
+ * sock_lb.bpf.c: a replaced value stays whole for a program still reading it. */
+
+/* frontend -> service (backend set, count, affinity). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+	__type(key, struct sluice_lb_key);
+	__type(value, struct sluice_lb_svc);
+} sluice_nat_svc SEC(".maps");
+
+/* (set, index) -> backend. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+	__type(key, struct sluice_lb_slot);
+	__type(value, struct sluice_lb_addr);
+} sluice_nat_slot SEC(".maps");
+
+/* (service id, backend) present while the backend serves that service (affinity checks). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+	__type(key, struct sluice_lb_member);
+	__type(value, __u8);
+} sluice_nat_member SEC(".maps");
+
+/* service id -> per-CPU flows created and packets refused by source ranges (agent creates). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sluice_lb_stats);
+} sluice_nat_stats SEC(".maps");
+
+/* (frontend, source prefix) -> whether that source may reach the frontend (longest match). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+	__type(key, struct sluice_nat_range);
+	__type(value, __u8);
+} sluice_nat_range SEC(".maps");
+
+/* (client address, service id) -> backend it is stuck to (ClientIP affinity). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct sluice_nat_client);
+	__type(value, struct sluice_lb_sticky);
+} sluice_nat_sticky SEC(".maps");
+
+/* Conntrack, two entries per flow. Preallocated and not an LRU: a full table must never evict a
+ * live flow (its next packet would go to another backend); see bpf_abi.h. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, struct sluice_nat_tuple);
+	__type(value, struct sluice_nat_ct);
+} sluice_nat_ct SEC(".maps");
+
+/* service id -> per-CPU packets and bytes translated (created here on first use). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sluice_nat_traffic);
+} sluice_nat_traffic SEC(".maps");
+
+/* enum sluice_nat_reason -> per-CPU packets not translated for that reason. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SLUICE_NAT_REASONS);
+	__type(key, __u32);
+	__type(value, __u64);
+} sluice_nat_drops SEC(".maps");
+
+/* Conntrack ages in ns (LoadOptions), set before load. */
+const volatile __u64 tcp_established_ns = 86400ULL * 1000000000ULL;
+const volatile __u64 tcp_closing_ns = 3600ULL * 1000000000ULL;
+const volatile __u64 udp_ns = 30ULL * 1000000000ULL;
+/* BPF_F_IPV6 where the kernel knows it (6.16+), else 0: bpf_l4_csum_replace then also keeps a
+ * CHECKSUM_COMPLETE skb->csum right when an IPv6 address changes; older kernels reject it. */
+const volatile __u64 csum_v6_flag = 0;
+
+/* Last-packet times are written at most this often per entry: a write per packet would bounce
+ * the entry's cache line between CPUs for nothing (ages are minutes, not milliseconds). */
+#define SLUICE_NAT_TOUCH_NS (100ULL * 1000000ULL)
+
+#define SLUICE_ICMP_DEST_UNREACH 3 /* linux/icmp.h pulls in libc's sys/socket.h */
+#define SLUICE_IP_MF 0x2000
+#define SLUICE_IP_OFFSET 0x1fff
+#define SLUICE_IP6_OFFSET 0xfff8
+#define SLUICE_TCP_FIN 0x01
+#define SLUICE_TCP_SYN 0x02
+#define SLUICE_TCP_RST 0x04
+#define SLUICE_TCP_ACK 0x10
+
+/* One parsed packet: the tuple as it travels, where its L4 header starts. */
+struct pkt {
+	struct sluice_nat_tuple t;
+	__u32 l4;
+	__u8 v6;
+	__u8 tcp_flags;
+	__u8 pad[2];
+};
+
+enum parsed {
+	P_OTHER,     /* not IP TCP/UDP/ICMP: pass untouched */
+	P_OK,	     /* TCP or UDP with ports */
+	P_FRAGMENT,  /* an IP fragment; ports are set for a first fragment only */
+	P_MALFORMED, /* TCP or UDP whose ports cannot be read */
+	P_ICMP,	     /* ICMP or ICMPv6 (unfragmented) */
+};
+
+struct frag_hdr6 {
+	__u8 nexthdr;
+	__u8 reserved;
+	__be16 frag_off;
+	__be32 id;
+};
+
+static __always_inline void set_v4(__u8 *addr, __be32 ip4)
+{
+	__builtin_memset(addr, 0, 10);
+	addr[10] = 0xff;
+	addr[11] = 0xff;
+	__builtin_memcpy(addr + 12, &ip4, 4);
+}
+
+static __always_inline __be32 get_v4(const __u8 *addr)
+{
+	__be32 ip4;
+
+	__builtin_memcpy(&ip4, addr + 12, 4);
+	return ip4;
+}
+
+static __always_inline int is_v4_mapped(const __u8 *addr)
+{
+	__u64 lo;
+	__u32 mid;
+
+	__builtin_memcpy(&lo, addr, 8);
+	__builtin_memcpy(&mid, addr + 8, 4);
+	return lo == 0 && mid == bpf_htonl(0xffff);
+}
+
+static __always_inline void drop_count(__u32 reason)
+{
+	__u64 *n = bpf_map_lookup_elem(&sluice_nat_drops, &reason);
+
+	if (n)
+		(*n)++;
+}
+
+static __always_inline void stats_count(__u32 id, int refused)
+{
+	struct sluice_lb_stats *st = bpf_map_lookup_elem(&sluice_nat_stats, &id);
+
+	if (!st)
+		return;
+	if (refused)
+		st->refused++;
+	else
+		st->translated++;
+}
+
+static __always_inline void traffic_count(__u32 id, __u32 len)
+{
+	struct sluice_nat_traffic *t = bpf_map_lookup_elem(&sluice_nat_traffic, &id);
+
+	if (!t) {
+		struct sluice_nat_traffic zero = {};
+
+		bpf_map_update_elem(&sluice_nat_traffic, &id, &zero, BPF_NOEXIST);
+		t = bpf_map_lookup_elem(&sluice_nat_traffic, &id);
+		if (!t)
+			return; /* full: the agent removes counters of removed services */
+	}
+	t->packets++;
+	t->bytes += len;
+}
+
+/* The IP header of `skb` (after Ethernet) into `p`, up to the L4 protocol. Returns the L4
+ * protocol, or -1 when it is not IP, or a non-first fragment (then P_FRAGMENT in *frag). */
+static __always_inline int parse_ip(struct __sk_buff *skb, struct pkt *p, int *frag)
+{
+	__u32 off = ETH_HLEN;
+
+	if (skb->protocol == bpf_htons(ETH_P_IP)) {
+		struct iphdr ip;
+
+		if (bpf_skb_load_bytes(skb, off, &ip, sizeof(ip)) || ip.version != 4 || ip.ihl < 5)
+			return -1;
+		set_v4(p->t.saddr, ip.saddr);
+		set_v4(p->t.daddr, ip.daddr);
+		p->l4 = off + ip.ihl * 4;
+		if (ip.frag_off & bpf_htons(SLUICE_IP_MF | SLUICE_IP_OFFSET)) {
+			*frag = ip.frag_off & bpf_htons(SLUICE_IP_OFFSET) ? 2 : 1;
+		}
+		return ip.protocol;
+	}
+	if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr ip6;
+		struct frag_hdr6 fh;
+
+		if (bpf_skb_load_bytes(skb, off, &ip6, sizeof(ip6)) || ip6.version != 6)
+			return -1;
+		p->v6 = 1;
+		__builtin_memcpy(p->t.saddr, &ip6.saddr, 16);
+		__builtin_memcpy(p->t.daddr, &ip6.daddr, 16);
+		p->l4 = off + sizeof(ip6);
+		if (ip6.nexthdr != IPPROTO_FRAGMENT)
+			return ip6.nexthdr; /* other extension headers: not ours to parse */
+		if (bpf_skb_load_bytes(skb, p->l4, &fh, sizeof(fh)))
+			return -1;
+		p->l4 += sizeof(fh);
+		*frag = fh.frag_off & bpf_htons(SLUICE_IP6_OFFSET) ? 2 : 1;
+		return fh.nexthdr;
+	}
+	return -1;
+}
+
+static __always_inline enum parsed parse(struct __sk_buff *skb, struct pkt *p)
+{
+	int frag = 0;
+	int proto;
+
+	__builtin_memset(p, 0, sizeof(*p));
+	proto = parse_ip(skb, p, &frag);
+	if (proto < 0)
+		return P_OTHER;
+	p->t.proto = proto;
+	if (frag == 2)
+		return proto == IPPROTO_TCP || proto == IPPROTO_UDP ? P_FRAGMENT : P_OTHER;
+	if (proto == IPPROTO_TCP) {
+		__u8 h[14]; /* ports ... the flags byte */
+
+		if (bpf_skb_load_bytes(skb, p->l4, h, sizeof(h)))
+			return frag ? P_FRAGMENT : P_MALFORMED;
+		__builtin_memcpy(&p->t.sport, h, 4);
+		p->tcp_flags = h[13];
+	} else if (proto == IPPROTO_UDP) {
+		if (bpf_skb_load_bytes(skb, p->l4, &p->t.sport, 4))
+			return frag ? P_FRAGMENT : P_MALFORMED;
+	} else if ((proto == IPPROTO_ICMP && !p->v6) || (proto == IPPROTO_ICMPV6 && p->v6)) {
+		return frag ? P_OTHER : P_ICMP;
+	} else {
+		return P_OTHER;
+	}
+	return frag ? P_FRAGMENT : P_OK;
+}
+
+static __always_inline __u64 age_of(__u8 proto, const struct sluice_nat_ct *ct)
+{
+	if (proto == IPPROTO_UDP)
+		return udp_ns;
+	return ct->flags & SLUICE_NAT_CT_CLOSING ? tcp_closing_ns : tcp_established_ns;
+}
+
+static __always_inline int fresh(__u8 proto, const struct sluice_nat_ct *ct, __u64 now)
+{
+	/* Signed: another CPU may have stamped the entry a moment after our `now`. */
+	return (__s64)(now - ct->last_ns) <= (__s64)age_of(proto, ct);
+}
+
+/* The key of the other entry of the flow `ct` (found at `k`) belongs to. */
+static __always_inline void other_key(const struct sluice_nat_tuple *k,
+				      const struct sluice_nat_ct *ct, struct sluice_nat_tuple *o)
+{
+	__builtin_memset(o, 0, sizeof(*o));
+	o->proto = k->proto;
+	if (ct->flags & SLUICE_NAT_CT_REPLY) {
+		/* (backend, client) -> forward (client, frontend) */
+		__builtin_memcpy(o->saddr, k->daddr, 16);
+		o->sport = k->dport;
+		__builtin_memcpy(o->daddr, ct->to.addr, 16);
+		o->dport = ct->to.port;
+	} else {
+		/* (client, frontend) -> reply (backend, client) */
+		__builtin_memcpy(o->saddr, ct->to.addr, 16);
+		o->sport = ct->to.port;
+		__builtin_memcpy(o->daddr, k->saddr, 16);
+		o->dport = k->sport;
+	}
+}
+
+/* Whether the flow of `ct` (at `k`) is live: either direction used within its age, so a
+ * one-way stream (UDP from the backend) keeps its flow. */
+static __always_inline int flow_live(const struct sluice_nat_tuple *k,
+				     const struct sluice_nat_ct *ct, __u64 now)
+{
+	struct sluice_nat_tuple o;
+	struct sluice_nat_ct *other;
+
+	if (fresh(k->proto, ct, now))
+		return 1;
+	other_key(k, ct, &o);
+	other = bpf_map_lookup_elem(&sluice_nat_ct, &o);
+	return other && fresh(k->proto, other, now);
+}
+
+/* A packet of the flow passed: stamps its entry; a FIN or RST marks both entries closing. */
+static __always_inline void touch(const struct pkt *p, struct sluice_nat_ct *ct, __u64 now)
+{
+	if (now - ct->last_ns > SLUICE_NAT_TOUCH_NS)
+		ct->last_ns = now;
+	if ((p->tcp_flags & (SLUICE_TCP_FIN | SLUICE_TCP_RST)) &&
+	    !(ct->flags & SLUICE_NAT_CT_CLOSING)) {
+		struct sluice_nat_tuple o;
+		struct sluice_nat_ct *other;
+
+		ct->last_ns = now;
+		__sync_fetch_and_or(&ct->flags, SLUICE_NAT_CT_CLOSING);
+		other_key(&p->t, ct, &o);
+		other = bpf_map_lookup_elem(&sluice_nat_ct, &o);
+		if (other) {
+			other->last_ns = now;
+			__sync_fetch_and_or(&other->flags, SLUICE_NAT_CT_CLOSING);
+		}
+	}
+}
+
+/* Removes both entries of a dead flow (found at `k`) so its tuple can start a new one. */
+static __always_inline void forget(const struct sluice_nat_tuple *k, const struct sluice_nat_ct *ct)
+{
+	struct sluice_nat_tuple o;
+
+	other_key(k, ct, &o);
+	bpf_map_delete_elem(&sluice_nat_ct, &o);
+	bpf_map_delete_elem(&sluice_nat_ct, k);
+}
+
+/* Whether loadBalancerSourceRanges let `saddr` reach `front`: the longest match of (frontend,
+ * source) says; a frontend without ranges matches nothing. */
+static __always_inline int source_allowed(const struct sluice_lb_key *front, const __u8 *saddr)
+{
+	struct sluice_nat_range k = {.prefixlen = 8 * sizeof(k.front) + 8 * sizeof(k.addr)};
+	__u8 *allow;
+
+	k.front = *front;
+	__builtin_memcpy(k.addr, saddr, 16);
+	allow = bpf_map_lookup_elem(&sluice_nat_range, &k);
+	return !allow || *allow;
+}
+
+/* The backend ClientIP affinity keeps for this client, if still live and in the service. */
+static __always_inline struct sluice_lb_addr *
+sticky_backend(const struct sluice_lb_svc *svc, struct sluice_nat_client *client, __u64 now)
+{
+	struct sluice_lb_sticky *s = bpf_map_lookup_elem(&sluice_nat_sticky, client);
+	struct sluice_lb_member m = {};
+
+	if (!s || now - s->last_ns > (__u64)svc->affinity * 1000000000ULL)
+		return 0;
+	m.id = svc->id;
+	m.backend = s->backend;
+	if (!bpf_map_lookup_elem(&sluice_nat_member, &m))
+		return 0; /* the backend left the service: pick again */
+	s->last_ns = now;
+	return &s->backend;
+}
+
+/* One backend of `svc` by its policy (as sock_lb.bpf.c); NULL while the agent swaps the set. */
+static __always_inline struct sluice_lb_addr *pick(struct sluice_lb_svc *svc)
+{
+	struct sluice_lb_slot slot = {.set = svc->set};
+	__u32 n;
+
+	if (svc->flags & SLUICE_LB_RANDOM)
+		n = bpf_get_prandom_u32();
+	else
+		n = __sync_fetch_and_add(&svc->next, 1);
+	slot.index = n % svc->count;
+	return bpf_map_lookup_elem(&sluice_nat_slot, &slot);
+}
+
+/* The backend for a new flow of `client` to `key`, with affinity; 0 when there is none. */
+static __always_inline int choose(const struct sluice_lb_key *key, const __u8 *client_addr,
+				  __u64 now, struct sluice_lb_addr *out, __u32 *id)
+{
+	struct sluice_lb_svc *svc = bpf_map_lookup_elem(&sluice_nat_svc, key);
+	struct sluice_nat_client client = {};
+	struct sluice_lb_addr *be = 0;
+
+	if (!svc || svc->count == 0)
+		return -ENOENT;
+	if (!source_allowed(key, client_addr)) {
+		stats_count(svc->id, 1);
+		drop_count(SLUICE_NAT_SOURCE_RANGE);
+		return -EPERM;
+	}
+	if (svc->affinity) {
+		__builtin_memcpy(client.addr, client_addr, 16);
+		client.id = svc->id;
+		be = sticky_backend(svc, &client, now);
+	}
+	if (!be) {
+		be = pick(svc);
+		if (!be) {
+			/* The agent replaced the set between our two lookups: read the new one. */
+			svc = bpf_map_lookup_elem(&sluice_nat_svc, key);
+			if (!svc || svc->count == 0)
+				return -ENOENT;
+			be = pick(svc);
+			if (!be)
+				return -ENOENT;
+		}
+		if (svc->affinity) {
+			struct sluice_lb_sticky s = {.backend = *be, .last_ns = now};
+
+			bpf_map_update_elem(&sluice_nat_sticky, &client, &s, BPF_ANY);
+		}
+	}
+	*out = *be;
+	*id = svc->id;
+	return 0;
+}
+
+/* Creates both conntrack entries of a new flow `p` to backend `be`. Returns 0, -EEXIST when
+ * another CPU created the flow meanwhile, -EBUSY when a live flow holds the reply tuple (the
+ * same client port reaching one backend through two frontends), or -E2BIG (no room). */
+static __always_inline int ct_create(const struct pkt *p, const struct sluice_lb_addr *be, __u32 id,
+				     __u64 now)
+{
+	struct sluice_nat_ct fwd = {.to = *be, .id = id, .last_ns = now};
+	struct sluice_nat_ct rep = {.id = id, .flags = SLUICE_NAT_CT_REPLY, .last_ns = now};
+	struct sluice_nat_tuple rk;
+	struct sluice_nat_ct *old;
+	int err;
+
+	err = bpf_map_update_elem(&sluice_nat_ct, &p->t, &fwd, BPF_NOEXIST);
+	if (err)
+		return err == -EEXIST ? -EEXIST : -E2BIG;
+	__builtin_memcpy(rep.to.addr, p->t.daddr, 16);
+	rep.to.port = p->t.dport;
+	other_key(&p->t, &fwd, &rk);
+	err = bpf_map_update_elem(&sluice_nat_ct, &rk, &rep, BPF_NOEXIST);
+	if (err == -EEXIST) {
+		/* A dead flow's leftover (its forward entry was reused): take it over. */
+		old = bpf_map_lookup_elem(&sluice_nat_ct, &rk);
+		err = old && fresh(p->t.proto, old, now)
+			  ? -EBUSY
+			  : bpf_map_update_elem(&sluice_nat_ct, &rk, &rep, BPF_ANY);
+	}
+	if (err) {
+		bpf_map_delete_elem(&sluice_nat_ct, &p->t);
+		return err == -EBUSY ? -EBUSY : -E2BIG;
+	}
+	return 0;
+}
+
+/* Rewrites the destination (`src` 0) or source (`src` 1) address and port of `p` to `to`,
+ * checksums included (the helpers also handle CHECKSUM_PARTIAL skbs, whose L4 field holds only
+ * the pseudo-header sum). Returns 0 or -EFAULT. */
+static __always_inline int rewrite(struct __sk_buff *skb, const struct pkt *p,
+				   const struct sluice_lb_addr *to, int src)
+{
+	__u32 csum = p->l4 + (p->t.proto == IPPROTO_TCP ? 16 : 6);
+	__u64 mangled = p->t.proto == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
+	__be16 port = src ? p->t.sport : p->t.dport;
+	__u32 port_off = p->l4 + (src ? 0 : 2);
+
+	if (!p->v6) {
+		__be32 from = get_v4(src ? p->t.saddr : p->t.daddr);
+		__be32 a = get_v4(to->addr);
+		__u32 at = ETH_HLEN +
+			   (src ? offsetof(struct iphdr, saddr) : offsetof(struct iphdr, daddr));
+
+		if (bpf_l4_csum_replace(skb, csum, from, a, BPF_F_PSEUDO_HDR | mangled | 4) ||
+		    bpf_l3_csum_replace(skb, ETH_HLEN + offsetof(struct iphdr, check), from, a,
+					4) ||
+		    bpf_skb_store_bytes(skb, at, &a, 4, 0))
+			return -EFAULT;
+	} else {
+		__u32 at = ETH_HLEN + (src ? offsetof(struct ipv6hdr, saddr)
+					   : offsetof(struct ipv6hdr, daddr));
+		__s64 diff = bpf_csum_diff((__be32 *)(src ? p->t.saddr : p->t.daddr), 16,
+					   (__be32 *)to->addr, 16, 0);
+
+		if (bpf_l4_csum_replace(skb, csum, 0, diff,
+					BPF_F_PSEUDO_HDR | mangled | csum_v6_flag) ||
+		    bpf_skb_store_bytes(skb, at, to->addr, 16, 0))
+			return -EFAULT;
+	}
+	if (port != to->port && (bpf_l4_csum_replace(skb, csum, port, to->port, mangled | 2) ||
+				 bpf_skb_store_bytes(skb, port_off, &to->port, 2, 0)))
+		return -EFAULT;
+	return 0;
+}
+
+/* A first fragment to a frontend is counted; fragments are passed to the stack, which
+ * reassembles them for the proxy listening on the frontend (only a first fragment has ports;
+ * translating the others would need a map keyed by IP ID, as Cilium has). */
+static __always_inline void fragment(const struct pkt *p)
+{
+	struct sluice_lb_key key = {};
+
+	if (!p->t.dport)
+		return;
+	__builtin_memcpy(key.addr, p->t.daddr, 16);
+	key.port = p->t.dport;
+	key.proto = p->t.proto;
+	if (bpf_map_lookup_elem(&sluice_nat_svc, &key))
+		drop_count(SLUICE_NAT_FRAGMENT);
+}
+
+/* Ingress: a packet of a known flow goes to its backend, whatever the service maps say now; a
+ * new flow to a frontend gets a backend and its two entries. Returns the tc verdict. */
+static __always_inline int ingress(struct __sk_buff *skb, struct pkt *p)
+{
+	struct sluice_nat_ct *ct = bpf_map_lookup_elem(&sluice_nat_ct, &p->t);
+	__u64 now = bpf_ktime_get_ns();
+	struct sluice_lb_key key = {};
+	struct sluice_lb_addr to;
+	__u32 id;
+	int err;
+
+	/* A SYN on a closing flow is a new connection reusing the port: balance it afresh. */
+	if (ct && !(ct->flags & SLUICE_NAT_CT_REPLY) &&
+	    !((ct->flags & SLUICE_NAT_CT_CLOSING) &&
+	      (p->tcp_flags & (SLUICE_TCP_SYN | SLUICE_TCP_ACK)) == SLUICE_TCP_SYN) &&
+	    flow_live(&p->t, ct, now)) {
+		to = ct->to;
+		id = ct->id;
+		touch(p, ct, now);
+	} else {
+		if (ct && !(ct->flags & SLUICE_NAT_CT_REPLY))
+			forget(&p->t, ct);
+		/* Only a SYN starts a TCP flow: a connection the stack took (the table was full,
+		 * the frontend had no backend yet) must stay with the proxy when room appears. */
+		if (p->t.proto == IPPROTO_TCP &&
+		    (p->tcp_flags & (SLUICE_TCP_SYN | SLUICE_TCP_ACK)) != SLUICE_TCP_SYN)
+			return TC_ACT_OK;
+		__builtin_memcpy(key.addr, p->t.daddr, 16);
+		key.port = p->t.dport;
+		key.proto = p->t.proto;
+		err = choose(&key, p->t.saddr, now, &to, &id);
+		if (err)
+			return err == -EPERM ? TC_ACT_SHOT : TC_ACT_OK;
+		/* The agent gives a frontend backends of its own family only. */
+		if (p->v6 == is_v4_mapped(to.addr))
+			return TC_ACT_OK;
+		err = ct_create(p, &to, id, now);
+		if (err == -EEXIST) {
+			ct = bpf_map_lookup_elem(&sluice_nat_ct, &p->t);
+			if (!ct)
+				return TC_ACT_OK;
+			to = ct->to;
+			id = ct->id;
+		} else if (err == -E2BIG) {
+			drop_count(SLUICE_NAT_CT_FULL);
+			return TC_ACT_OK;
+		} else if (err) {
+			return TC_ACT_OK; /* -EBUSY: the stack (the proxy) serves it */
+		} else {
+			stats_count(id, 0);
+		}
+	}
+	if (rewrite(skb, p, &to, 0))
+		return TC_ACT_SHOT; /* half rewritten: its checksum no longer holds */
+	traffic_count(id, skb->len);
+	return TC_ACT_OK;
+}
+
+/* Egress: a backend's reply leaves with the frontend as its source. */
+static __always_inline int egress(struct __sk_buff *skb, struct pkt *p)
+{
+	struct sluice_nat_ct *ct = bpf_map_lookup_elem(&sluice_nat_ct, &p->t);
+	struct sluice_lb_addr to;
+	__u64 now;
+
+	if (!ct || !(ct->flags & SLUICE_NAT_CT_REPLY))
+		return TC_ACT_OK;
+	now = bpf_ktime_get_ns();
+	if (!flow_live(&p->t, ct, now))
+		return TC_ACT_OK;
+	to = ct->to;
+	touch(p, ct, now);
+	if (rewrite(skb, p, &to, 1))
+		return TC_ACT_SHOT;
+	traffic_count(ct->id, skb->len);
+	return TC_ACT_OK;
+}
+
+/* ---- ICMP errors about a flow (path MTU discovery, port unreachable) ----
+ * The quoted packet is rewritten as the receiver must see it. The quoted IPv4 header's checksum
+ * is fixed with its address; that pair sums to the same in the ICMP checksum (a valid IP header
+ * always sums to 0xffff), so only a quoted port and IPv6 addresses change the ICMP checksum. The
+ * quoted L4 checksum is left as it was: the quote is usually truncated, and no receiver checks
+ * it (Linux matches an error to its socket by addresses and ports only). */
+
+/* A quoted packet: its tuple as it was sent and where its headers are. */
+struct quoted {
+	struct sluice_nat_tuple t;
+	__u32 ip;
+	__u32 l4;
+};
+
+/* Fills `q` from the ICMP error in `p` (v4 destination unreachable, incl. fragmentation needed;
+ * v6 destination unreachable and packet too big) quoting TCP or UDP. Returns 0 or -EINVAL. */
+static __always_inline int parse_quoted(struct __sk_buff *skb, const struct pkt *p,
+					struct quoted *q)
+{
+	__u8 type;
+
+	__builtin_memset(q, 0, sizeof(*q));
+	if (bpf_skb_load_bytes(skb, p->l4, &type, 1))
+		return -EINVAL;
+	if (p->v6 ? type != ICMPV6_DEST_UNREACH && type != ICMPV6_PKT_TOOBIG
+		  : type != SLUICE_ICMP_DEST_UNREACH)
+		return -EINVAL;
+	q->ip = p->l4 + 8;
+	if (!p->v6) {
+		struct iphdr ip;
+
+		if (bpf_skb_load_bytes(skb, q->ip, &ip, sizeof(ip)) || ip.version != 4 ||
+		    ip.ihl < 5 || (ip.frag_off & bpf_htons(SLUICE_IP_OFFSET)))
+			return -EINVAL;
+		set_v4(q->t.saddr, ip.saddr);
+		set_v4(q->t.daddr, ip.daddr);
+		q->t.proto = ip.protocol;
+		q->l4 = q->ip + ip.ihl * 4;
+	} else {
+		struct ipv6hdr ip6;
+
+		if (bpf_skb_load_bytes(skb, q->ip, &ip6, sizeof(ip6)) || ip6.version != 6)
+			return -EINVAL;
+		__builtin_memcpy(q->t.saddr, &ip6.saddr, 16);
+		__builtin_memcpy(q->t.daddr, &ip6.daddr, 16);
+		q->t.proto = ip6.nexthdr;
+		q->l4 = q->ip + sizeof(ip6);
+	}
+	if (q->t.proto != IPPROTO_TCP && q->t.proto != IPPROTO_UDP)
+		return -EINVAL;
+	return bpf_skb_load_bytes(skb, q->l4, &q->t.sport, 4) ? -EINVAL : 0;
+}
+
+/* The quoted packet's source (`src` 1) or destination address and port become `to`. */
+static __always_inline int rewrite_quoted(struct __sk_buff *skb, const struct pkt *p,
+					  const struct quoted *q, const struct sluice_lb_addr *to,
+					  int src)
+{
+	__u32 icmp_csum = p->l4 + 2;
+	__be16 port = src ? q->t.sport : q->t.dport;
+
+	if (!p->v6) {
+		__be32 from = get_v4(src ? q->t.saddr : q->t.daddr);
+		__be32 a = get_v4(to->addr);
+		__u32 at =
+		    q->ip + (src ? offsetof(struct iphdr, saddr) : offsetof(struct iphdr, daddr));
+
+		if (bpf_l3_csum_replace(skb, q->ip + offsetof(struct iphdr, check), from, a, 4) ||
+		    bpf_skb_store_bytes(skb, at, &a, 4, 0))
+			return -EFAULT;
+	} else {
+		__u32 at = q->ip + (src ? offsetof(struct ipv6hdr, saddr)
+					: offsetof(struct ipv6hdr, daddr));
+		__s64 diff = bpf_csum_diff((__be32 *)(src ? q->t.saddr : q->t.daddr), 16,
+					   (__be32 *)to->addr, 16, 0);
+
+		if (bpf_l4_csum_replace(skb, icmp_csum, 0, diff, 0) ||
+		    bpf_skb_store_bytes(skb, at, to->addr, 16, 0))
+			return -EFAULT;
+	}
+	if (port != to->port && (bpf_l4_csum_replace(skb, icmp_csum, port, to->port, 2) ||
+				 bpf_skb_store_bytes(skb, q->l4 + (src ? 0 : 2), &to->port, 2, 0)))
+		return -EFAULT;
+	return 0;
+}
+
+/* The error's own source (`src` 1) or destination address becomes `addr`; ICMPv6's checksum
+ * covers it through the pseudo-header, ICMPv4's does not. */
+static __always_inline int rewrite_outer(struct __sk_buff *skb, const struct pkt *p,
+					 const __u8 *addr, int src)
+{
+	if (!p->v6) {
+		__be32 from = get_v4(src ? p->t.saddr : p->t.daddr);
+		__be32 a = get_v4(addr);
+		__u32 at = ETH_HLEN +
+			   (src ? offsetof(struct iphdr, saddr) : offsetof(struct iphdr, daddr));
+
+		if (bpf_l3_csum_replace(skb, ETH_HLEN + offsetof(struct iphdr, check), from, a,
+					4) ||
+		    bpf_skb_store_bytes(skb, at, &a, 4, 0))
+			return -EFAULT;
+	} else {
+		__u32 at = ETH_HLEN + (src ? offsetof(struct ipv6hdr, saddr)
+					   : offsetof(struct ipv6hdr, daddr));
+		__s64 diff = bpf_csum_diff((__be32 *)(src ? p->t.saddr : p->t.daddr), 16,
+					   (__be32 *)addr, 16, 0);
+
+		if (bpf_l4_csum_replace(skb, p->l4 + 2, 0, diff, BPF_F_PSEUDO_HDR | csum_v6_flag) ||
+		    bpf_skb_store_bytes(skb, at, addr, 16, 0))
+			return -EFAULT;
+	}
+	return 0;
+}
+
+static __always_inline int same_addr(const __u8 *a, const __u8 *b)
+{
+	__u64 a0, a1, b0, b1;
+
+	__builtin_memcpy(&a0, a, 8);
+	__builtin_memcpy(&a1, a + 8, 8);
+	__builtin_memcpy(&b0, b, 8);
+	__builtin_memcpy(&b1, b + 8, 8);
+	return a0 == b0 && a1 == b1;
+}
+
+/* Egress: an error about a client's packet to a backend (the node's fragmentation needed when
+ * the backend's link has the smaller MTU, the backend's port unreachable) must quote the packet
+ * the client sent, to the frontend, and come from the frontend if the backend sent it. */
+static __always_inline int icmp_error_out(struct __sk_buff *skb, const struct pkt *p)
+{
+	struct sluice_nat_tuple rk = {};
+	struct sluice_lb_addr front;
+	struct sluice_nat_ct *ct;
+	struct quoted q;
+
+	if (parse_quoted(skb, p, &q))
+		return TC_ACT_OK;
+	/* The quote is (client, backend): the flow's reply entry is (backend, client). */
+	__builtin_memcpy(rk.saddr, q.t.daddr, 16);
+	__builtin_memcpy(rk.daddr, q.t.saddr, 16);
+	rk.sport = q.t.dport;
+	rk.dport = q.t.sport;
+	rk.proto = q.t.proto;
+	ct = bpf_map_lookup_elem(&sluice_nat_ct, &rk);
+	if (!ct || !(ct->flags & SLUICE_NAT_CT_REPLY))
+		return TC_ACT_OK;
+	front = ct->to;
+	if (same_addr(p->t.saddr, q.t.daddr) && rewrite_outer(skb, p, front.addr, 1))
+		return TC_ACT_SHOT;
+	if (rewrite_quoted(skb, p, &q, &front, 0))
+		return TC_ACT_SHOT;
+	return TC_ACT_OK;
+}
+
+/* Ingress: an error from the client's side about a reply (frontend, client) goes to the backend
+ * that sent it, quoting what the backend sent. */
+static __always_inline int icmp_error_in(struct __sk_buff *skb, const struct pkt *p)
+{
+	struct sluice_nat_tuple fk = {};
+	struct sluice_lb_addr be;
+	struct sluice_nat_ct *ct;
+	struct quoted q;
+
+	if (parse_quoted(skb, p, &q))
+		return TC_ACT_OK;
+	/* The quote is (frontend, client): the flow's forward entry is (client, frontend). */
+	__builtin_memcpy(fk.saddr, q.t.daddr, 16);
+	__builtin_memcpy(fk.daddr, q.t.saddr, 16);
+	fk.sport = q.t.dport;
+	fk.dport = q.t.sport;
+	fk.proto = q.t.proto;
+	ct = bpf_map_lookup_elem(&sluice_nat_ct, &fk);
+	if (!ct || (ct->flags & SLUICE_NAT_CT_REPLY))
+		return TC_ACT_OK;
+	be = ct->to;
+	if (same_addr(p->t.daddr, q.t.saddr) && rewrite_outer(skb, p, be.addr, 0))
+		return TC_ACT_SHOT;
+	if (rewrite_quoted(skb, p, &q, &be, 1))
+		return TC_ACT_SHOT;
+	return TC_ACT_OK;
+}
+
+SEC("tc")
+int sluice_nat_in(struct __sk_buff *skb)
+{
+	struct pkt p;
+
+	switch (parse(skb, &p)) {
+	case P_OK:
+		return ingress(skb, &p);
+	case P_FRAGMENT:
+		fragment(&p);
+		return TC_ACT_OK;
+	case P_MALFORMED:
+		drop_count(SLUICE_NAT_MALFORMED);
+		return TC_ACT_OK;
+	case P_ICMP:
+		return icmp_error_in(skb, &p);
+	default:
+		return TC_ACT_OK;
+	}
+}
+
+SEC("tc")
+int sluice_nat_out(struct __sk_buff *skb)
+{
+	struct pkt p;
+
+	switch (parse(skb, &p)) {
+	case P_OK:
+		return egress(skb, &p);
+	case P_ICMP:
+		return icmp_error_out(skb, &p);
+	default:
+		return TC_ACT_OK;
+	}
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
