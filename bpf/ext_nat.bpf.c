@@ -21,6 +21,7 @@
 #include <bpf/bpf_endian.h>
 
 #include "sluice/bpf_abi.h"
+#include "sluice/lb_select.h"
 
 /* max_entries are set by the agent before load. Service maps are not preallocated, as in
  * sock_lb.bpf.c: a replaced value stays whole for a program still reading it. */
@@ -149,32 +150,6 @@ struct frag_hdr6 {
 	__be32 id;
 };
 
-static __always_inline void set_v4(__u8 *addr, __be32 ip4)
-{
-	__builtin_memset(addr, 0, 10);
-	addr[10] = 0xff;
-	addr[11] = 0xff;
-	__builtin_memcpy(addr + 12, &ip4, 4);
-}
-
-static __always_inline __be32 get_v4(const __u8 *addr)
-{
-	__be32 ip4;
-
-	__builtin_memcpy(&ip4, addr + 12, 4);
-	return ip4;
-}
-
-static __always_inline int is_v4_mapped(const __u8 *addr)
-{
-	__u64 lo;
-	__u32 mid;
-
-	__builtin_memcpy(&lo, addr, 8);
-	__builtin_memcpy(&mid, addr + 8, 4);
-	return lo == 0 && mid == bpf_htonl(0xffff);
-}
-
 static __always_inline void drop_count(__u32 reason)
 {
 	__u64 *n = bpf_map_lookup_elem(&sluice_nat_drops, &reason);
@@ -222,8 +197,8 @@ static __always_inline int parse_ip(struct __sk_buff *skb, struct pkt *p, int *f
 
 		if (bpf_skb_load_bytes(skb, off, &ip, sizeof(ip)) || ip.version != 4 || ip.ihl < 5)
 			return -1;
-		set_v4(p->t.saddr, ip.saddr);
-		set_v4(p->t.daddr, ip.daddr);
+		sluice_set_v4(p->t.saddr, ip.saddr);
+		sluice_set_v4(p->t.daddr, ip.daddr);
 		p->l4 = off + ip.ihl * 4;
 		if (ip.frag_off & bpf_htons(SLUICE_IP_MF | SLUICE_IP_OFFSET)) {
 			*frag = ip.frag_off & bpf_htons(SLUICE_IP_OFFSET) ? 2 : 1;
@@ -374,37 +349,6 @@ static __always_inline int source_allowed(const struct sluice_lb_key *front, con
 	return !allow || *allow;
 }
 
-/* The backend ClientIP affinity keeps for this client, if still live and in the service. */
-static __always_inline struct sluice_lb_addr *
-sticky_backend(const struct sluice_lb_svc *svc, struct sluice_nat_client *client, __u64 now)
-{
-	struct sluice_lb_sticky *s = bpf_map_lookup_elem(&sluice_nat_sticky, client);
-	struct sluice_lb_member m = {};
-
-	if (!s || now - s->last_ns > (__u64)svc->affinity * 1000000000ULL)
-		return 0;
-	m.id = svc->id;
-	m.backend = s->backend;
-	if (!bpf_map_lookup_elem(&sluice_nat_member, &m))
-		return 0; /* the backend left the service: pick again */
-	s->last_ns = now;
-	return &s->backend;
-}
-
-/* One backend of `svc` by its policy (as sock_lb.bpf.c); NULL while the agent swaps the set. */
-static __always_inline struct sluice_lb_addr *pick(struct sluice_lb_svc *svc)
-{
-	struct sluice_lb_slot slot = {.set = svc->set};
-	__u32 n;
-
-	if (svc->flags & SLUICE_LB_RANDOM)
-		n = bpf_get_prandom_u32();
-	else
-		n = __sync_fetch_and_add(&svc->next, 1);
-	slot.index = n % svc->count;
-	return bpf_map_lookup_elem(&sluice_nat_slot, &slot);
-}
-
 /* The backend for a new flow of `client` to `key`, with affinity; 0 when there is none. */
 static __always_inline int choose(const struct sluice_lb_key *key, const __u8 *client_addr,
 				  __u64 now, struct sluice_lb_addr *out, __u32 *id)
@@ -423,25 +367,11 @@ static __always_inline int choose(const struct sluice_lb_key *key, const __u8 *c
 	if (svc->affinity) {
 		__builtin_memcpy(client.addr, client_addr, 16);
 		client.id = svc->id;
-		be = sticky_backend(svc, &client, now);
 	}
-	if (!be) {
-		be = pick(svc);
-		if (!be) {
-			/* The agent replaced the set between our two lookups: read the new one. */
-			svc = bpf_map_lookup_elem(&sluice_nat_svc, key);
-			if (!svc || svc->count == 0)
-				return -ENOENT;
-			be = pick(svc);
-			if (!be)
-				return -ENOENT;
-		}
-		if (svc->affinity) {
-			struct sluice_lb_sticky s = {.backend = *be, .last_ns = now};
-
-			bpf_map_update_elem(&sluice_nat_sticky, &client, &s, BPF_ANY);
-		}
-	}
+	be = sluice_lb_choose(&sluice_nat_svc, &sluice_nat_slot, &sluice_nat_member,
+			      &sluice_nat_sticky, key, &svc, &client, now);
+	if (!be)
+		return -ENOENT;
 	*out = *be;
 	*id = svc->id;
 	return 0;
@@ -492,8 +422,8 @@ static __always_inline int rewrite(struct __sk_buff *skb, const struct pkt *p,
 	__u32 port_off = p->l4 + (src ? 0 : 2);
 
 	if (!p->v6) {
-		__be32 from = get_v4(src ? p->t.saddr : p->t.daddr);
-		__be32 a = get_v4(to->addr);
+		__be32 from = sluice_get_v4(src ? p->t.saddr : p->t.daddr);
+		__be32 a = sluice_get_v4(to->addr);
 		__u32 at = ETH_HLEN +
 			   (src ? offsetof(struct iphdr, saddr) : offsetof(struct iphdr, daddr));
 
@@ -569,7 +499,7 @@ static __always_inline int ingress(struct __sk_buff *skb, struct pkt *p)
 		if (err)
 			return err == -EPERM ? TC_ACT_SHOT : TC_ACT_OK;
 		/* The agent gives a frontend backends of its own family only. */
-		if (p->v6 == is_v4_mapped(to.addr))
+		if (p->v6 == sluice_is_v4_mapped(to.addr))
 			return TC_ACT_OK;
 		err = ct_create(p, &to, id, now);
 		if (err == -EEXIST) {
@@ -647,8 +577,8 @@ static __always_inline int parse_quoted(struct __sk_buff *skb, const struct pkt 
 		if (bpf_skb_load_bytes(skb, q->ip, &ip, sizeof(ip)) || ip.version != 4 ||
 		    ip.ihl < 5 || (ip.frag_off & bpf_htons(SLUICE_IP_OFFSET)))
 			return -EINVAL;
-		set_v4(q->t.saddr, ip.saddr);
-		set_v4(q->t.daddr, ip.daddr);
+		sluice_set_v4(q->t.saddr, ip.saddr);
+		sluice_set_v4(q->t.daddr, ip.daddr);
 		q->t.proto = ip.protocol;
 		q->l4 = q->ip + ip.ihl * 4;
 	} else {
@@ -675,8 +605,8 @@ static __always_inline int rewrite_quoted(struct __sk_buff *skb, const struct pk
 	__be16 port = src ? q->t.sport : q->t.dport;
 
 	if (!p->v6) {
-		__be32 from = get_v4(src ? q->t.saddr : q->t.daddr);
-		__be32 a = get_v4(to->addr);
+		__be32 from = sluice_get_v4(src ? q->t.saddr : q->t.daddr);
+		__be32 a = sluice_get_v4(to->addr);
 		__u32 at =
 		    q->ip + (src ? offsetof(struct iphdr, saddr) : offsetof(struct iphdr, daddr));
 
@@ -705,8 +635,8 @@ static __always_inline int rewrite_outer(struct __sk_buff *skb, const struct pkt
 					 const __u8 *addr, int src)
 {
 	if (!p->v6) {
-		__be32 from = get_v4(src ? p->t.saddr : p->t.daddr);
-		__be32 a = get_v4(addr);
+		__be32 from = sluice_get_v4(src ? p->t.saddr : p->t.daddr);
+		__be32 a = sluice_get_v4(addr);
 		__u32 at = ETH_HLEN +
 			   (src ? offsetof(struct iphdr, saddr) : offsetof(struct iphdr, daddr));
 

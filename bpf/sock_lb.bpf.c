@@ -3,7 +3,8 @@
  * rewritten to a backend before the socket leaves the process, so no proxy, NAT or conntrack
  * entry sits in its path. recvmsg() and getpeername() report the service address back. The
  * agent programs the maps from the same service table as the proxy; see
- * agent/dataplane/socklb/socket_lb.h. Anything not found here is left alone and reaches the proxy. */
+ * agent/dataplane/socklb/socket_lb.h. Anything not found here is left alone and reaches the proxy.
+ */
 #include <linux/bpf.h>
 #include <linux/errno.h>
 #include <linux/in.h>
@@ -12,6 +13,7 @@
 #include <bpf/bpf_endian.h>
 
 #include "sluice/bpf_abi.h"
+#include "sluice/lb_select.h"
 
 /* max_entries are set by the agent before load (socket storage has none). Hash maps are not
  * preallocated: an update then links a new element and frees the old one after an RCU grace
@@ -113,22 +115,6 @@ const volatile __u64 host_netns = 0;
 __u64 reaped = 0;
 __u64 adopted = 0;
 
-static __always_inline void set_v4(__u8 *addr, __u32 ip4)
-{
-	__builtin_memset(addr, 0, 10);
-	addr[10] = 0xff;
-	addr[11] = 0xff;
-	__builtin_memcpy(addr + 12, &ip4, 4);
-}
-
-static __always_inline __u32 get_v4(const __u8 *addr)
-{
-	__u32 ip4;
-
-	__builtin_memcpy(&ip4, addr + 12, 4);
-	return ip4;
-}
-
 static __always_inline int addr_eq(const struct sluice_lb_addr *a, const struct sluice_lb_addr *b)
 {
 	__u64 a0, a1, b0, b1;
@@ -140,16 +126,6 @@ static __always_inline int addr_eq(const struct sluice_lb_addr *a, const struct 
 	return a0 == b0 && a1 == b1 && a->port == b->port;
 }
 
-static __always_inline int is_v4_mapped(const __u8 *addr)
-{
-	__u64 lo;
-	__u32 mid;
-
-	__builtin_memcpy(&lo, addr, 8);
-	__builtin_memcpy(&mid, addr + 8, 4);
-	return lo == 0 && mid == bpf_htonl(0xffff);
-}
-
 /* The address the caller passed, as a 16-byte address. user_ip6 allows 4-byte loads only. */
 static __always_inline void read_user(struct bpf_sock_addr *ctx, int v6, struct sluice_lb_addr *a)
 {
@@ -159,7 +135,7 @@ static __always_inline void read_user(struct bpf_sock_addr *ctx, int v6, struct 
 
 		__builtin_memcpy(a->addr, w, 16);
 	} else {
-		set_v4(a->addr, ctx->user_ip4);
+		sluice_set_v4(a->addr, ctx->user_ip4);
 	}
 	a->port = (__u16)ctx->user_port;
 	a->pad = 0;
@@ -177,7 +153,7 @@ static __always_inline void write_user(struct bpf_sock_addr *ctx, int v6,
 		ctx->user_ip6[2] = w[2];
 		ctx->user_ip6[3] = w[3];
 	} else {
-		ctx->user_ip4 = get_v4(a->addr);
+		ctx->user_ip4 = sluice_get_v4(a->addr);
 	}
 	ctx->user_port = a->port;
 }
@@ -192,38 +168,6 @@ static __always_inline void count(__u32 id, int refused)
 		st->refused++;
 	else
 		st->translated++;
-}
-
-/* The backend ClientIP affinity keeps for this client, if it is still live and in the
- * service. Refreshes the sliding timeout. */
-static __always_inline struct sluice_lb_addr *
-sticky_backend(const struct sluice_lb_svc *svc, struct sluice_lb_client *client, __u64 now)
-{
-	struct sluice_lb_sticky *s = bpf_map_lookup_elem(&sluice_lb_stick, client);
-	struct sluice_lb_member m = {};
-
-	if (!s || now - s->last_ns > (__u64)svc->affinity * 1000000000ULL)
-		return 0;
-	m.id = svc->id;
-	m.backend = s->backend;
-	if (!bpf_map_lookup_elem(&sluice_lb_member, &m))
-		return 0; /* the backend left the service: pick again */
-	s->last_ns = now;
-	return &s->backend;
-}
-
-/* One backend of `svc` by its policy; NULL only while the agent swaps the set under us. */
-static __always_inline struct sluice_lb_addr *pick(struct sluice_lb_svc *svc)
-{
-	struct sluice_lb_slot slot = {.set = svc->set};
-	__u32 n;
-
-	if (svc->flags & SLUICE_LB_RANDOM)
-		n = bpf_get_prandom_u32();
-	else
-		n = __sync_fetch_and_add(&svc->next, 1);
-	slot.index = n % svc->count;
-	return bpf_map_lookup_elem(&sluice_lb_slot, &slot);
 }
 
 _Static_assert((SLUICE_LB_PAIRS & (SLUICE_LB_PAIRS - 1)) == 0, "a power of two: slots are masked");
@@ -313,28 +257,14 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, int v6, int conn
 		now = bpf_ktime_get_ns();
 		client.netns = bpf_get_netns_cookie(ctx);
 		client.id = svc->id;
-		be = sticky_backend(svc, &client, now);
 	}
-	if (!be) {
-		be = pick(svc);
-		if (!be) {
-			/* The agent replaced the set between our two lookups: read the new one. */
-			svc = bpf_map_lookup_elem(&sluice_lb_svc, &key);
-			if (!svc || svc->count == 0)
-				return 0;
-			be = pick(svc);
-			if (!be)
-				return 0; /* untranslated: the proxy serves it */
-		}
-		if (svc->affinity) {
-			struct sluice_lb_sticky s = {.backend = *be, .last_ns = now};
-
-			bpf_map_update_elem(&sluice_lb_stick, &client, &s, BPF_ANY);
-		}
-	}
+	be = sluice_lb_choose(&sluice_lb_svc, &sluice_lb_slot, &sluice_lb_member, &sluice_lb_stick,
+			      &key, &svc, &client, now);
+	if (!be)
+		return 0; /* untranslated: the proxy serves it */
 	/* A v4 backend cannot be reached from a v6-only socket, nor a v6 one from an IPv4
 	 * socket; the agent gives each frontend backends of its own family only. */
-	if (!v6 && !is_v4_mapped(be->addr))
+	if (!v6 && !sluice_is_v4_mapped(be->addr))
 		return 0;
 	/* Without a reverse entry the client would see replies from the backend: leave the socket
 	 * untranslated, the proxy serves it. */
@@ -465,7 +395,7 @@ extern int bpf_sock_destroy(struct sock_common *sk) __ksym;
 static __always_inline int peer_of(struct sock_common *sk, struct sluice_lb_addr *out)
 {
 	if (sk->skc_family == SLUICE_AF_INET)
-		set_v4(out->addr, sk->skc_daddr);
+		sluice_set_v4(out->addr, sk->skc_daddr);
 	else if (sk->skc_family == SLUICE_AF_INET6)
 		__builtin_memcpy(out->addr, &sk->skc_v6_daddr, 16);
 	else
