@@ -297,6 +297,7 @@ absl::Status Agent::Start() {
   });
   mux_.AddServiceHandler(tracker_.get());
   mux_.AddEndpointSliceHandler(tracker_.get());
+  mux_.AddBatchHandler(tracker_.get());
   proxier_ = std::make_unique<proxier::Proxier>(
       *tracker_, proxier::NodeInfo{opts_.node_name, opts_.zone, opts_.service_proxy_name}, clock_,
       metrics_);

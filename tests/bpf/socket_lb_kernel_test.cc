@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -434,6 +435,38 @@ TEST_F(SocketLbKernelTest, ABackendSetSwapLeavesNoGap) {
   stop = true;
   client.join();
   EXPECT_EQ(failed, 0) << ok << " succeeded";
+}
+
+// Many services at once go to the kernel in BPF_MAP_UPDATE_BATCH calls: every one is served;
+// when the frontend map fills in the middle of a batch, those that fit are served, the write
+// that did not fit is reported, and the rest of the batch is not lost to it.
+TEST_F(SocketLbKernelTest, ManyServicesAtOnceAreBatchedAndAFullMapStopsOnlyWhatDoesNotFit) {
+  {
+    auto lb = Create(false);
+    ASSERT_TRUE(lb.ok()) << lb.status();
+    std::map<std::string, Service> all;
+    for (int n = 1; n <= 200; ++n) {
+      auto [name, service] = Svc(n);
+      all.emplace(name, *service);
+    }
+    ASSERT_TRUE((*lb)->ApplyAll(all).ok());
+    for (int n : {1, 99, 200}) {
+      EXPECT_TRUE(Translated(n)) << n;
+    }
+  }
+  auto lb = Create(false, /*max_frontends=*/4);
+  ASSERT_TRUE(lb.ok()) << lb.status();
+  std::map<std::string, Service> all;
+  for (int n = 1; n <= 6; ++n) {
+    auto [name, service] = Svc(n);  // "svc1".."svc6": written in that order
+    all.emplace(name, *service);
+  }
+  const absl::Status st = (*lb)->ApplyAll(all);
+  EXPECT_TRUE(absl::IsResourceExhausted(st)) << st;
+  for (int n = 1; n <= 4; ++n) {
+    EXPECT_TRUE(Translated(n)) << n;
+  }
+  EXPECT_FALSE(Translated(5));
 }
 
 }  // namespace

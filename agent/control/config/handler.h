@@ -23,4 +23,15 @@ class EndpointSliceHandler {
   virtual void OnEndpointSlicesSynced() = 0;
 };
 
+// Told when several updates of the merged view form one change (a source's relist after an
+// outage: its Services and EndpointSlices). Calls nest; only the outermost pair counts. Called
+// with the mux's lock held; implementations only record.
+class BatchHandler {
+ public:
+  virtual ~BatchHandler() = default;
+  // Updates from now until OnBatchEnd belong together: none is to be acted on alone.
+  virtual void OnBatchBegin() = 0;
+  virtual void OnBatchEnd() = 0;
+};
+
 }  // namespace sluice::config

@@ -24,6 +24,12 @@ void SourceChannel::UpdateEndpointSlices(Op op, std::vector<EndpointSlicePtr> ob
 
 void SourceChannel::MarkSynced() { mux_->MarkSynced(rank_); }
 
+void SourceChannel::Batch(absl::FunctionRef<void()> updates) {
+  mux_->BeginBatch();
+  updates();
+  mux_->EndBatch();
+}
+
 SourceChannel* Mux::Channel(const std::string& name) {
   absl::MutexLock lock(&mu_);
   for (auto& c : channels_) {
@@ -48,6 +54,29 @@ void Mux::AddServiceHandler(ServiceHandler* h) {
 void Mux::AddEndpointSliceHandler(EndpointSliceHandler* h) {
   absl::MutexLock lock(&mu_);
   slice_handlers_.push_back(h);
+}
+
+void Mux::AddBatchHandler(BatchHandler* h) {
+  absl::MutexLock lock(&mu_);
+  batch_handlers_.push_back(h);
+}
+
+void Mux::BeginBatch() {
+  absl::MutexLock lock(&mu_);
+  if (batch_depth_++ == 0) {
+    for (auto* h : batch_handlers_) {
+      h->OnBatchBegin();
+    }
+  }
+}
+
+void Mux::EndBatch() {
+  absl::MutexLock lock(&mu_);
+  if (--batch_depth_ == 0) {
+    for (auto* h : batch_handlers_) {
+      h->OnBatchEnd();
+    }
+  }
 }
 
 template <typename T, typename Notify>

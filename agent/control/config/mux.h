@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 
 #include "agent/control/config/handler.h"
@@ -31,6 +32,10 @@ class SourceChannel final {
   void UpdateEndpointSlices(Op op, std::vector<EndpointSlicePtr> objects);
   // The source has delivered its initial state (both kinds).
   void MarkSynced();
+  // Runs `updates` (calls on this or other channels) as one change of the merged view: batch
+  // handlers see them between OnBatchBegin and OnBatchEnd, so a sync never applies part of it.
+  // `updates` runs without the mux's lock; batches nest (also across channels).
+  void Batch(absl::FunctionRef<void()> updates);
 
  private:
   friend class Mux;
@@ -57,6 +62,7 @@ class Mux final {
   // Handlers must outlive the mux and be registered before sources start.
   void AddServiceHandler(ServiceHandler* h) ABSL_LOCKS_EXCLUDED(mu_);
   void AddEndpointSliceHandler(EndpointSliceHandler* h) ABSL_LOCKS_EXCLUDED(mu_);
+  void AddBatchHandler(BatchHandler* h) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The full merged view, sorted by namespace/name.
   std::vector<ServicePtr> Services() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -80,6 +86,8 @@ class Mux final {
   void Remerge(Kind<T>& kind, const NamespacedName& id, Notify notify)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkSynced(int rank) ABSL_LOCKS_EXCLUDED(mu_);
+  void BeginBatch() ABSL_LOCKS_EXCLUDED(mu_);
+  void EndBatch() ABSL_LOCKS_EXCLUDED(mu_);
   void NotifyService(const ServicePtr& prev, const ServicePtr& cur)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void NotifySlice(const EndpointSlicePtr& prev, const EndpointSlicePtr& cur)
@@ -93,6 +101,8 @@ class Mux final {
   Kind<EndpointSlice> slices_ ABSL_GUARDED_BY(mu_);
   std::vector<ServiceHandler*> service_handlers_ ABSL_GUARDED_BY(mu_);
   std::vector<EndpointSliceHandler*> slice_handlers_ ABSL_GUARDED_BY(mu_);
+  std::vector<BatchHandler*> batch_handlers_ ABSL_GUARDED_BY(mu_);
+  int batch_depth_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace sluice::config

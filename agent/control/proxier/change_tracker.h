@@ -31,8 +31,11 @@ struct Changes {
 };
 
 // The handlers of the merged view: records changes, never acts on them ("handlers record, Sync
-// acts"), and pokes the sync runner. Thread-safe; called by the mux under its lock.
-class ChangeTracker final : public config::ServiceHandler, public config::EndpointSliceHandler {
+// acts"), and pokes the sync runner. What a batch records becomes pending only when the batch
+// ends, so a sync takes all of it or none. Thread-safe; called by the mux under its lock.
+class ChangeTracker final : public config::ServiceHandler,
+                            public config::EndpointSliceHandler,
+                            public config::BatchHandler {
  public:
   // `on_change` is called after each recorded change and on sync; it must only schedule work.
   ChangeTracker(base::Clock& clock, absl::AnyInvocable<void()> on_change);
@@ -44,6 +47,9 @@ class ChangeTracker final : public config::ServiceHandler, public config::Endpoi
   void OnEndpointSliceUpdate(const config::EndpointSlicePtr& prev,
                              const config::EndpointSlicePtr& cur) override;
   void OnEndpointSlicesSynced() override;
+  // config::BatchHandler
+  void OnBatchBegin() override;
+  void OnBatchEnd() override;
 
   // Hands every pending change to the caller (the sync), leaving none pending.
   Changes Take() ABSL_LOCKS_EXCLUDED(mu_);
@@ -59,6 +65,12 @@ class ChangeTracker final : public config::ServiceHandler, public config::Endpoi
   template <typename T>
   void Record(ChangeMap<T>& map, const std::shared_ptr<const T>& prev,
               const std::shared_ptr<const T>& cur) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Where changes go now: the open batch, or pending.
+  Changes& Recording() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return batch_depth_ > 0 ? batch_ : pending_;
+  }
+  // After a change: keeps oldest_, and pokes the runner unless a batch is open.
+  void Recorded() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   base::Clock& clock_;
   // Trigger times before this are left out, as kube-proxy does: the first list replays
@@ -67,6 +79,11 @@ class ChangeTracker final : public config::ServiceHandler, public config::Endpoi
   absl::AnyInvocable<void()> on_change_;
   mutable absl::Mutex mu_;
   Changes pending_ ABSL_GUARDED_BY(mu_);
+  int batch_depth_ ABSL_GUARDED_BY(mu_) = 0;
+  Changes batch_ ABSL_GUARDED_BY(mu_);  // of the open batch
+  // "Synced" said during the open batch: it holds once the batch is pending.
+  bool batch_services_synced_ ABSL_GUARDED_BY(mu_) = false;
+  bool batch_slices_synced_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time oldest_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   bool services_synced_ ABSL_GUARDED_BY(mu_) = false;
   bool slices_synced_ ABSL_GUARDED_BY(mu_) = false;

@@ -184,9 +184,12 @@ absl::Status EtcdSource::List() {
   ASSIGN_OR_RETURN(const int64_t revision,
                    client_->RangeAll(layout_.RangeStart(), layout_.RangeEnd(),
                                      [&](const mvccpb::KeyValue& kv) { Put(kv, next); }));
-  // kSet: whatever this source provided before and is gone now is removed.
-  channel_->UpdateServices(config::Op::kSet, Values(next.services));
-  channel_->UpdateEndpointSlices(config::Op::kSet, Values(next.slices));
+  // kSet: whatever this source provided before and is gone now is removed. One batch: a sync
+  // never pairs the Services read at this revision with slices from before it (a relist).
+  channel_->Batch([&] {
+    channel_->UpdateServices(config::Op::kSet, Values(next.services));
+    channel_->UpdateEndpointSlices(config::Op::kSet, Values(next.slices));
+  });
   store_ = std::move(next);
   revision_ = revision;
   need_list_ = false;
@@ -300,10 +303,14 @@ void EtcdSource::Delete(const std::string& key, Batch& batch) {
 }
 
 void EtcdSource::ApplyEvents(Batch& batch) {
-  Commit(batch.services, store_.services,
-         [this](config::Op op, auto objects) { channel_->UpdateServices(op, std::move(objects)); });
-  Commit(batch.slices, store_.slices, [this](config::Op op, auto objects) {
-    channel_->UpdateEndpointSlices(op, std::move(objects));
+  // One watch response (a transaction may put a Service and its slice together): one change.
+  channel_->Batch([&] {
+    Commit(batch.services, store_.services, [this](config::Op op, auto objects) {
+      channel_->UpdateServices(op, std::move(objects));
+    });
+    Commit(batch.slices, store_.slices, [this](config::Op op, auto objects) {
+      channel_->UpdateEndpointSlices(op, std::move(objects));
+    });
   });
 }
 

@@ -218,9 +218,10 @@ absl::StatusOr<std::unique_ptr<KubeSource>> KubeSource::Create(Options options,
   }
   source->token_ = std::move(*token);
   ASSIGN_OR_RETURN(source->probe_client_, kube::HttpClient::Create(config, *source->token_));
-  source->gate_ =
-      std::make_unique<RelistGate>(std::vector<std::string>{"services", "endpointslices"},
-                                   source->options_.relist_hold, base::RealClock::Get());
+  source->gate_ = std::make_unique<RelistGate>(
+      std::vector<std::string>{"services", "endpointslices"}, source->options_.relist_hold,
+      base::RealClock::Get(),
+      [channel](absl::FunctionRef<void()> pushes) { channel->Batch(pushes); });
   source->probe_ = std::make_unique<base::OutageProbe>(
       base::OutageProbe::Options{.server = absl::StrCat("API server ", config.server),
                                  .interval = source->options_.probe_interval},

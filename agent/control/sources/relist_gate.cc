@@ -8,10 +8,12 @@
 
 namespace sluice::sources {
 
-RelistGate::RelistGate(std::vector<std::string> kinds, absl::Duration timeout, base::Clock& clock)
+RelistGate::RelistGate(std::vector<std::string> kinds, absl::Duration timeout, base::Clock& clock,
+                       Batch batch)
     : kinds_(std::move(kinds)),
       timeout_(timeout),
       clock_(clock),
+      batch_(std::move(batch)),
       listed_(kinds_.size(), false),
       timeout_waiter_(clock) {
   thread_ = std::thread([this] { Run(); });
@@ -59,11 +61,17 @@ bool RelistGate::held() const {
 
 void RelistGate::Release() {
   held_ = false;
-  while (!queue_.empty()) {
-    absl::AnyInvocable<void()> push = std::move(queue_.front());
-    queue_.pop_front();
-    push();
+  if (queue_.empty()) {
+    return;
   }
+  batch_([this] {
+    mu_.AssertHeld();  // Release's caller holds it; the analysis does not follow into lambdas
+    while (!queue_.empty()) {
+      absl::AnyInvocable<void()> push = std::move(queue_.front());
+      queue_.pop_front();
+      push();
+    }
+  });
 }
 
 void RelistGate::Run() {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/functional/any_invocable.h"
+#include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "lib/base/clock.h"
@@ -18,12 +19,16 @@ namespace sluice::sources {
 // once when the server answers, but each at its own pace: without the hold, a sync could serve
 // a Service listed after the outage with its EndpointSlice from before it while the new slice
 // is already on its way. A kind that cannot be listed (RBAC, a broken object) holds the rest
-// back for `timeout` at most.
+// back for `timeout` at most. What a hold kept back is let through as one batch (`batch`, the
+// mux's: config::SourceChannel::Batch), so that no sync lands between the kinds either.
 // Thread-safe; owns a thread that ends a hold at its timeout.
 class RelistGate final {
  public:
+  // Runs the pushes it is given as one change of the merged view.
+  using Batch = absl::AnyInvocable<void(absl::FunctionRef<void()> pushes)>;
   // `kinds` names the kinds, for logs; a kind is its index.
-  RelistGate(std::vector<std::string> kinds, absl::Duration timeout, base::Clock& clock);
+  RelistGate(std::vector<std::string> kinds, absl::Duration timeout, base::Clock& clock,
+             Batch batch);
   // Joins the thread; what is held back is dropped.
   ~RelistGate();
   RelistGate(const RelistGate&) = delete;
@@ -45,6 +50,7 @@ class RelistGate final {
   const std::vector<std::string> kinds_;
   const absl::Duration timeout_;
   base::Clock& clock_;
+  Batch batch_;
 
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

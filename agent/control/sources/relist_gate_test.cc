@@ -29,7 +29,15 @@ class RelistGateTest : public ::testing::Test {
     gate_.Push([this, what] {
       absl::MutexLock lock(&mu_);
       applied_.push_back(what);
+      if (in_batch_) {
+        batches_.back().push_back(what);
+      }
     });
+  }
+  // What each batch let through.
+  std::vector<std::vector<std::string>> Batches() {
+    absl::MutexLock lock(&mu_);
+    return batches_;
   }
   std::vector<std::string> Applied() {
     absl::MutexLock lock(&mu_);
@@ -39,13 +47,39 @@ class RelistGateTest : public ::testing::Test {
   base::FakeClock clock_;
   absl::Mutex mu_;
   std::vector<std::string> applied_ ABSL_GUARDED_BY(mu_);
-  RelistGate gate_{{"services", "endpointslices"}, kTimeout, clock_};
+  bool in_batch_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::vector<std::string>> batches_ ABSL_GUARDED_BY(mu_);
+  RelistGate gate_{
+      {"services", "endpointslices"}, kTimeout, clock_, [this](absl::FunctionRef<void()> pushes) {
+        {
+          absl::MutexLock lock(&mu_);
+          in_batch_ = true;
+          batches_.emplace_back();
+        }
+        pushes();
+        absl::MutexLock lock(&mu_);
+        in_batch_ = false;
+      }};
 };
 
 TEST_F(RelistGateTest, PassesThroughWhenNotHeld) {
   Push("service a");
   Push("slice a-1");
   EXPECT_EQ(Applied(), (std::vector<std::string>{"service a", "slice a-1"}));
+  EXPECT_TRUE(Batches().empty());
+}
+
+// The mux applies what a hold kept back as one update: a sync cannot land between the
+// Services and the EndpointSlices listed after the outage.
+TEST_F(RelistGateTest, WhatAHoldKeptBackIsLetThroughAsOneBatch) {
+  gate_.Hold();
+  Push("services list");
+  gate_.Listed(kServices);
+  Push("slices list");
+  gate_.Listed(kSlices);
+  Push("slice a-1 changed");  // after the release: on its own
+  EXPECT_EQ(Batches(), (std::vector<std::vector<std::string>>{{"services list", "slices list"}}));
+  EXPECT_EQ(Applied().size(), 3u);
 }
 
 TEST_F(RelistGateTest, AfterAnOutageServicesWaitForTheSlicesListedWithThem) {

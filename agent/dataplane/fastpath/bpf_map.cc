@@ -13,6 +13,10 @@
 namespace sluice::fastpath {
 namespace {
 
+// The kernel's ENOTSUPP (include/linux/errno.h), which userspace headers lack: what bpf(2)
+// returns for a batch command the map type does not implement.
+constexpr int kENOTSUPP = 524;
+
 bool PerCpu(bpf_map_type type) {
   return type == BPF_MAP_TYPE_PERCPU_HASH || type == BPF_MAP_TYPE_PERCPU_ARRAY ||
          type == BPF_MAP_TYPE_LRU_PERCPU_HASH || type == BPF_MAP_TYPE_PERCPU_CGROUP_STORAGE;
@@ -29,6 +33,21 @@ uint32_t ValueSize(const bpf_map* map) {
 }
 
 }  // namespace
+
+BpfMap::BatchResult BpfMap::UpdateBatch(const void* keys, const void* values, uint32_t count,
+                                        uint64_t flags) {
+  const char* k = static_cast<const char*>(keys);
+  const char* v = static_cast<const char*>(values);
+  BatchResult result;
+  for (; result.written < count; ++result.written) {
+    result.status = Update(k + size_t{result.written} * key_size(),
+                           v + size_t{result.written} * value_size(), flags);
+    if (!result.status.ok()) {
+      break;
+    }
+  }
+  return result;
+}
 
 KernelBpfMap::KernelBpfMap(const bpf_map* map)
     : fd_(bpf_map__fd(map)),
@@ -55,6 +74,35 @@ absl::Status KernelBpfMap::Delete(const void* key) {
     return MapError(absl::StrCat("delete ", name_));
   }
   return absl::OkStatus();
+}
+
+BpfMap::BatchResult KernelBpfMap::UpdateBatch(const void* keys, const void* values, uint32_t count,
+                                              uint64_t flags) {
+  BatchResult result;
+  // The kernel's batch takes no BPF_NOEXIST/BPF_EXIST (generic_map_update_batch: EINVAL), and
+  // a map type without batch ops fails before writing anything; from the first entry it did not
+  // write, one call per entry then tells which entry fails and why.
+  if (flags == BPF_ANY && count > 1 && !no_batch_.load(std::memory_order_relaxed)) {
+    uint32_t n = count;
+    LIBBPF_OPTS(bpf_map_batch_opts, opts, .elem_flags = 0, .flags = 0);
+    if (bpf_map_update_batch(fd_, keys, values, &n, &opts) == 0) {
+      result.written = count;
+      return result;
+    }
+    if (errno == kENOTSUPP) {
+      no_batch_.store(true, std::memory_order_relaxed);  // a map type without batch ops
+    } else if (n < count) {
+      result.written = n;  // the kernel's count of entries written before the failure
+    }
+    // Otherwise the count was not updated (a check before the first entry): all again, singly.
+  }
+  const BatchResult rest =
+      BpfMap::UpdateBatch(static_cast<const char*>(keys) + size_t{result.written} * key_size_,
+                          static_cast<const char*>(values) + size_t{result.written} * value_size_,
+                          count - result.written, flags);
+  result.written += rest.written;
+  result.status = rest.status;
+  return result;
 }
 
 absl::Status KernelBpfMap::ForEach(

@@ -3,6 +3,7 @@
 
 #include <linux/bpf.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -37,6 +38,16 @@ class BpfMap {
   virtual absl::Status Update(const void* key, const void* value, uint64_t flags) = 0;
   // NotFound when `key` is absent.
   virtual absl::Status Delete(const void* key) = 0;
+  // Writes `count` entries, keys and values back to back, in order, and stops at the first
+  // that fails; returns how many were written and that failure. Where the map supports it
+  // (KernelBpfMap: BPF_MAP_UPDATE_BATCH, hash maps, `flags` BPF_ANY) in few syscalls; otherwise
+  // one Update per entry, which is what this default does.
+  struct BatchResult {
+    uint32_t written = 0;
+    absl::Status status;
+  };
+  virtual BatchResult UpdateBatch(const void* keys, const void* values, uint32_t count,
+                                  uint64_t flags);
   // Calls `fn` with every entry. Entries written meanwhile may or may not be seen; `fn` must
   // not write the map (collect, then write).
   virtual absl::Status ForEach(
@@ -65,6 +76,11 @@ class TypedMap final {
     return map_.Update(&key, &value, flags);
   }
   absl::Status Delete(const K& key) { return map_.Delete(&key); }
+  BpfMap::BatchResult UpdateBatch(const std::vector<K>& keys, const std::vector<V>& values,
+                                  uint64_t flags = BPF_ANY) {
+    SLUICE_CHECK(keys.size() == values.size()) << map_.name();
+    return map_.UpdateBatch(keys.data(), values.data(), static_cast<uint32_t>(keys.size()), flags);
+  }
   // Every entry, read before the caller deletes any (deleting while walking a hash map restarts
   // the walk).
   std::vector<std::pair<K, V>> Entries() const {
@@ -99,6 +115,8 @@ class KernelBpfMap final : public BpfMap {
   absl::Status Lookup(const void* key, void* value) const override;
   absl::Status Update(const void* key, const void* value, uint64_t flags) override;
   absl::Status Delete(const void* key) override;
+  BatchResult UpdateBatch(const void* keys, const void* values, uint32_t count,
+                          uint64_t flags) override;
   absl::Status ForEach(
       absl::FunctionRef<void(const void* key, const void* value)> fn) const override;
 
@@ -110,6 +128,7 @@ class KernelBpfMap final : public BpfMap {
   const std::string name_;
   const uint32_t key_size_;
   const uint32_t value_size_;
+  std::atomic<bool> no_batch_ = false;  // the map type has no update batches
 };
 
 }  // namespace sluice::fastpath

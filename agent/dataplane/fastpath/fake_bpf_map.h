@@ -39,6 +39,8 @@ class FakeBpfMap final : public BpfMap {
   }
   size_t size() const { return entries_.size(); }
   uint64_t writes() const { return writes_; }
+  // UpdateBatch calls (each entry of one is an Update: FailNext("Update") fails its first).
+  uint64_t batches() const { return batches_; }
   template <typename K>
   bool Contains(const K& key) const {
     return entries_.contains(Bytes(&key, sizeof(K)));
@@ -81,6 +83,11 @@ class FakeBpfMap final : public BpfMap {
     }
     return Wrote();
   }
+  BatchResult UpdateBatch(const void* keys, const void* values, uint32_t count,
+                          uint64_t flags) override {
+    ++batches_;
+    return BpfMap::UpdateBatch(keys, values, count, flags);
+  }
   absl::Status ForEach(
       absl::FunctionRef<void(const void* key, const void* value)> fn) const override {
     RETURN_IF_ERROR(Fail("ForEach"));
@@ -115,6 +122,7 @@ class FakeBpfMap final : public BpfMap {
   const uint32_t max_entries_;
   std::map<std::string, std::string> entries_;
   uint64_t writes_ = 0;
+  uint64_t batches_ = 0;
   mutable std::string fail_op_;
   absl::Status fail_status_;
 };

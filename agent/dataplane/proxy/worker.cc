@@ -219,6 +219,7 @@ Worker::~Worker() {
   }
   connections_.clear();
   listeners_.clear();
+  udp_keys_.clear();
   metrics_.connections_active.Add(-static_cast<double>(open));
 }
 
@@ -269,18 +270,21 @@ void Worker::StartUdpListener(const ListenKey& key, base::UniqueFd fd) {
     (*udp)->SetSources(route->second.sources);
   }
   listeners_[key] = Listener{.udp = std::move(*udp)};
+  udp_keys_.insert(key);
 }
 
 // Flows to endpoints that left the route close here; a listener whose route is gone keeps
 // no flows until the control plane removes it.
 void Worker::UpdateUdpRoutes() {
-  for (auto& [key, listener] : listeners_) {
-    if (listener.udp != nullptr) {
-      auto route = routes_->find(key);
-      const bool found = route != routes_->end();
-      listener.udp->SetBalancer(found ? route->second.balancer : nullptr);
-      listener.udp->SetSources(found ? route->second.sources : nullptr);
+  for (const ListenKey& key : udp_keys_) {
+    auto it = listeners_.find(key);
+    if (it == listeners_.end() || it->second.udp == nullptr) {
+      continue;
     }
+    auto route = routes_->find(key);
+    const bool found = route != routes_->end();
+    it->second.udp->SetBalancer(found ? route->second.balancer : nullptr);
+    it->second.udp->SetSources(found ? route->second.sources : nullptr);
   }
 }
 
@@ -312,7 +316,10 @@ std::vector<ConnectionInfo> Worker::Connections(absl::Duration timeout) {
 }
 
 void Worker::RemoveListener(const ListenKey& key) {
-  loop_->Post([this, key] { listeners_.erase(key); });
+  loop_->Post([this, key] {
+    listeners_.erase(key);
+    udp_keys_.erase(key);
+  });
 }
 
 void Worker::OnAcceptable(const ListenKey& key, int listen_fd) {

@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "lib/base/log.h"
 #include "lib/base/status.h"
 
@@ -67,6 +68,69 @@ void AppendGone(const Service& had, const Service* now, std::vector<Gone>& gone)
     }
   }
 }
+
+// `s`'s backends with affinity membership entries: all of them when it has affinity; none for
+// null.
+std::set<net::SocketAddress> Members(const Service* s) {
+  std::set<net::SocketAddress> out;
+  if (s != nullptr && s->affinity > absl::ZeroDuration()) {
+    out.insert(s->backends.begin(), s->backends.end());
+  }
+  return out;
+}
+
+std::string KeyBytes(const sluice_lb_key& key) {
+  return std::string(reinterpret_cast<const char*>(&key), sizeof(key));
+}
+
+// Entries for one map, each tagged with the step it belongs to (a step's entries adjacent),
+// written in batches: ~120,000 writes at 10,000 services / 100,000 endpoints.
+class EntryBatch {
+ public:
+  explicit EntryBatch(const fastpath::BpfMap& map)
+      : key_size_(map.key_size()), value_size_(map.value_size()) {}
+
+  template <typename K, typename V>
+  void Add(size_t step, const K& key, const V& value) {
+    SLUICE_CHECK(sizeof(K) == key_size_ && sizeof(V) == value_size_);
+    AddBytes(step, &key, &value);
+  }
+  void AddBytes(size_t step, const void* key, const void* value) {
+    keys_.insert(keys_.end(), static_cast<const char*>(key),
+                 static_cast<const char*>(key) + key_size_);
+    values_.insert(values_.end(), static_cast<const char*>(value),
+                   static_cast<const char*>(value) + value_size_);
+    steps_.push_back(step);
+  }
+  // Writes the entries in order. An entry that fails is reported to `failed` (its step, why),
+  // which returns whether to skip that step's remaining entries.
+  void Write(fastpath::BpfMap& map,
+             absl::FunctionRef<bool(size_t step, const absl::Status&)> failed) const {
+    const size_t n = steps_.size();
+    for (size_t i = 0; i < n;) {
+      const fastpath::BpfMap::BatchResult r =
+          map.UpdateBatch(keys_.data() + i * key_size_, values_.data() + i * value_size_,
+                          static_cast<uint32_t>(n - i), BPF_ANY);
+      i += r.written;
+      if (r.status.ok()) {
+        break;
+      }
+      const size_t step = steps_[i++];
+      if (failed(step, r.status)) {
+        while (i < n && steps_[i] == step) {
+          ++i;
+        }
+      }
+    }
+  }
+
+ private:
+  const size_t key_size_;
+  const size_t value_size_;
+  std::vector<char> keys_;
+  std::vector<char> values_;
+  std::vector<size_t> steps_;
+};
 
 }  // namespace
 
@@ -151,46 +215,11 @@ void ServiceMaps::Sweep() {
   }
 }
 
-absl::Status ServiceMaps::WriteSet(uint32_t set, const std::vector<net::SocketAddress>& backends) {
-  SlotMap slots(maps_.slot);
-  for (uint32_t i = 0; i < backends.size(); ++i) {
-    if (absl::Status st = slots.Update({.set = set, .index = i}, LbAddr(backends[i])); !st.ok()) {
-      FreeSet(set, i);
-      return st;
-    }
-  }
-  return absl::OkStatus();
-}
-
 void ServiceMaps::FreeSet(uint32_t set, uint32_t count) {
   SlotMap slots(maps_.slot);
   for (uint32_t i = 0; i < count; ++i) {
     (void)slots.Delete({.set = set, .index = i});
   }
-}
-
-absl::Status ServiceMaps::SetMembers(uint32_t id, const Service* old_svc, const Service* new_svc) {
-  auto members = [](const Service* s) {
-    std::set<net::SocketAddress> out;
-    if (s != nullptr && s->affinity > absl::ZeroDuration()) {
-      out.insert(s->backends.begin(), s->backends.end());
-    }
-    return out;
-  };
-  const std::set<net::SocketAddress> had = members(old_svc);
-  const std::set<net::SocketAddress> want = members(new_svc);
-  MemberMap map(maps_.member);
-  for (const auto& b : want) {
-    if (!had.contains(b)) {
-      RETURN_IF_ERROR(map.Update({.id = id, .backend = LbAddr(b)}, 1));
-    }
-  }
-  for (const auto& b : had) {
-    if (!want.contains(b)) {
-      (void)map.Delete({.id = id, .backend = LbAddr(b)});
-    }
-  }
-  return absl::OkStatus();
 }
 
 absl::Status ServiceMaps::Apply(const std::vector<Change>& changes, std::vector<Gone>& gone) {
@@ -201,9 +230,16 @@ absl::Status ServiceMaps::Apply(const std::vector<Change>& changes, std::vector<
     FreeSet(r.set, r.count);
   }
   retired_.clear();
+  // A name repeated in `changes` starts another round, so that its changes apply in order.
   absl::Status result;
-  for (const auto& [name, service] : changes) {
-    result.Update(service ? Upsert(name, *service, gone) : Remove(name, gone));
+  std::set<std::string_view> names;
+  size_t begin = 0;
+  for (size_t i = 0; i <= changes.size(); ++i) {
+    if (i == changes.size() || !names.insert(changes[i].first).second) {
+      result.Update(ApplyDistinct(changes.data() + begin, i - begin, gone));
+      names = {changes.size() == i ? std::string_view() : std::string_view(changes[i].first)};
+      begin = i;
+    }
   }
   return result;
 }
@@ -230,91 +266,189 @@ absl::Status ServiceMaps::ApplyAll(const std::map<std::string, Service>& all,
   return result;
 }
 
-absl::Status ServiceMaps::Upsert(const std::string& name, const Service& service,
-                                 std::vector<Gone>& gone) {
-  std::optional<Programmed> old;
-  {
-    absl::MutexLock lock(&mu_);
-    if (auto it = programmed_.find(name); it != programmed_.end()) {
-      if (it->second.service == service) {
-        return absl::OkStatus();
-      }
-      old = it->second;
-    }
+absl::Status ServiceMaps::ApplyDistinct(const Change* changes, size_t count,
+                                        std::vector<Gone>& gone) {
+  std::vector<Step> steps = Plan(changes, count);
+  if (steps.empty()) {
+    return absl::OkStatus();
   }
-  Programmed next{.id = old ? old->id : next_id_++, .set = old ? old->set : 0, .service = service};
-  if (!old) {
-    // Counters are best effort: a service whose entry could not be made works uncounted.
-    const std::vector<sluice_lb_stats> zero(cpus_);
-    (void)maps_.stats.Update(&next.id, zero.data(), BPF_ANY);
-  }
-  const bool new_set = !old || old->service.backends != service.backends;
-  absl::Status st;
-  if (new_set) {
-    next.set = next_set_++;
-    st = WriteSet(next.set, service.backends);
-  }
-  if (st.ok()) {
-    st = SetMembers(next.id, old ? &old->service : nullptr, &service);
-    if (!st.ok() && new_set) {
-      FreeSet(next.set, static_cast<uint32_t>(service.backends.size()));
-    }
-  }
-  if (!st.ok()) {
-    if (!old) {
-      (void)maps_.stats.Delete(&next.id);  // a new service's counters: not programmed after all
-    }
-    return st;
-  }
-  const sluice_lb_svc value{
-      .id = next.id,
-      .set = next.set,
-      .count = static_cast<uint32_t>(service.backends.size()),
-      .affinity = static_cast<uint32_t>(absl::ToInt64Seconds(service.affinity)),
-      .flags = service.random ? static_cast<uint32_t>(SLUICE_LB_RANDOM) : 0u,
-      .next = 0};
-  SvcMap svc(maps_.svc);
-  absl::Status result;
-  for (const Frontend& f : service.frontends) {
-    result.Update(svc.Update(ToKey(f), value));
-  }
-  if (old) {
-    for (const Frontend& f : old->service.frontends) {
-      if (std::find(service.frontends.begin(), service.frontends.end(), f) ==
-          service.frontends.end()) {
-        (void)svc.Delete(ToKey(f));
-      }
-    }
-    if (new_set) {
-      retired_.push_back({old->set, static_cast<uint32_t>(old->service.backends.size())});
-    }
-    AppendGone(old->service, &service, gone);
-  }
+  WriteSets(steps);
+  WriteMembers(steps);
+  std::set<std::string> written;
+  absl::Status result = WriteFrontends(steps, written);
+  Retire(steps, written, gone);
+  WriteCounters(steps);
   absl::MutexLock lock(&mu_);
-  programmed_[name] = std::move(next);
+  for (Step& s : steps) {
+    if (!s.status.ok()) {
+      result.Update(s.status);
+    } else if (s.next) {
+      programmed_[s.name] = std::move(*s.next);
+    } else {
+      programmed_.erase(s.name);
+    }
+  }
   return result;
 }
 
-absl::Status ServiceMaps::Remove(const std::string& name, std::vector<Gone>& gone) {
-  Programmed old;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = programmed_.find(name);
-    if (it == programmed_.end()) {
-      return absl::OkStatus();
+std::vector<ServiceMaps::Step> ServiceMaps::Plan(const Change* changes, size_t count) {
+  std::vector<Step> steps;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [name, service] : absl::MakeSpan(changes, count)) {
+    Step s{.name = name};
+    if (auto it = programmed_.find(name); it != programmed_.end()) {
+      if (service && it->second.service == *service) {
+        continue;  // programmed as it is
+      }
+      s.old = it->second;
+    } else if (!service) {
+      continue;  // removing what is not programmed
     }
-    old = std::move(it->second);
-    programmed_.erase(it);
+    if (service) {
+      s.new_set = !s.old || s.old->service.backends != service->backends;
+      s.next = Programmed{.id = s.old ? s.old->id : next_id_++,
+                          .set = s.new_set ? next_set_++ : s.old->set,
+                          .service = *service};
+    }
+    steps.push_back(std::move(s));
   }
+  return steps;
+}
+
+void ServiceMaps::WriteSets(std::vector<Step>& steps) {
+  EntryBatch batch(maps_.slot);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (!steps[i].new_set) {
+      continue;
+    }
+    const Programmed& next = *steps[i].next;
+    for (uint32_t j = 0; j < next.service.backends.size(); ++j) {
+      batch.Add(i, sluice_lb_slot{.set = next.set, .index = j}, LbAddr(next.service.backends[j]));
+    }
+  }
+  batch.Write(maps_.slot, [&](size_t i, const absl::Status& st) {
+    Step& s = steps[i];
+    s.status = st;
+    FreeSet(s.next->set, static_cast<uint32_t>(s.next->service.backends.size()));
+    return true;  // never points at a partial set
+  });
+}
+
+void ServiceMaps::WriteMembers(std::vector<Step>& steps) {
+  // Of each step with a next service: its members, and those it had.
+  auto members = [&](const Step& s) {
+    return std::pair(Members(&s.next->service), Members(s.old ? &s.old->service : nullptr));
+  };
+  EntryBatch adds(maps_.member);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (!steps[i].status.ok() || !steps[i].next) {
+      continue;  // a removed service's membership goes after its frontends (Retire)
+    }
+    const auto [want, had] = members(steps[i]);
+    for (const auto& b : want) {
+      if (!had.contains(b)) {
+        adds.Add(i, sluice_lb_member{.id = steps[i].next->id, .backend = LbAddr(b)}, uint8_t{1});
+      }
+    }
+  }
+  MemberMap map(maps_.member);
+  adds.Write(maps_.member, [&](size_t i, const absl::Status& st) {
+    Step& s = steps[i];
+    s.status = st;
+    const auto [want, had] = members(s);
+    for (const auto& b : want) {  // what it added before the failure
+      if (!had.contains(b)) {
+        (void)map.Delete({.id = s.next->id, .backend = LbAddr(b)});
+      }
+    }
+    if (s.new_set) {
+      FreeSet(s.next->set, static_cast<uint32_t>(s.next->service.backends.size()));
+    }
+    return true;
+  });
+  for (const Step& s : steps) {
+    if (!s.status.ok() || !s.next) {
+      continue;
+    }
+    const auto [want, had] = members(s);
+    for (const auto& b : had) {
+      if (!want.contains(b)) {
+        (void)map.Delete({.id = s.next->id, .backend = LbAddr(b)});
+      }
+    }
+  }
+}
+
+absl::Status ServiceMaps::WriteFrontends(const std::vector<Step>& steps,
+                                         std::set<std::string>& written) {
+  EntryBatch batch(maps_.svc);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Step& s = steps[i];
+    if (!s.status.ok() || !s.next) {
+      continue;
+    }
+    const Service& service = s.next->service;
+    const sluice_lb_svc value{
+        .id = s.next->id,
+        .set = s.next->set,
+        .count = static_cast<uint32_t>(service.backends.size()),
+        .affinity = static_cast<uint32_t>(absl::ToInt64Seconds(service.affinity)),
+        .flags = service.random ? static_cast<uint32_t>(SLUICE_LB_RANDOM) : 0u,
+        .next = 0};
+    for (const Frontend& f : service.frontends) {
+      const sluice_lb_key key = ToKey(f);
+      batch.Add(i, key, value);
+      written.insert(KeyBytes(key));
+    }
+  }
+  absl::Status result;
+  batch.Write(maps_.svc, [&](size_t, const absl::Status& st) {
+    result.Update(st);
+    return false;  // the service's other frontends still apply
+  });
+  return result;
+}
+
+void ServiceMaps::Retire(const std::vector<Step>& steps, const std::set<std::string>& written,
+                         std::vector<Gone>& gone) {
   SvcMap svc(maps_.svc);
-  for (const Frontend& f : old.service.frontends) {
-    (void)svc.Delete(ToKey(f));
+  for (const Step& s : steps) {
+    if (!s.status.ok() || !s.old) {
+      continue;
+    }
+    for (const Frontend& f : s.old->service.frontends) {
+      const sluice_lb_key key = ToKey(f);
+      if (!written.contains(KeyBytes(key))) {  // not taken over by this or another service
+        (void)svc.Delete(key);
+      }
+    }
+    if (s.new_set || !s.next) {
+      retired_.push_back({s.old->set, static_cast<uint32_t>(s.old->service.backends.size())});
+    }
+    AppendGone(s.old->service, s.next ? &s.next->service : nullptr, gone);
+    if (!s.next) {
+      MemberMap members(maps_.member);
+      for (const auto& b : Members(&s.old->service)) {
+        (void)members.Delete({.id = s.old->id, .backend = LbAddr(b)});
+      }
+      (void)maps_.stats.Delete(&s.old->id);
+    }
   }
-  retired_.push_back({old.set, static_cast<uint32_t>(old.service.backends.size())});
-  AppendGone(old.service, nullptr, gone);
-  RETURN_IF_ERROR(SetMembers(old.id, &old.service, nullptr));
-  (void)maps_.stats.Delete(&old.id);
-  return absl::OkStatus();
+}
+
+void ServiceMaps::WriteCounters(const std::vector<Step>& steps) {
+  // Last: creating a per-CPU entry costs the kernel's per-CPU allocator ~25 us (measured on
+  // 6.18: 10,000 new entries 225-350 ms, batched or not; a preallocated map ~9 ms), more than
+  // every other write of the service together. A service's counters therefore appear a moment
+  // after its frontends; connections in between are not counted (counters are best effort).
+  EntryBatch batch(maps_.stats);
+  const std::vector<char> zero(maps_.stats.value_size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (steps[i].status.ok() && steps[i].next && !steps[i].old) {
+      batch.AddBytes(i, &steps[i].next->id, zero.data());
+    }
+  }
+  batch.Write(maps_.stats, [](size_t, const absl::Status&) { return false; });
 }
 
 std::map<std::string, ServiceMaps::Counts> ServiceMaps::Counters() const {

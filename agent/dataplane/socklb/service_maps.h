@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -104,16 +105,33 @@ class ServiceMaps final {
     uint32_t count = 0;
   };
 
+  // One service port's change within an Apply: what is programmed and what it becomes.
+  struct Step {
+    std::string name;
+    std::optional<Programmed> old;   // nullopt: not programmed yet
+    std::optional<Programmed> next;  // nullopt: removed
+    bool new_set = false;            // `next` has a backend set of its own
+    absl::Status status;             // not ok: nothing of `next` is programmed, `old` stays
+  };
+
   // Continues id and set numbering above what the maps hold.
   void Scan();
   // Removes what the maps hold and this did not program.
   void Sweep();
-  absl::Status Upsert(const std::string& name, const Service& service, std::vector<Gone>& gone)
+  // Applies changes of distinct names, each map's entries in batches, in the order that keeps
+  // every frontend on a complete set: new sets, then membership, then one write per frontend
+  // value, then what the old values used, then the counters of new services.
+  absl::Status ApplyDistinct(const Change* changes, size_t count, std::vector<Gone>& gone)
       ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status Remove(const std::string& name, std::vector<Gone>& gone) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status WriteSet(uint32_t set, const std::vector<net::SocketAddress>& backends);
+  std::vector<Step> Plan(const Change* changes, size_t count) ABSL_LOCKS_EXCLUDED(mu_);
+  void WriteSets(std::vector<Step>& steps);
+  void WriteMembers(std::vector<Step>& steps);
+  // Returns the frontend keys written (or tried), for Retire to leave alone.
+  absl::Status WriteFrontends(const std::vector<Step>& steps, std::set<std::string>& written);
+  void Retire(const std::vector<Step>& steps, const std::set<std::string>& written,
+              std::vector<Gone>& gone);
+  void WriteCounters(const std::vector<Step>& steps);
   void FreeSet(uint32_t set, uint32_t count);
-  absl::Status SetMembers(uint32_t id, const Service* old_svc, const Service* new_svc);
 
   const Maps maps_;
   const size_t cpus_;  // per-CPU values in a stats value

@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 
 #include <cstring>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -310,6 +311,115 @@ TEST_F(ServiceMapsTest, ApplyAllRemovesWhatItDoesNotName) {
   ASSERT_TRUE(sm.ApplyAll({{"b", Svc({"10.96.0.2:80"}, {"10.0.0.1:80"})}}, gone_).ok());
   EXPECT_FALSE(Value("10.96.0.1:80"));
   EXPECT_TRUE(Value("10.96.0.2:80"));
+}
+
+// Every entry of `m`, as bytes, to compare maps programmed in different ways.
+std::map<std::string, std::string> Contents(const FakeBpfMap& m) {
+  std::map<std::string, std::string> out;
+  (void)m.ForEach([&](const void* k, const void* v) {
+    out.emplace(std::string(static_cast<const char*>(k), m.key_size()),
+                std::string(static_cast<const char*>(v), m.value_size()));
+  });
+  return out;
+}
+
+// Services with 1-3 backends, every third with affinity, every fifth UDP.
+std::map<std::string, Service> Many(int n, int shift = 0) {
+  std::map<std::string, Service> all;
+  for (int i = 0; i < n; ++i) {
+    std::vector<std::string> backends;
+    for (int j = 0; j <= (i + shift) % 3; ++j) {
+      backends.push_back(absl::StrCat("10.0.", i, ".", j + shift + 1, ":8080"));
+    }
+    Service s =
+        Svc({absl::StrCat("10.96.0.", i + 1, ":80"), absl::StrCat("[fd00::", i + 1, "]:80")},
+            backends, i % 5 == 0);
+    if (i % 3 == 0) {
+      s.affinity = absl::Seconds(30);
+    }
+    all.emplace(absl::StrCat("svc", i), std::move(s));
+  }
+  return all;
+}
+
+// Many changes at once are a few batch writes per map and leave the maps exactly as the same
+// changes applied one by one; a program reading between any two writes finds every frontend on
+// a complete set, and each frontend value is written once.
+TEST_F(ServiceMapsTest, ManyChangesAreWrittenInBatchesWithTheSameResult) {
+  FakeBpfMap svc{"sluice_lb_svc", sizeof(sluice_lb_key), sizeof(sluice_lb_svc), 64};
+  FakeBpfMap slot{"sluice_lb_slot", sizeof(sluice_lb_slot), sizeof(sluice_lb_addr), 64};
+  FakeBpfMap member{"sluice_lb_member", sizeof(sluice_lb_member), 1, 64};
+  FakeBpfMap stats{"sluice_lb_stats", sizeof(uint32_t), kCpus * sizeof(sluice_lb_stats), 64};
+  ServiceMaps singly({.svc = svc, .slot = slot, .member = member, .stats = stats});
+  ServiceMaps batched(maps());
+  WatchEveryWrite();
+  for (int shift : {0, 1}) {  // programmed, then every backend set changed
+    const auto all = Many(12, shift);
+    for (const auto& [name, service] : all) {
+      ASSERT_TRUE(singly.Apply({{name, service}}, gone_).ok());
+    }
+    const uint64_t svc_writes = svc_.writes();
+    const uint64_t batches = svc_.batches() + slot_.batches() + member_.batches();
+    ASSERT_TRUE(batched.ApplyAll(all, gone_).ok());
+    EXPECT_EQ(svc_.writes() - svc_writes, 24u);  // one per frontend
+    EXPECT_EQ(svc_.batches() + slot_.batches() + member_.batches() - batches, 3u);
+    EXPECT_EQ(Contents(svc_), Contents(svc));
+    EXPECT_EQ(Contents(member_), Contents(member));
+    EXPECT_EQ(Contents(stats_), Contents(stats));
+  }
+  // The sets retired by the change are freed at the next Apply, in both.
+  ASSERT_TRUE(singly.Apply({}, gone_).ok());
+  ASSERT_TRUE(batched.Apply({}, gone_).ok());
+  EXPECT_EQ(Contents(slot_), Contents(slot));
+  EXPECT_GT(checked_, 100);
+}
+
+// A map filling up in the middle of a batch fails the service whose entry did not fit (its
+// partial set freed, no frontend pointing at it) and programs the ones after it.
+TEST_F(ServiceMapsTest, AFullMapInTheMiddleOfABatchFailsOnlyThatService) {
+  FakeBpfMap small_slots{"sluice_lb_slot", sizeof(sluice_lb_slot), sizeof(sluice_lb_addr), 3};
+  ServiceMaps sm({.svc = svc_, .slot = small_slots, .member = member_, .stats = stats_});
+  const absl::Status st =
+      sm.ApplyAll({{"a", Svc({"10.96.0.1:80"}, {"10.0.0.1:80"})},
+                   {"b", Svc({"10.96.0.2:80"}, {"10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"})},
+                   {"c", Svc({"10.96.0.3:80"}, {"10.0.0.4:80"})}},
+                  gone_);
+  EXPECT_TRUE(absl::IsResourceExhausted(st)) << st;
+  for (const char* front : {"10.96.0.1:80", "10.96.0.3:80"}) {
+    const auto v = Value(front);
+    ASSERT_TRUE(v) << front;
+    EXPECT_EQ(v->count, 1u);
+    EXPECT_TRUE(small_slots.Contains(sluice_lb_slot{.set = v->set, .index = 0})) << front;
+  }
+  EXPECT_FALSE(Value("10.96.0.2:80"));
+  EXPECT_EQ(small_slots.size(), 2u);
+  EXPECT_EQ(stats_.size(), 2u);
+  EXPECT_THAT(sm.Frontends(), ::testing::SizeIs(2));
+}
+
+// A frontend moving from one service to another in one Apply stays with the new one, whatever
+// order the two changes come in.
+TEST_F(ServiceMapsTest, AFrontendMovingBetweenServicesInOneApplyStaysWithTheNewOne) {
+  ServiceMaps sm(maps());
+  ASSERT_TRUE(sm.Apply({{"old", Svc({"10.96.0.1:80"}, {"10.0.0.1:80"})}}, gone_).ok());
+  ASSERT_TRUE(
+      sm.Apply({{"new", Svc({"10.96.0.1:80"}, {"10.0.0.2:80"})}, {"old", std::nullopt}}, gone_)
+          .ok());
+  EXPECT_THAT(Backends("10.96.0.1:80"), ElementsAre("10.0.0.2:80"));
+}
+
+// The same name twice in one Apply: applied in order.
+TEST_F(ServiceMapsTest, ANameRepeatedInOneApplyEndsAsItsLastChange) {
+  ServiceMaps sm(maps());
+  ASSERT_TRUE(sm.Apply({{"a", Svc({"10.96.0.1:80"}, {"10.0.0.1:80"})},
+                        {"a", Svc({"10.96.0.1:80"}, {"10.0.0.2:80"})},
+                        {"b", Svc({"10.96.0.2:80"}, {"10.0.0.3:80"})},
+                        {"b", std::nullopt}},
+                       gone_)
+                  .ok());
+  EXPECT_THAT(Backends("10.96.0.1:80"), ElementsAre("10.0.0.2:80"));
+  EXPECT_FALSE(Value("10.96.0.2:80"));
+  EXPECT_THAT(sm.Frontends(), ::testing::SizeIs(1));
 }
 
 // SocketLb over fake maps (how its users' unit tests get one): no programs, no reaper.
