@@ -649,9 +649,12 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
         self.ssl_ctx = ssl_ctx
         self.conns = set()  # open connections, for an outage to drop
         self.conns_lock = threading.Lock()
+        self.down = False  # an outage began: a connection accepted just before it is dropped too
 
     def finish_request(self, request, client_address):
         with self.conns_lock:
+            if self.down:
+                return  # closed by the caller (shutdown_request)
             self.conns.add(request)
         try:
             self.serve_connection(request, client_address)
@@ -661,6 +664,7 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
 
     def drop_connections(self):
         with self.conns_lock:
+            self.down = True
             conns = list(self.conns)
         for c in conns:
             try:
