@@ -157,8 +157,8 @@ std::vector<base::Option> AgentOptionTable(AgentOptions& o) {
        kSluice},
       {"external-devices", &o.external_devices,
        "Devices the eBPF NAT of remote clients is attached to (default: those holding the "
-       "addresses --nodeport-addresses selects, loopback excepted; followed as links and "
-       "addresses change)",
+       "addresses --nodeport-addresses selects, loopback, veths and bridges excepted; followed "
+       "as links and addresses change)",
        kSluice},
       {"external-algorithm", &o.external_algorithm,
        "Backend choice of the eBPF NAT of remote clients: round-robin (as the proxy) or random",
