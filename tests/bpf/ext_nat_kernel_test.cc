@@ -638,10 +638,11 @@ TEST_F(ExtNatKernelTest, ClosedConnectionsAgeOutHalfClosedOnesStay) {
   const int rst_fd = rst_c.get();
   ASSERT_EQ(shutdown(half_c.get(), SHUT_WR), 0);
   constexpr uint32_t kBoth = SLUICE_NAT_CT_FIN_FWD | SLUICE_NAT_CT_FIN_REPLY;
+  const int fins_fd = fins_c.get(), half_fd = half_c.get();  // clang 14: no binding captures
   ASSERT_TRUE(testutil::WaitFor(
       [&] {
-        auto f = flags_of(fins_c.get());
-        auto h = flags_of(half_c.get());
+        auto f = flags_of(fins_fd);
+        auto h = flags_of(half_fd);
         return f && (*f & kBoth) == kBoth && h && (*h & kBoth) == SLUICE_NAT_CT_FIN_FWD;
       },
       absl::Seconds(10)));
