@@ -107,7 +107,8 @@ struct {
 
 /* Conntrack ages in ns (LoadOptions), set before load. */
 const volatile __u64 tcp_established_ns = 86400ULL * 1000000000ULL;
-const volatile __u64 tcp_closing_ns = 3600ULL * 1000000000ULL;
+const volatile __u64 tcp_close_wait_ns = 3600ULL * 1000000000ULL;
+const volatile __u64 tcp_closed_ns = 10ULL * 1000000000ULL;
 const volatile __u64 udp_ns = 30ULL * 1000000000ULL;
 /* BPF_F_IPV6 where the kernel knows it (6.16+), else 0: bpf_l4_csum_replace then also keeps a
  * CHECKSUM_COMPLETE skb->csum right when an IPv6 address changes; older kernels reject it. */
@@ -258,9 +259,16 @@ static __always_inline enum parsed parse(struct __sk_buff *skb, struct pkt *p)
 
 static __always_inline __u64 age_of(__u8 proto, const struct sluice_nat_ct *ct)
 {
-	if (proto == IPPROTO_UDP)
+	switch (sluice_nat_age_of(proto, ct->flags)) {
+	case SLUICE_NAT_AGE_UDP:
 		return udp_ns;
-	return ct->flags & SLUICE_NAT_CT_CLOSING ? tcp_closing_ns : tcp_established_ns;
+	case SLUICE_NAT_AGE_TCP_CLOSED:
+		return tcp_closed_ns;
+	case SLUICE_NAT_AGE_TCP_CLOSE_WAIT:
+		return tcp_close_wait_ns;
+	default:
+		return tcp_established_ns;
+	}
 }
 
 static __always_inline int fresh(__u8 proto, const struct sluice_nat_ct *ct, __u64 now)
@@ -305,23 +313,30 @@ static __always_inline int flow_live(const struct sluice_nat_tuple *k,
 	return other && fresh(k->proto, other, now);
 }
 
-/* A packet of the flow passed: stamps its entry; a FIN or RST marks both entries closing. */
+/* A packet of the flow passed: stamps its entry; a FIN or RST marks both entries (the bits
+ * sluice_nat_age_of reads), stamped so that the flow's new age counts from now. */
 static __always_inline void touch(const struct pkt *p, struct sluice_nat_ct *ct, __u64 now)
 {
+	__u32 bits = 0;
+
 	if (now - ct->last_ns > SLUICE_NAT_TOUCH_NS)
 		ct->last_ns = now;
-	if ((p->tcp_flags & (SLUICE_TCP_FIN | SLUICE_TCP_RST)) &&
-	    !(ct->flags & SLUICE_NAT_CT_CLOSING)) {
+	if (p->tcp_flags & SLUICE_TCP_RST)
+		bits = SLUICE_NAT_CT_RST;
+	else if (p->tcp_flags & SLUICE_TCP_FIN)
+		bits = ct->flags & SLUICE_NAT_CT_REPLY ? SLUICE_NAT_CT_FIN_REPLY
+						       : SLUICE_NAT_CT_FIN_FWD;
+	if (bits && (ct->flags & bits) != bits) {
 		struct sluice_nat_tuple o;
 		struct sluice_nat_ct *other;
 
 		ct->last_ns = now;
-		__sync_fetch_and_or(&ct->flags, SLUICE_NAT_CT_CLOSING);
+		__sync_fetch_and_or(&ct->flags, bits);
 		other_key(&p->t, ct, &o);
 		other = bpf_map_lookup_elem(&sluice_nat_ct, &o);
 		if (other) {
 			other->last_ns = now;
-			__sync_fetch_and_or(&other->flags, SLUICE_NAT_CT_CLOSING);
+			__sync_fetch_and_or(&other->flags, bits);
 		}
 	}
 }
@@ -478,7 +493,7 @@ static __always_inline int ingress(struct __sk_buff *skb, struct pkt *p)
 
 	/* A SYN on a closing flow is a new connection reusing the port: balance it afresh. */
 	if (ct && !(ct->flags & SLUICE_NAT_CT_REPLY) &&
-	    !((ct->flags & SLUICE_NAT_CT_CLOSING) &&
+	    !((ct->flags & SLUICE_NAT_CT_CLOSE_BITS) &&
 	      (p->tcp_flags & (SLUICE_TCP_SYN | SLUICE_TCP_ACK)) == SLUICE_TCP_SYN) &&
 	    flow_live(&p->t, ct, now)) {
 		to = ct->to;

@@ -26,7 +26,7 @@ extnat::LoadOptions ExternalNatLoadOptions(const AgentOptions& opts) {
     load.tcp_established = k.conntrack_tcp_timeout_established;
   }
   if (k.conntrack_tcp_timeout_close_wait > absl::ZeroDuration()) {
-    load.tcp_closing = k.conntrack_tcp_timeout_close_wait;
+    load.tcp_close_wait = k.conntrack_tcp_timeout_close_wait;
   }
   load.udp = k.conntrack_udp_timeout > absl::ZeroDuration() ? k.conntrack_udp_timeout
                                                             : opts.udp_idle_timeout;

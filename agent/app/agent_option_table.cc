@@ -157,8 +157,8 @@ std::vector<base::Option> AgentOptionTable(AgentOptions& o) {
        kSluice},
       {"external-devices", &o.external_devices,
        "Devices the eBPF NAT of remote clients is attached to (default: those holding the "
-       "addresses --nodeport-addresses selects, loopback excepted; followed as links and "
-       "addresses change)",
+       "addresses --nodeport-addresses selects, loopback, veths and bridges excepted; followed "
+       "as links and addresses change)",
        kSluice},
       {"external-algorithm", &o.external_algorithm,
        "Backend choice of the eBPF NAT of remote clients: round-robin (as the proxy) or random",
@@ -166,7 +166,9 @@ std::vector<base::Option> AgentOptionTable(AgentOptions& o) {
       {"external-max-flows", &o.external_max_flows,
        "Connection-tracking entries of the eBPF NAT of remote clients, two per flow, "
        "preallocated: each is a 40 B key and a 40 B value, 144 B with the hash table's "
-       "overhead (36 MiB at the default); a new flow beyond it is left to the proxy and counted",
+       "overhead (36 MiB at the default); a closed connection holds its two for 10 s, so the "
+       "default takes ~13k new connections/s; a new flow beyond it is left to the proxy and "
+       "counted",
        kSluice},
       {"bpf-root", &o.bpf_root,
        "bpffs directory where socket-level balancing and the eBPF NAT of remote clients "
@@ -340,8 +342,8 @@ std::vector<base::Option> AgentOptionTable(AgentOptions& o) {
        "established TCP flow (0: 24h); the proxy's is --tcp-idle-timeout",
        kUpstream, "conntrack.tcpEstablishedTimeout", "", O::kGoPointer | O::kFileWins},
       {"conntrack-tcp-timeout-close-wait", &o.kube_proxy.conntrack_tcp_timeout_close_wait,
-       "(kube-proxy) Idle time after which the eBPF NAT of remote clients forgets a closing "
-       "TCP flow (0: 1h)",
+       "(kube-proxy) Idle time after which the eBPF NAT of remote clients forgets a half-closed "
+       "TCP flow (a FIN from one side only; 0: 1h)",
        kUpstream, "conntrack.tcpCloseWaitTimeout", "", O::kGoPointer | O::kFileWins},
       {"conntrack-tcp-be-liberal", &o.kube_proxy.conntrack_tcp_be_liberal,
        "(kube-proxy) Accepted; reported, no effect", kUpstream, "conntrack.tcpBeLiberal",

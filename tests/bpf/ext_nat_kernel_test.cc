@@ -35,6 +35,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include "agent/dataplane/extnat/flow_table.h"
 #include "agent/dataplane/extnat/nat_object.h"
 #include "agent/dataplane/fastpath/bpf_map.h"
 #include "agent/dataplane/socklb/service_maps.h"
@@ -585,6 +586,111 @@ TEST_F(ExtNatKernelTest, IdleFlowsAgeOut) {
       },
       absl::Seconds(10)));
   EXPECT_EQ(ask(), "b") << "the flow aged out: the next datagram took the new backend";
+}
+
+// A connection closed by FINs from both sides or by an RST ages out at the short closed age; a
+// half-closed one (the client's FIN only) is kept: the backend may still send. The program marks
+// the entries; the agent's collector, run with the same ages, removes what the rule says.
+TEST_F(ExtNatKernelTest, ClosedConnectionsAgeOutHalfClosedOnesStay) {
+  const LoadOptions options{.tcp_closed = absl::Milliseconds(300)};
+  Load(options);
+  const net::SocketAddress backend = Addr("10.89.2.1:8090");
+  Apply({{"web", Svc({kExt4}, {backend})}});
+  base::UniqueFd pod_ns(open(("/run/netns/" + pod_->name()).c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(pod_ns);
+  ASSERT_EQ(setns(pod_ns.get(), CLONE_NEWNET), 0);
+  base::UniqueFd listener = testutil::ListenTcp(backend);
+  ASSERT_EQ(setns(netns_->fd(), CLONE_NEWNET), 0);
+  ASSERT_TRUE(listener);
+  // Both ends held by the test: it decides who closes.
+  auto open_pair = [&] {
+    base::UniqueFd client = Connect(kExt4);
+    base::UniqueFd server(client ? accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC) : -1);
+    return std::pair{std::move(client), std::move(server)};
+  };
+  auto [fins_c, fins_s] = open_pair();
+  auto [rst_c, rst_s] = open_pair();
+  auto [half_c, half_s] = open_pair();
+  ASSERT_TRUE(fins_c && fins_s && rst_c && rst_s && half_c && half_s);
+  ASSERT_EQ(Flows(), 6u);
+  auto client_port = [](int fd) {
+    sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
+    return net::SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), len)->port();
+  };
+  // The flags of the forward entry of the client socket `fd`.
+  fastpath::TypedMap<sluice_nat_tuple, sluice_nat_ct> ct(*maps_[5]);
+  auto flags_of = [&](int fd) -> std::optional<uint32_t> {
+    const uint16_t port = htons(client_port(fd));
+    for (const auto& [k, v] : ct.Entries()) {
+      if (!(v.flags & SLUICE_NAT_CT_REPLY) && k.sport == port) {
+        return v.flags;
+      }
+    }
+    return std::nullopt;
+  };
+  const uint16_t fins_port = client_port(fins_c.get()), half_port = client_port(half_c.get());
+  ASSERT_EQ(shutdown(fins_c.get(), SHUT_WR), 0);
+  ASSERT_EQ(shutdown(fins_s.get(), SHUT_WR), 0);
+  const linger abort{.l_onoff = 1, .l_linger = 0};
+  ASSERT_EQ(setsockopt(rst_c.get(), SOL_SOCKET, SO_LINGER, &abort, sizeof(abort)), 0);
+  const int rst_fd = rst_c.get();
+  ASSERT_EQ(shutdown(half_c.get(), SHUT_WR), 0);
+  constexpr uint32_t kBoth = SLUICE_NAT_CT_FIN_FWD | SLUICE_NAT_CT_FIN_REPLY;
+  const int fins_fd = fins_c.get(), half_fd = half_c.get();  // clang 14: no binding captures
+  ASSERT_TRUE(testutil::WaitFor(
+      [&] {
+        auto f = flags_of(fins_fd);
+        auto h = flags_of(half_fd);
+        return f && (*f & kBoth) == kBoth && h && (*h & kBoth) == SLUICE_NAT_CT_FIN_FWD;
+      },
+      absl::Seconds(10)));
+  const std::optional<uint32_t> rst_port_flags = flags_of(rst_fd);
+  ASSERT_TRUE(rst_port_flags);
+  const uint16_t rst_port = htons(client_port(rst_fd));
+  rst_c.Reset();  // the RST
+  ASSERT_TRUE(testutil::WaitFor(
+      [&] {
+        for (const auto& [k, v] : ct.Entries()) {
+          if (k.sport == rst_port && (v.flags & SLUICE_NAT_CT_RST)) {
+            return true;
+          }
+        }
+        return false;
+      },
+      absl::Seconds(10)));
+  // Once every entry is idle past the closed age by the programs' clock (CLOCK_MONOTONIC).
+  auto now = [] {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return absl::Seconds(ts.tv_sec) + absl::Nanoseconds(ts.tv_nsec);
+  };
+  ASSERT_TRUE(testutil::WaitFor(
+      [&] {
+        const absl::Duration t = now();
+        auto entries = ct.Entries();
+        return std::all_of(entries.begin(), entries.end(), [&](auto& e) {
+          return t - absl::Nanoseconds(static_cast<int64_t>(e.second.last_ns)) > options.tcp_closed;
+        });
+      },
+      absl::Seconds(10)));
+  FlowTable table(*maps_[5], {.tcp_established = options.tcp_established,
+                              .tcp_close_wait = options.tcp_close_wait,
+                              .tcp_closed = options.tcp_closed,
+                              .udp = options.udp});
+  auto left = table.Collect(now());
+  ASSERT_TRUE(left.ok()) << left.status();
+  EXPECT_EQ(*left, 2u);
+  std::set<uint16_t> ports;
+  for (const auto& [k, v] : ct.Entries()) {
+    ports.insert(ntohs(v.flags & SLUICE_NAT_CT_REPLY ? k.dport : k.sport));
+  }
+  EXPECT_EQ(ports, std::set<uint16_t>{half_port}) << "fins " << fins_port;
+  // The half-closed connection still carries the backend's data.
+  ASSERT_EQ(send(half_s.get(), "late\n", 5, MSG_NOSIGNAL), 5);
+  char buf[5];
+  EXPECT_EQ(testutil::Recv(half_c.get(), buf, 5), 5);
 }
 
 // A pinned map of another size (the flags changed between agents) is replaced; the others are

@@ -165,8 +165,10 @@ class ExternalNatTest : public AgentTest {
     AgentTest::TearDown();  // stops the agent, then unmounts the bpffs (the pins go)
   }
 
+  // The client-facing device is named: a veth, which the default selection leaves out.
   std::vector<std::string> Flags(const std::string& mode) {
-    return {"--external-datapath=" + mode, "--bpf-root=" + bpffs_->path()};
+    return {"--external-datapath=" + mode, "--bpf-root=" + bpffs_->path(),
+            "--external-devices=nc0"};
   }
 
   // A LoadBalancer service: TCP 80 (NodePort 30080) and UDP 53, both families, its one
@@ -275,6 +277,25 @@ TEST_F(ExternalNatTest, ThePodSeesTheClientsAddress) {
   EXPECT_GT(MetricValue("sluice_external_nat_flows_total{service_port=\"test/lb:http\"}"), 0);
   EXPECT_GT(MetricValue("sluice_external_nat_packets_total{service_port=\"test/lb:http\"}"), 0);
   EXPECT_EQ(MetricValue("sluice_external_nat_unavailable{reason=\"disabled\"}"), -1);
+}
+
+// By default veths (and bridges) are not external devices, and this node's links are all
+// veths: the NAT is on but attached nowhere, said in the log, and the proxy serves.
+TEST_F(ExternalNatTest, TheDefaultDevicesLeaveOutVeths) {
+  StartAgent({"--external-datapath=bpf", "--bpf-root=" + bpffs_->path()});
+  EXPECT_THAT(Get("/proxyMode"), HasSubstr("+external-bpf")) << agent_->Output();
+  WriteService("Local");
+  ASSERT_TRUE(WaitProxy()) << Get("/debug/services");
+  ASSERT_TRUE(testutil::WaitFor(
+      [&] { return agent_->Output().find("no external devices") != std::string::npos; },
+      absl::Seconds(10)))
+      << agent_->Output();
+  ExpectServedSeeing("node", "node");
+  for (const char* dev : {"nc0", "np0"}) {
+    std::string filters;
+    testutil::RunCommand({"tc", "filter", "show", "dev", dev, "ingress"}, &filters);
+    EXPECT_THAT(filters, Not(HasSubstr("sluice"))) << dev << ": " << filters;
+  }
 }
 
 // With an endpoint on another node (no SNAT yet) the port is the proxy's: nothing in the

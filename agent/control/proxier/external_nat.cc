@@ -3,12 +3,18 @@
 
 #include <errno.h>
 #include <ifaddrs.h>
+#include <linux/ethtool.h>
+#include <linux/sockios.h>
 #include <net/if.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 
+#include "absl/strings/str_join.h"
 #include "lib/base/log.h"
+#include "lib/base/unique_fd.h"
 
 namespace sluice::proxier {
 namespace {
@@ -18,36 +24,70 @@ std::string PortOf(const std::string& name) { return name.substr(0, name.rfind('
 
 }  // namespace
 
+std::vector<std::string> SelectNodeDevices(const std::vector<NodeLink>& links,
+                                           const std::vector<net::Cidr>& cidrs,
+                                           const absl::flat_hash_set<net::IpAddress>& exclude) {
+  static const net::Cidr kLinkLocal6 = *net::Cidr::Parse("fe80::/10");
+  std::vector<std::string> out;
+  for (const NodeLink& link : links) {
+    if (link.driver == "veth" || link.driver == "bridge") {
+      continue;
+    }
+    const bool wanted =
+        std::any_of(link.addresses.begin(), link.addresses.end(), [&](const net::IpAddress& ip) {
+          return !kLinkLocal6.Contains(ip) && !exclude.contains(ip) &&
+                 (cidrs.empty() || std::any_of(cidrs.begin(), cidrs.end(),
+                                               [&](const net::Cidr& c) { return c.Contains(ip); }));
+        });
+    if (wanted && std::find(out.begin(), out.end(), link.name) == out.end()) {
+      out.push_back(link.name);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 std::vector<std::string> NodeDevices(const std::vector<net::Cidr>& cidrs,
                                      const absl::flat_hash_set<net::IpAddress>& exclude) {
-  std::vector<std::string> out;
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) {
     LOG(ERROR) << "getifaddrs: " << strerror(errno);
-    return out;
+    return {};
   }
-  static const net::Cidr kLinkLocal6 = *net::Cidr::Parse("fe80::/10");
+  // The driver by ethtool, on a socket of this thread's namespace (sysfs may show another's).
+  base::UniqueFd sock(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  std::map<std::string, NodeLink> links;
   for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
-    if (a->ifa_addr == nullptr || (a->ifa_flags & IFF_LOOPBACK) != 0) {
+    if (a->ifa_addr == nullptr || (a->ifa_flags & IFF_LOOPBACK) != 0 ||
+        (a->ifa_addr->sa_family != AF_INET && a->ifa_addr->sa_family != AF_INET6)) {
       continue;
     }
     const socklen_t len =
         a->ifa_addr->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
     auto sa = net::SocketAddress::FromSockaddr(a->ifa_addr, len);
-    if (!sa || kLinkLocal6.Contains(sa->ip()) || exclude.contains(sa->ip())) {
+    if (!sa) {
       continue;
     }
-    bool wanted = cidrs.empty();
-    for (const auto& c : cidrs) {
-      wanted = wanted || c.Contains(sa->ip());
+    auto [it, added] = links.try_emplace(a->ifa_name);
+    if (added) {
+      it->second.name = a->ifa_name;
+      ethtool_drvinfo info{};
+      info.cmd = ETHTOOL_GDRVINFO;
+      ifreq ifr{};
+      strncpy(ifr.ifr_name, a->ifa_name, IFNAMSIZ - 1);
+      ifr.ifr_data = reinterpret_cast<char*>(&info);
+      if (sock && ioctl(sock.get(), SIOCETHTOOL, &ifr) == 0) {
+        it->second.driver.assign(info.driver, strnlen(info.driver, sizeof(info.driver)));
+      }
     }
-    if (wanted && std::find(out.begin(), out.end(), a->ifa_name) == out.end()) {
-      out.emplace_back(a->ifa_name);
-    }
+    it->second.addresses.push_back(sa->ip());
   }
   freeifaddrs(list);
-  std::sort(out.begin(), out.end());
-  return out;
+  std::vector<NodeLink> all;
+  for (auto& [name, link] : links) {
+    all.push_back(std::move(link));
+  }
+  return SelectNodeDevices(all, cidrs, exclude);
 }
 
 ExternalNat::ExternalNat(extnat::ExtNat& nat, Options options)
@@ -70,7 +110,17 @@ absl::Status ExternalNat::Apply(const TableDelta& delta) {
   if (options_.devices) {
     // A device that went away fails to attach; the services are still programmed, and the
     // error makes the next sync full, which tries again.
-    status.Update(nat_.SetDevices(options_.devices()));
+    std::vector<std::string> devices = options_.devices();
+    if (!devices_ || *devices_ != devices) {
+      if (devices.empty()) {
+        LOG(WARNING) << "eBPF NAT: no external devices: remote clients go through the proxy "
+                        "(--external-devices selects any device)";
+      } else {
+        LOG(INFO) << "eBPF NAT: external devices " << absl::StrJoin(devices, ", ");
+      }
+    }
+    status.Update(nat_.SetDevices(devices));
+    devices_ = std::move(devices);
   }
   context_.node_ips = options_.node_ips ? options_.node_ips() : std::vector<net::IpAddress>{};
   for (const auto& [name, info] : delta.table->ports()) {

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,8 +35,22 @@ struct ExternalNatContext {
 void ExternalNatChanges(const ServicePortName& port, const ServicePortInfo* info,
                         const ExternalNatContext& context, std::vector<extnat::Change>& out);
 
-// The devices remote clients arrive on: those holding a node address in `cidrs` (every address
-// when empty) other than IPv6 link-local ones and `exclude` (our VIPs), loopback excepted.
+// One link of the node as NodeDevices reads it (loopback is not listed).
+struct NodeLink {
+  std::string name;
+  std::string driver;  // as ethtool reports it ("veth", "bridge", "virtio_net"); "" unknown
+  std::vector<net::IpAddress> addresses;
+};
+
+// The devices remote clients arrive on by default: those holding a node address in `cidrs`
+// (every address when empty) other than IPv6 link-local ones and `exclude` (our VIPs), except
+// veths and bridges: as Cilium's device detection, pod-facing links (cni0, docker0, a pod's
+// veth with an address) carry no remote client, and translating there would also catch pod
+// traffic. --external-devices selects any device. Pure: the unit tests' seam. Sorted.
+std::vector<std::string> SelectNodeDevices(const std::vector<NodeLink>& links,
+                                           const std::vector<net::Cidr>& cidrs,
+                                           const absl::flat_hash_set<net::IpAddress>& exclude);
+// SelectNodeDevices over this network namespace's links (getifaddrs, ETHTOOL_GDRVINFO).
 std::vector<std::string> NodeDevices(const std::vector<net::Cidr>& cidrs,
                                      const absl::flat_hash_set<net::IpAddress>& exclude);
 
@@ -73,6 +88,7 @@ class ExternalNat final : public TableConsumer {
   const Options options_;
   ExternalNatContext context_;  // node_ips re-read at each full sync
   std::atomic<bool> invalid_{false};
+  std::optional<std::vector<std::string>> devices_;  // last set, for the log
 };
 
 }  // namespace sluice::proxier

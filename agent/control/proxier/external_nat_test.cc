@@ -190,6 +190,29 @@ TEST_F(ExternalNatChangesTest, BackendOrderIsStableAcrossSyncs) {
   EXPECT_EQ(first, second);  // an unchanged port is not rewritten
 }
 
+// The default devices: those holding a selected node address, not veths and bridges (pod-facing
+// links), not our VIPs' link, not by link-local addresses alone.
+TEST(SelectNodeDevicesTest, NodeAddressesOnLinksThatAreNotPodFacing) {
+  const std::vector<NodeLink> links = {
+      {"eth0", "virtio_net", {Ip("192.0.2.1"), Ip("fe80::1")}},
+      {"cni0", "bridge", {Ip("10.244.0.1")}},
+      {"docker0", "bridge", {Ip("172.17.0.1")}},
+      {"veth12ab", "veth", {Ip("10.244.0.7")}},
+      {"sluice0", "dummy", {Ip("10.96.0.10")}},  // our VIPs
+      {"eth1", "", {Ip("198.51.100.1")}},        // driver unknown: kept
+      {"eth2", "mlx5_core", {Ip("fe80::2")}},    // link-local only
+      {"bond0", "bonding", {Ip("2001:db8::1")}},
+  };
+  const absl::flat_hash_set<net::IpAddress> vips = {Ip("10.96.0.10")};
+  EXPECT_THAT(SelectNodeDevices(links, {}, vips), ElementsAre("bond0", "eth0", "eth1"));
+  EXPECT_THAT(SelectNodeDevices(links, {*net::Cidr::Parse("198.51.100.0/24")}, vips),
+              ElementsAre("eth1"));
+  // A bridge or a veth holding a selected address is still left out (--external-devices).
+  EXPECT_THAT(SelectNodeDevices(links, {*net::Cidr::Parse("10.0.0.0/8")}, vips), IsEmpty());
+  EXPECT_THAT(SelectNodeDevices(links, {*net::Cidr::Parse("10.96.0.0/12")}, {}),
+              ElementsAre("sluice0"));
+}
+
 // ExternalNat itself: full syncs (the first two, Invalidate()) re-read the node's addresses and
 // devices; a delta sync programs the changed ports only.
 class ExternalNatTest : public ::testing::Test {

@@ -55,7 +55,8 @@ ExtNat::ExtNat(Maps maps, const LoadOptions& options)
       services_(maps.services),
       ranges_(maps.ranges),
       flows_(maps.flows, {.tcp_established = options.tcp_established,
-                          .tcp_closing = options.tcp_closing,
+                          .tcp_close_wait = options.tcp_close_wait,
+                          .tcp_closed = options.tcp_closed,
                           .udp = options.udp}) {
   SLUICE_CHECK(maps.traffic.key_size() == sizeof(uint32_t) &&
                maps.traffic.value_size() % sizeof(sluice_nat_traffic) == 0)

@@ -83,6 +83,8 @@ class ExtNat final {
   std::map<std::string, std::vector<std::string>> Frontends() const;
   uint64_t flows() const;  // conntrack entries after the last CollectFlows
   bool adopted() const;
+  // The loaded programs and maps (null: ForMaps).
+  const NatObject* object() const { return object_.get(); }
 
   // Detaches from every device and removes our pinned maps under `bpf_root`.
   static absl::Status Cleanup(const std::string& bpf_root) {
@@ -121,9 +123,17 @@ class ExtNat final {
   bool swept_ = false;
 };
 
-// The startup self-test of --external-datapath=auto: loads the object without pinning in a
-// scratch network namespace, translates one TCP and one UDP packet between two veths there and
-// reports what failed (the kernel, the hooks, the verifier, capabilities).
+// The startup self-test of --external-datapath=auto: loads the object unpinned with small
+// maps, programs SelfTestServices() and runs SelfTestPackets. Reports what failed (the kernel,
+// the verifier, capabilities, a translation). Needs what the data path needs: CAP_BPF and
+// CAP_NET_ADMIN (or CAP_SYS_ADMIN); attaches nothing, makes no device or namespace.
 absl::Status SelfTest();
+// A TCP and a UDP frontend of each family, with one backend each (TEST-NET addresses).
+std::map<std::string, Service> SelfTestServices();
+// Runs `object`'s programs on crafted packets (BPF_PROG_TEST_RUN): a client's SYN or datagram
+// to each of SelfTestServices()'s frontends must leave ingress to its backend and the backend's
+// answer leave egress from the frontend, addresses, ports and checksums right. The error names
+// the probe and what was wrong.
+absl::Status SelfTestPackets(const NatObject& object);
 
 }  // namespace sluice::extnat

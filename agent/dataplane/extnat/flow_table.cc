@@ -94,14 +94,25 @@ absl::StatusOr<uint64_t> FlowTable::Collect(absl::Duration now) {
   // program writes them one after the other) ages alone.
   auto expired = [&](const std::vector<Entry>& flow) {
     uint64_t last_ns = 0;
-    bool closing = false;
+    uint32_t flags = 0;
     for (const Entry& e : flow) {
       last_ns = std::max<uint64_t>(last_ns, e.second.last_ns);
-      closing = closing || (e.second.flags & SLUICE_NAT_CT_CLOSING) != 0;
+      flags |= e.second.flags;
     }
-    const absl::Duration age = flow[0].first.proto != IPPROTO_TCP ? ages_.udp
-                               : closing                          ? ages_.tcp_closing
-                                                                  : ages_.tcp_established;
+    absl::Duration age = ages_.tcp_established;
+    switch (sluice_nat_age_of(flow[0].first.proto, flags)) {
+      case SLUICE_NAT_AGE_UDP:
+        age = ages_.udp;
+        break;
+      case SLUICE_NAT_AGE_TCP_CLOSED:
+        age = ages_.tcp_closed;
+        break;
+      case SLUICE_NAT_AGE_TCP_CLOSE_WAIT:
+        age = ages_.tcp_close_wait;
+        break;
+      case SLUICE_NAT_AGE_TCP_ESTABLISHED:
+        break;
+    }
     return now - absl::Nanoseconds(static_cast<int64_t>(last_ns)) > age;
   };
   CtMap ct(map_);

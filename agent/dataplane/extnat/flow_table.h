@@ -20,9 +20,11 @@ namespace sluice::extnat {
 class FlowTable final {
  public:
   struct Ages {
+    // Which applies: sluice_nat_age_of (bpf/include/sluice/bpf_abi.h).
     absl::Duration tcp_established;
-    absl::Duration tcp_closing;  // once a FIN or RST was seen (SLUICE_NAT_CT_CLOSING)
-    absl::Duration udp;          // and every other protocol
+    absl::Duration tcp_close_wait;  // a FIN from one side only
+    absl::Duration tcp_closed;      // an RST, or a FIN from both sides
+    absl::Duration udp;             // and every other protocol
   };
   // The map must outlive this.
   FlowTable(fastpath::BpfMap& map, const Ages& ages);

@@ -19,8 +19,10 @@ using fastpath::FakeBpfMap;
 
 net::SocketAddress Addr(const std::string& s) { return *net::SocketAddress::Parse(s); }
 
-constexpr FlowTable::Ages kAges = {
-    .tcp_established = absl::Hours(24), .tcp_closing = absl::Seconds(60), .udp = absl::Seconds(30)};
+constexpr FlowTable::Ages kAges = {.tcp_established = absl::Hours(24),
+                                   .tcp_close_wait = absl::Hours(1),
+                                   .tcp_closed = absl::Seconds(10),
+                                   .udp = absl::Seconds(30)};
 
 // A time well past zero, as bpf_ktime_get_ns() reads on a running machine.
 const absl::Duration kStart = absl::Hours(1000);
@@ -67,16 +69,44 @@ class FlowTableTest : public ::testing::Test {
 
 TEST_F(FlowTableTest, TcpFlowsAgeByTheirState) {
   FlowTable table(ct_, kAges);
-  const Flow idle =
-      Add("198.51.100.7:40000", "203.0.113.10:80", "10.0.0.1:8080", IPPROTO_TCP, kStart, kStart);
-  const Flow closing = Add("198.51.100.7:40001", "203.0.113.10:80", "10.0.0.1:8080", IPPROTO_TCP,
-                           kStart, kStart, SLUICE_NAT_CT_CLOSING);
-  // An hour idle: past the closing age, not the established one.
-  auto left = table.Collect(kStart + absl::Hours(1));
+  const std::string front = "203.0.113.10:80", backend = "10.0.0.1:8080";
+  const Flow open = Add("198.51.100.7:40000", front, backend, IPPROTO_TCP, kStart, kStart);
+  const Flow client_fin =
+      Add("198.51.100.7:40001", front, backend, IPPROTO_TCP, kStart, kStart, SLUICE_NAT_CT_FIN_FWD);
+  const Flow backend_fin = Add("198.51.100.7:40002", front, backend, IPPROTO_TCP, kStart, kStart,
+                               SLUICE_NAT_CT_FIN_REPLY);
+  const Flow both_fins = Add("198.51.100.7:40003", front, backend, IPPROTO_TCP, kStart, kStart,
+                             SLUICE_NAT_CT_FIN_FWD | SLUICE_NAT_CT_FIN_REPLY);
+  const Flow reset =
+      Add("198.51.100.7:40004", front, backend, IPPROTO_TCP, kStart, kStart, SLUICE_NAT_CT_RST);
+  // Each entry holding one side's FIN (the program marked them as the FINs passed): closed.
+  Flow split = Add("198.51.100.7:40005", front, backend, IPPROTO_TCP, kStart, kStart);
+  for (auto [key, bit] : {std::pair{&split.forward, SLUICE_NAT_CT_FIN_FWD},
+                          std::pair{&split.reply, SLUICE_NAT_CT_FIN_REPLY}}) {
+    sluice_nat_ct v{};
+    ASSERT_TRUE(ct_.Lookup(key, &v).ok());
+    v.flags |= bit;
+    ASSERT_TRUE(ct_.Update(key, &v, BPF_EXIST).ok());
+  }
+
+  // Within the closed age: all kept.
+  auto left = table.Collect(kStart + absl::Seconds(10));
   ASSERT_TRUE(left.ok()) << left.status();
+  EXPECT_EQ(*left, 12u);
+  // Past it: the closed ones go, the half-closed ones stay.
+  left = table.Collect(kStart + absl::Seconds(11));
+  ASSERT_TRUE(left.ok());
+  EXPECT_EQ(*left, 6u);
+  EXPECT_FALSE(Has(both_fins.forward) || Has(both_fins.reply));
+  EXPECT_FALSE(Has(reset.forward) || Has(reset.reply));
+  EXPECT_FALSE(Has(split.forward) || Has(split.reply));
+  EXPECT_TRUE(Has(client_fin.forward) && Has(client_fin.reply));
+  EXPECT_TRUE(Has(backend_fin.forward) && Has(backend_fin.reply));
+  // Past the close-wait age: the half-closed ones go, not the established one.
+  left = table.Collect(kStart + absl::Hours(1) + absl::Seconds(1));
+  ASSERT_TRUE(left.ok());
   EXPECT_EQ(*left, 2u);
-  EXPECT_TRUE(Has(idle.forward) && Has(idle.reply));
-  EXPECT_FALSE(Has(closing.forward) || Has(closing.reply));
+  EXPECT_TRUE(Has(open.forward) && Has(open.reply));
   EXPECT_EQ(table.size(), 2u);
   left = table.Collect(kStart + absl::Hours(24) + absl::Seconds(1));
   ASSERT_TRUE(left.ok());
@@ -159,6 +189,7 @@ TEST_F(FlowTableTest, ExtNatCollectsWithItsLoadOptions) {
   FakeBpfMap drops{"sluice_nat_drops", sizeof(uint32_t), sizeof(uint64_t), 8};
   LoadOptions options;
   options.udp = absl::Seconds(5);
+  options.tcp_closed = absl::Seconds(2);
   auto nat =
       ExtNat::ForMaps({.services = {.svc = svc, .slot = slot, .member = member, .stats = stats},
                        .ranges = ranges,
@@ -174,11 +205,14 @@ TEST_F(FlowTableTest, ExtNatCollectsWithItsLoadOptions) {
       Add("198.51.100.7:5000", "203.0.113.10:53", "10.0.0.6:53", IPPROTO_UDP, kStart, kStart);
   const Flow ends =
       Add("198.51.100.7:5001", "203.0.113.10:53", "10.0.0.5:53", IPPROTO_UDP, kStart, kStart);
+  const Flow reset = Add("198.51.100.7:5002", "203.0.113.10:53", "10.0.0.6:53", IPPROTO_TCP, kStart,
+                         kStart, SLUICE_NAT_CT_RST);
   EXPECT_EQ(nat->flows(), 0u);  // until the first collection
   auto left = nat->CollectFlows(kStart + absl::Seconds(4));
   ASSERT_TRUE(left.ok());
   EXPECT_EQ(*left, 4u);
   EXPECT_EQ(nat->flows(), 4u);
+  EXPECT_FALSE(Has(reset.forward));  // past options.tcp_closed
   dns.backends = {Addr("10.0.0.6:53")};
   ASSERT_TRUE(nat->Apply({{"dns", dns}}).ok());
   EXPECT_FALSE(Has(ends.forward) || Has(ends.reply));

@@ -200,7 +200,8 @@ absl::StatusOr<std::unique_ptr<NatObject>> NatObject::Load(const LoadOptions& op
       }
     }
     s.rodata->tcp_established_ns = absl::ToInt64Nanoseconds(options.tcp_established);
-    s.rodata->tcp_closing_ns = absl::ToInt64Nanoseconds(options.tcp_closing);
+    s.rodata->tcp_close_wait_ns = absl::ToInt64Nanoseconds(options.tcp_close_wait);
+    s.rodata->tcp_closed_ns = absl::ToInt64Nanoseconds(options.tcp_closed);
     s.rodata->udp_ns = absl::ToInt64Nanoseconds(options.udp);
     s.rodata->csum_v6_flag = csum_v6_flag;
     return absl::OkStatus();

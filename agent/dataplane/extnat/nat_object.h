@@ -15,6 +15,13 @@ struct ext_nat_bpf;
 
 namespace sluice::extnat {
 
+// Age of a TCP flow after an RST or a FIN from both sides, Cilium's (its regular TCP FIN
+// timeout, --bpf-ct-timeout-regular-tcp-fin) and the kernel conntrack's after an RST
+// (nf_conntrack_tcp_timeout_close); the kernel keeps 2 min after two FINs (TIME_WAIT), but the
+// endpoints' own stacks hold TIME_WAIT already. Long enough for the last ACK and a retransmitted
+// FIN to be translated; short, so that closed flows free the table.
+inline constexpr absl::Duration kTcpClosedAge = absl::Seconds(10);
+
 struct LoadOptions {
   std::string bpf_root;  // pin directory on a bpffs ("" = no pinning: maps die with the agent)
   // Map sizes (max_entries, fixed at load; docs/configuration.md states each one's cost).
@@ -22,10 +29,12 @@ struct LoadOptions {
   uint32_t max_slots = 262144;     // backends of all services, twice while a set is swapped
   uint32_t max_affinity = 16384;   // (client, service) affinity entries (LRU)
   uint32_t max_flows = 262144;     // conntrack entries (two per flow), preallocated
-  // Conntrack ages (kube-proxy's conntrack.tcpEstablishedTimeout, tcpCloseWaitTimeout and
-  // udpTimeout where set; the kernel's defaults otherwise), fixed at load.
+  // Conntrack ages (sluice_nat_age_of in bpf_abi.h says which applies; kube-proxy's
+  // conntrack.tcpEstablishedTimeout, tcpCloseWaitTimeout and udpTimeout where set, the
+  // kernel's defaults otherwise), fixed at load.
   absl::Duration tcp_established = absl::Hours(24);
-  absl::Duration tcp_closing = absl::Hours(1);
+  absl::Duration tcp_close_wait = absl::Hours(1);
+  absl::Duration tcp_closed = kTcpClosedAge;
   absl::Duration udp = absl::Seconds(30);
 };
 

@@ -1,188 +1,215 @@
 // SPDX-License-Identifier: Apache-2.0
-// The startup self-test of --external-datapath=auto (ExtNat's SelfTest in ext_nat.h).
-#include <fcntl.h>
-#include <poll.h>
-#include <sched.h>
-#include <sys/socket.h>
-#include <unistd.h>
+// The startup self-test of --external-datapath=auto (SelfTest in ext_nat.h): the programs run
+// on crafted packets with BPF_PROG_TEST_RUN, so it needs only what the data path needs
+// (CAP_BPF + CAP_NET_ADMIN): no device, no namespace, nothing the node's traffic could see.
+#include <linux/if_ether.h>
+#include <netinet/in.h>
 
-#include <cerrno>
+#include <cstdint>
+#include <cstring>
 #include <string>
-#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "lib/base/status.h"
-#include "lib/base/unique_fd.h"
-#include "lib/net/socket.h"
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
 
 #include "agent/dataplane/extnat/ext_nat.h"
-#include "agent/dataplane/extnat/scratch_net.h"
+#include "bpf/ext_nat.skel.h"
 
 namespace sluice::extnat {
 namespace {
 
-// A node namespace with the programs on its veth end, a client namespace behind the other, and
-// a backend on the node (TEST-NET-1 addresses: nothing outside these namespaces sees them).
-constexpr char kNodeDevice[] = "sluice-st0";
-constexpr char kClientDevice[] = "sluice-st1";
-constexpr char kClient[] = "192.0.2.1";
-constexpr char kNode[] = "192.0.2.2";     // the frontends' address (a node address)
-constexpr char kBackend[] = "192.0.2.3";  // a local backend's
-// Loopback-fast in practice; the bound is for a loaded machine.
-constexpr absl::Duration kPatience = absl::Seconds(1);
+constexpr int kTcActOk = 0;  // TC_ACT_OK (linux/pkt_cls.h)
+constexpr uint8_t kSyn = 0x02, kAck = 0x10;
 
-net::SocketAddress At(const char* ip, uint16_t port) {
-  return net::SocketAddress(*net::IpAddress::Parse(ip), port);
-}
-net::Cidr Prefix(const char* ip, int len) {
-  return *net::Cidr::Make(*net::IpAddress::Parse(ip), len);
+net::SocketAddress At(const char* text) { return *net::SocketAddress::Parse(text); }
+
+// One frontend and its backend, and the client that reaches it (TEST-NET addresses: the
+// packets exist only in BPF_PROG_TEST_RUN).
+struct Probe {
+  const char* name;
+  uint8_t proto;
+  net::SocketAddress client, frontend, backend;
+};
+
+std::vector<Probe> Probes() {
+  return {
+      {"TCP IPv4", IPPROTO_TCP, At("192.0.2.1:40000"), At("192.0.2.2:80"), At("192.0.2.3:8080")},
+      {"UDP IPv4", IPPROTO_UDP, At("192.0.2.1:40000"), At("192.0.2.2:53"), At("192.0.2.3:5353")},
+      {"TCP IPv6", IPPROTO_TCP, At("[2001:db8::1]:40000"), At("[2001:db8::2]:80"),
+       At("[2001:db8::3]:8080")},
+      {"UDP IPv6", IPPROTO_UDP, At("[2001:db8::1]:40000"), At("[2001:db8::2]:53"),
+       At("[2001:db8::3]:5353")},
+  };
 }
 
-// Moves the calling thread into a new network namespace and returns it.
-absl::StatusOr<base::UniqueFd> NewNetNs() {
-  if (unshare(CLONE_NEWNET) != 0) {
-    return base::ErrnoStatus(errno, "unshare(CLONE_NEWNET)");
+uint32_t Sum(const uint8_t* p, size_t n, uint32_t sum = 0) {
+  for (size_t i = 0; i + 1 < n; i += 2) {
+    sum += static_cast<uint32_t>(p[i] << 8 | p[i + 1]);
   }
-  base::UniqueFd fd(open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
-  if (!fd) {
-    return base::ErrnoStatus(errno, "open(/proc/thread-self/ns/net)");
+  if (n % 2 != 0) {
+    sum += static_cast<uint32_t>(p[n - 1] << 8);
   }
-  return fd;
+  return sum;
+}
+uint16_t Fold(uint32_t sum) {
+  while (sum >> 16 != 0) {
+    sum = (sum & 0xffff) + (sum >> 16);
+  }
+  return static_cast<uint16_t>(sum);
+}
+void Put16(uint8_t* p, uint16_t v) {
+  p[0] = static_cast<uint8_t>(v >> 8);
+  p[1] = static_cast<uint8_t>(v);
+}
+uint16_t Get16(const uint8_t* p) { return static_cast<uint16_t>(p[0] << 8 | p[1]); }
+
+// Where a packet's parts are (Ethernet, then IPv4 without options or IPv6 without extension
+// headers, then TCP without options or UDP).
+struct Layout {
+  bool v6;
+  size_t l4;
+  size_t addr_len() const { return v6 ? 16 : 4; }
+  size_t saddr() const { return ETH_HLEN + (v6 ? 8 : 12); }
+  size_t daddr() const { return saddr() + addr_len(); }
+};
+
+// The sum of the L4 pseudo header of `pkt`.
+uint32_t PseudoSum(const std::vector<uint8_t>& pkt, const Layout& l, uint8_t proto) {
+  uint32_t sum = Sum(&pkt[l.saddr()], 2 * l.addr_len());
+  return sum + proto + static_cast<uint32_t>(pkt.size() - l.l4);
 }
 
-absl::Status Enter(const base::UniqueFd& ns) {
-  if (setns(ns.get(), CLONE_NEWNET) != 0) {
-    return base::ErrnoStatus(errno, "setns(CLONE_NEWNET)");
+std::vector<uint8_t> Build(uint8_t proto, const net::SocketAddress& from,
+                           const net::SocketAddress& to, uint8_t tcp_flags) {
+  const bool v6 = !from.ip().is_v4();
+  const Layout l{v6, ETH_HLEN + (v6 ? 40u : 20u)};
+  const size_t l4_len = proto == IPPROTO_TCP ? 20 : 8 + 16;  // UDP: 16 bytes of payload
+  std::vector<uint8_t> pkt(l.l4 + l4_len);
+  uint8_t* eth = pkt.data();
+  std::memcpy(eth, "\x02\x00\x00\x00\x00\x02\x02\x00\x00\x00\x00\x01", 12);
+  Put16(eth + 12, v6 ? ETH_P_IPV6 : ETH_P_IP);
+  uint8_t* ip = eth + ETH_HLEN;
+  if (v6) {
+    ip[0] = 0x60;
+    Put16(ip + 4, static_cast<uint16_t>(l4_len));
+    ip[6] = proto;
+    ip[7] = 64;
+  } else {
+    ip[0] = 0x45;
+    Put16(ip + 2, static_cast<uint16_t>(pkt.size() - ETH_HLEN));
+    Put16(ip + 6, 0x4000);  // DF
+    ip[8] = 64;
+    ip[9] = proto;
+  }
+  std::memcpy(&pkt[l.saddr()], from.ip().bytes(), l.addr_len());
+  std::memcpy(&pkt[l.daddr()], to.ip().bytes(), l.addr_len());
+  if (!v6) {
+    Put16(ip + 10, static_cast<uint16_t>(~Fold(Sum(ip, 20))));
+  }
+  uint8_t* l4 = &pkt[l.l4];
+  Put16(l4, from.port());
+  Put16(l4 + 2, to.port());
+  if (proto == IPPROTO_TCP) {
+    Put16(l4 + 4, 0x5a5a);  // sequence number
+    l4[12] = 5 << 4;        // data offset: no options
+    l4[13] = tcp_flags;
+    Put16(l4 + 14, 65535);  // window
+  } else {
+    Put16(l4 + 4, static_cast<uint16_t>(l4_len));
+    std::memcpy(l4 + 8, "sluice self-test", 16);
+  }
+  const size_t csum = l.l4 + (proto == IPPROTO_TCP ? 16 : 6);
+  Put16(&pkt[csum], static_cast<uint16_t>(~Fold(Sum(l4, l4_len, PseudoSum(pkt, l, proto)))));
+  return pkt;
+}
+
+// Runs `prog` on `in`; the packet it leaves.
+absl::StatusOr<std::vector<uint8_t>> Run(int prog, const std::vector<uint8_t>& in,
+                                         const std::string& what) {
+  std::vector<uint8_t> out(in.size() + 256);
+  LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = in.data(), .data_out = out.data(),
+              .data_size_in = static_cast<uint32_t>(in.size()),
+              .data_size_out = static_cast<uint32_t>(out.size()), .repeat = 1);
+  if (int err = bpf_prog_test_run_opts(prog, &opts); err != 0) {
+    return base::ErrnoStatus(-err, absl::StrCat("BPF_PROG_TEST_RUN (", what, ")"));
+  }
+  if (opts.retval != kTcActOk) {
+    return absl::InternalError(absl::StrCat(what, ": verdict ", opts.retval, ", not TC_ACT_OK"));
+  }
+  out.resize(opts.data_size_out);
+  return out;
+}
+
+// That `pkt` goes from `from` to `to` with right IPv4 and L4 checksums.
+absl::Status Expect(const std::vector<uint8_t>& pkt, const Probe& p, const net::SocketAddress& from,
+                    const net::SocketAddress& to, const std::string& what) {
+  const bool v6 = !from.ip().is_v4();
+  const Layout l{v6, ETH_HLEN + (v6 ? 40u : 20u)};
+  if (pkt.size() < l.l4 + (p.proto == IPPROTO_TCP ? 20 : 8)) {
+    return absl::InternalError(absl::StrCat(what, ": ", pkt.size(), " bytes left"));
+  }
+  auto addr = [&](size_t at, size_t port_at) {
+    auto ip = net::IpAddress::FromBytes(v6 ? AF_INET6 : AF_INET, &pkt[at], l.addr_len());
+    return ip ? net::SocketAddress(*ip, Get16(&pkt[port_at])).ToString() : "?";
+  };
+  const std::string src = addr(l.saddr(), l.l4), dst = addr(l.daddr(), l.l4 + 2);
+  if (src != from.ToString() || dst != to.ToString()) {
+    return absl::InternalError(absl::StrCat(what, ": left as ", src, " -> ", dst, ", not ",
+                                            from.ToString(), " -> ", to.ToString()));
+  }
+  if (!v6 && Fold(Sum(&pkt[ETH_HLEN], 20)) != 0xffff) {
+    return absl::InternalError(absl::StrCat(what, ": wrong IPv4 header checksum"));
+  }
+  if (Fold(Sum(&pkt[l.l4], pkt.size() - l.l4, PseudoSum(pkt, l, p.proto))) != 0xffff) {
+    return absl::InternalError(
+        absl::StrCat(what, ": wrong ", p.proto == IPPROTO_TCP ? "TCP" : "UDP", " checksum"));
   }
   return absl::OkStatus();
-}
-
-absl::Status Wait(int fd, short events, absl::Time deadline, const char* what) {
-  pollfd p{.fd = fd, .events = events};
-  for (;;) {
-    const int ms = static_cast<int>(
-        absl::ToInt64Milliseconds(std::max(deadline - absl::Now(), absl::ZeroDuration())));
-    const int n = poll(&p, 1, ms);
-    if (n > 0) {
-      return absl::OkStatus();
-    }
-    if (n == 0) {
-      return absl::DeadlineExceededError(
-          absl::StrCat(what, ": nothing after ", absl::FormatDuration(kPatience)));
-    }
-    if (errno != EINTR) {
-      return base::ErrnoStatus(errno, what);
-    }
-  }
-}
-
-// The two namespaces joined by a veth pair; the thread ends in the node's.
-absl::Status BuildNet(base::UniqueFd& client_ns, base::UniqueFd& node_ns) {
-  ASSIGN_OR_RETURN(client_ns, NewNetNs());
-  ASSIGN_OR_RETURN(node_ns, NewNetNs());
-  RETURN_IF_ERROR(scratch::AddVeth(kNodeDevice, kClientDevice, client_ns.get()));
-  RETURN_IF_ERROR(scratch::AddAddress(kNodeDevice, Prefix(kNode, 24)));
-  RETURN_IF_ERROR(scratch::AddAddress(kNodeDevice, Prefix(kBackend, 32)));
-  RETURN_IF_ERROR(scratch::SetUp(kNodeDevice));
-  RETURN_IF_ERROR(Enter(client_ns));
-  RETURN_IF_ERROR(scratch::AddAddress(kClientDevice, Prefix(kClient, 24)));
-  RETURN_IF_ERROR(scratch::SetUp(kClientDevice));
-  return Enter(node_ns);
-}
-
-// A connect to the frontend must complete at the client (the SYN translated, the SYN-ACK
-// translated back; untranslated, the node refuses it at once) and be accepted by the backend
-// from the client's address.
-absl::Status CheckTcp(int listener, int client, absl::Time deadline) {
-  RETURN_IF_ERROR(Wait(client, POLLOUT, deadline, "TCP: the client's connect"));
-  if (int err = net::SocketError(client); err != 0) {
-    return base::ErrnoStatus(err, absl::StrCat("TCP: the client's connect to ", kNode, ":80"));
-  }
-  RETURN_IF_ERROR(Wait(listener, POLLIN, deadline, "TCP: the backend got no connection"));
-  base::UniqueFd conn(accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-  if (!conn) {
-    return base::ErrnoStatus(errno, "TCP: accept");
-  }
-  ASSIGN_OR_RETURN(const net::SocketAddress peer, net::PeerAddress(conn.get()));
-  if (peer.ip() != *net::IpAddress::Parse(kClient)) {
-    return absl::InternalError(absl::StrCat("TCP: the backend sees ", peer.ToString(),
-                                            ", not the client's address ", kClient));
-  }
-  return absl::OkStatus();
-}
-
-// A datagram to the frontend must reach the backend from the client, and its answer come back
-// from the frontend.
-absl::Status CheckUdp(int backend, int client, absl::Time deadline) {
-  RETURN_IF_ERROR(Wait(backend, POLLIN, deadline, "UDP: the backend got no datagram"));
-  char buf[64];
-  sockaddr_storage from{};
-  socklen_t len = sizeof(from);
-  const ssize_t n =
-      recvfrom(backend, buf, sizeof(buf), 0, reinterpret_cast<sockaddr*>(&from), &len);
-  if (n < 0) {
-    return base::ErrnoStatus(errno, "UDP: recvfrom at the backend");
-  }
-  auto source = net::SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&from), len);
-  if (!source || source->ip() != *net::IpAddress::Parse(kClient)) {
-    return absl::InternalError(absl::StrCat("UDP: the backend sees ",
-                                            source ? source->ToString() : "?",
-                                            ", not the client's address ", kClient));
-  }
-  if (sendto(backend, buf, n, 0, reinterpret_cast<sockaddr*>(&from), len) < 0) {
-    return base::ErrnoStatus(errno, "UDP: the backend's answer");
-  }
-  RETURN_IF_ERROR(Wait(client, POLLIN, deadline, "UDP: the client got no answer"));
-  len = sizeof(from);
-  if (recvfrom(client, buf, sizeof(buf), 0, reinterpret_cast<sockaddr*>(&from), &len) < 0) {
-    return base::ErrnoStatus(errno, "UDP: recvfrom at the client");
-  }
-  source = net::SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&from), len);
-  if (!source || *source != At(kNode, 53)) {
-    return absl::InternalError(absl::StrCat(
-        "UDP: the answer comes from ", source ? source->ToString() : "?", ", not ", kNode, ":53"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Run() {
-  base::UniqueFd client_ns, node_ns;
-  RETURN_IF_ERROR(BuildNet(client_ns, node_ns));
-  // Small maps: quick to allocate, and nothing here needs more.
-  LoadOptions options;
-  options.max_frontends = options.max_slots = options.max_affinity = 16;
-  options.max_flows = 64;
-  ASSIGN_OR_RETURN(std::unique_ptr<ExtNat> nat, ExtNat::Create(options));
-  RETURN_IF_ERROR(nat->SetDevices({kNodeDevice}));
-  Service tcp{.frontends = {{At(kNode, 80), false}}, .backends = {At(kBackend, 8080)}};
-  Service udp{.frontends = {{At(kNode, 53), true}}, .backends = {At(kBackend, 5353)}};
-  RETURN_IF_ERROR(nat->Apply({{"self-test/tcp", tcp}, {"self-test/udp", udp}}));
-  ASSIGN_OR_RETURN(base::UniqueFd listener, net::ListenTcp(At(kBackend, 8080), false, 4));
-  ASSIGN_OR_RETURN(base::UniqueFd backend, net::BindUdp(At(kBackend, 5353), false));
-
-  RETURN_IF_ERROR(Enter(client_ns));  // the clients' sockets belong to its namespace
-  ASSIGN_OR_RETURN(base::UniqueFd client_udp, net::BindUdp(At(kClient, 0), false));
-  ASSIGN_OR_RETURN(base::UniqueFd client_tcp, net::DialTcp(At(kNode, 80)));
-  sockaddr_storage to;
-  const socklen_t to_len = At(kNode, 53).ToSockaddr(&to);
-  constexpr char kProbe[] = "sluice self-test";
-  if (sendto(client_udp.get(), kProbe, sizeof(kProbe), 0, reinterpret_cast<sockaddr*>(&to),
-             to_len) < 0) {
-    return base::ErrnoStatus(errno, "UDP: sendto the frontend");
-  }
-  const absl::Time deadline = absl::Now() + kPatience;
-  RETURN_IF_ERROR(CheckTcp(listener.get(), client_tcp.get(), deadline));
-  return CheckUdp(backend.get(), client_udp.get(), deadline);
 }
 
 }  // namespace
 
+std::map<std::string, Service> SelfTestServices() {
+  std::map<std::string, Service> services;
+  for (const Probe& p : Probes()) {
+    services[absl::StrCat("self-test/", p.name)] = {
+        .frontends = {{p.frontend, p.proto == IPPROTO_UDP}}, .backends = {p.backend}};
+  }
+  return services;
+}
+
+absl::Status SelfTestPackets(const NatObject& object) {
+  const int in = bpf_program__fd(object.skel().progs.sluice_nat_in);
+  const int out = bpf_program__fd(object.skel().progs.sluice_nat_out);
+  for (const Probe& p : Probes()) {
+    const std::string forward =
+        absl::StrCat(p.name, ": the client's ", p.proto == IPPROTO_TCP ? "SYN" : "datagram", " to ",
+                     p.frontend.ToString(), " at ingress");
+    ASSIGN_OR_RETURN(std::vector<uint8_t> translated,
+                     Run(in, Build(p.proto, p.client, p.frontend, kSyn), forward));
+    RETURN_IF_ERROR(Expect(translated, p, p.client, p.backend, forward));
+    const std::string reply =
+        absl::StrCat(p.name, ": the backend's answer from ", p.backend.ToString(), " at egress");
+    ASSIGN_OR_RETURN(std::vector<uint8_t> answer,
+                     Run(out, Build(p.proto, p.backend, p.client, kSyn | kAck), reply));
+    RETURN_IF_ERROR(Expect(answer, p, p.frontend, p.client, reply));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SelfTest() {
-  // Network namespaces are per thread: a thread of its own keeps the agent's threads on the
-  // host's, and when it ends the scratch namespaces (and everything in them) go with it.
-  absl::Status result;
-  std::thread([&result] { result = Run(); }).join();
+  // Unpinned, small maps: quick to allocate, gone with the object.
+  LoadOptions options;
+  options.max_frontends = options.max_slots = options.max_affinity = 16;
+  options.max_flows = 64;
+  absl::Status result = [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(std::unique_ptr<ExtNat> nat, ExtNat::Create(options));
+    RETURN_IF_ERROR(nat->ApplyAll(SelfTestServices()));
+    return SelfTestPackets(*nat->object());
+  }();
   if (!result.ok()) {
     return absl::Status(result.code(), absl::StrCat("external NAT self-test: ", result.message()));
   }

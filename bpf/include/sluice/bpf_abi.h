@@ -190,18 +190,50 @@ struct sluice_nat_tuple {
 	__u8 pad[3];
 };
 
-#define SLUICE_NAT_CT_REPLY 1	/* reply entry: `to` replaces the source, not the destination */
-#define SLUICE_NAT_CT_CLOSING 2 /* TCP FIN or RST seen: ages out after the closing timeout */
-#define SLUICE_NAT_CT_SNAT 4	/* reserved: the source was translated to the node (not built) */
+#define SLUICE_NAT_CT_REPLY 1	   /* reply entry: `to` replaces the source, not the destination */
+#define SLUICE_NAT_CT_RST 2	   /* TCP: an RST was seen (either direction) */
+#define SLUICE_NAT_CT_SNAT 4	   /* reserved: the source was translated to the node (not built) */
+#define SLUICE_NAT_CT_FIN_FWD 8	   /* TCP: the client sent a FIN */
+#define SLUICE_NAT_CT_FIN_REPLY 16 /* TCP: the backend sent a FIN */
+#define SLUICE_NAT_CT_CLOSE_BITS                                                                   \
+	(SLUICE_NAT_CT_RST | SLUICE_NAT_CT_FIN_FWD | SLUICE_NAT_CT_FIN_REPLY)
+
+/* The age of a flow, the one rule the program and the agent's collector both apply to the
+ * flags (both entries of a flow carry the same RST/FIN bits: the program sets them on both):
+ *   UDP (any protocol but TCP)            -> udp
+ *   TCP, RST, or a FIN from both sides    -> tcp_closed (short: the connection is over)
+ *   TCP, a FIN from one side only         -> tcp_close_wait (half closed: it may still send)
+ *   TCP, otherwise                        -> tcp_established
+ * As the kernel's conntrack (CLOSE, TIME_WAIT) and Cilium (its TCP FIN timeout) do: ageing a
+ * closed connection by the close-wait time held each entry an hour, so the table sustained only
+ * max_flows / 2 / 3600 s new connections per second. Every age counts idle time. */
+enum sluice_nat_age {
+	SLUICE_NAT_AGE_UDP,
+	SLUICE_NAT_AGE_TCP_ESTABLISHED,
+	SLUICE_NAT_AGE_TCP_CLOSE_WAIT,
+	SLUICE_NAT_AGE_TCP_CLOSED,
+};
+
+static inline enum sluice_nat_age sluice_nat_age_of(__u8 proto, __u32 flags)
+{
+	if (proto != 6 /* IPPROTO_TCP: linux/in.h and netinet/in.h clash in C++ */)
+		return SLUICE_NAT_AGE_UDP;
+	if ((flags & SLUICE_NAT_CT_RST) ||
+	    (flags & (SLUICE_NAT_CT_FIN_FWD | SLUICE_NAT_CT_FIN_REPLY)) ==
+		(SLUICE_NAT_CT_FIN_FWD | SLUICE_NAT_CT_FIN_REPLY))
+		return SLUICE_NAT_AGE_TCP_CLOSED;
+	if (flags & (SLUICE_NAT_CT_FIN_FWD | SLUICE_NAT_CT_FIN_REPLY))
+		return SLUICE_NAT_AGE_TCP_CLOSE_WAIT;
+	return SLUICE_NAT_AGE_TCP_ESTABLISHED;
+}
 
 /* sluice_nat_ct value: forward entry, `to` is the backend (the new destination); reply entry,
  * `to` is the frontend (the new source). A preallocated hash, not an LRU, so that a full table
  * never evicts a live flow: a new flow that finds no room is passed to the stack (counted) and
  * the agent removes expired entries. A flow is live while either of its entries was used within
- * its age (TCP established; TCP closing, once a FIN or RST marked both; UDP): the agent removes
- * both once neither is. A new flow may take over a dead flow's reply entry, so a reply entry
- * whose `to` is not the forward key's destination belongs to another flow and stays. Only a
- * TCP SYN creates a flow. */
+ * its age (sluice_nat_age_of): the agent removes both once neither is. A new flow may take over
+ * a dead flow's reply entry, so a reply entry whose `to` is not the forward key's destination
+ * belongs to another flow and stays. Only a TCP SYN creates a flow. */
 struct sluice_nat_ct {
 	struct sluice_lb_addr to;
 	__u32 id; /* the service port (counters) */
