@@ -31,9 +31,9 @@ struct ClientOptions {
   // stay far below max_message_bytes.
   int64_t page_size = 500;
   // Later pages hold as many keys as the last page's average size fits in page_bytes (at most
-  // max_page_size): etcd spends CPU per page (a count of the rest of the range, a response), so
-  // 100,000 endpoints read in 5 pages instead of 40 cost etcd a third less. Two pages are in
-  // memory at once (one decoded while the next arrives).
+  // max_page_size): etcd spends CPU per page, so 100,000 endpoints read in 6 pages instead of
+  // 40 cost etcd a third less CPU (docs/performance.md). Two pages are in memory at once (one
+  // decoded while the next arrives).
   int64_t page_bytes = 4 << 20;
   int64_t max_page_size = 10'000;
 };
