@@ -159,16 +159,27 @@ grpc::Status Client::FinishRange(PendingRange& call) {
   return call.status;
 }
 
+int64_t Client::NextPageSize(const etcdserverpb::RangeResponse& page) const {
+  int64_t bytes = 0;
+  for (const mvccpb::KeyValue& kv : page.kvs()) {
+    bytes += static_cast<int64_t>(kv.key().size() + kv.value().size());
+  }
+  const int64_t fit = options_.page_bytes * page.kvs_size() / std::max<int64_t>(1, bytes);
+  return std::clamp(fit, options_.page_size, std::max(options_.page_size, options_.max_page_size));
+}
+
 absl::StatusOr<int64_t> Client::RangeAll(const std::string& key, const std::string& range_end,
                                          absl::FunctionRef<void(const mvccpb::KeyValue&)> fn) {
   int64_t revision = 0;  // pinned by the first page, so the pages form one snapshot
   int64_t limit = options_.page_size;
+  bool shrunk = false;  // a page exceeded max_message_bytes: pages never grow again
   std::string from = key;
   std::unique_ptr<PendingRange> page = StartRange(from, range_end, limit, revision);
   while (true) {
     const grpc::Status status = FinishRange(*page);
     if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED && limit > 1) {
       limit = std::max<int64_t>(1, limit / 2);
+      shrunk = true;
       VLOG(1) << "range " << endpoint().url << ": " << status.error_message() << "; retrying with "
               << limit << " keys per page";
       page = StartRange(from, range_end, limit, revision);
@@ -185,6 +196,9 @@ absl::StatusOr<int64_t> Client::RangeAll(const std::string& key, const std::stri
     // is always waited for at the top of the loop, so it never outlives this function.
     std::unique_ptr<PendingRange> next;
     if (response.more() && !response.kvs().empty()) {
+      if (!shrunk) {
+        limit = NextPageSize(response);
+      }
       from = response.kvs().rbegin()->key();
       from.push_back('\0');  // the next key after the last one read
       next = StartRange(from, range_end, limit, revision);

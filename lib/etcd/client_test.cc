@@ -93,6 +93,7 @@ TEST_F(ClientTest, PagesThroughEveryKeyAtTheFirstPagesRevision) {
   Fill(1234, 10);
   ClientOptions options;
   options.page_size = 100;
+  options.max_page_size = 100;  // fixed pages
   auto client = NewClient(options);
   std::vector<std::string> keys;
   auto revision =
@@ -112,6 +113,45 @@ TEST_F(ClientTest, PagesThroughEveryKeyAtTheFirstPagesRevision) {
   }
 }
 
+TEST_F(ClientTest, LaterPagesHoldWhatFitsInThePageBytes) {
+  Fill(3000, 992);  // 1,000 bytes per key and value
+  ClientOptions options;
+  options.page_size = 100;
+  options.page_bytes = 250'000;
+  int count = 0;
+  auto revision =
+      NewClient(options)->RangeAll("/p/", "/p0", [&](const mvccpb::KeyValue&) { ++count; });
+  ASSERT_TRUE(revision.ok()) << revision.status();
+  EXPECT_EQ(count, 3000);
+  absl::MutexLock lock(&kv_.mu_);
+  ASSERT_EQ(kv_.requests_.size(), 13u);  // 100, then 250 a page
+  EXPECT_EQ(kv_.requests_[0].limit(), 100);
+  for (size_t i = 1; i < kv_.requests_.size(); ++i) {
+    EXPECT_EQ(kv_.requests_[i].limit(), 250);
+    EXPECT_EQ(kv_.requests_[i].key(), absl::StrFormat("/p/%05d", 100 + 250 * (i - 1) - 1) + '\0');
+  }
+}
+
+TEST_F(ClientTest, PagesGrowToMaxPageSizeAndNeverBelowPageSize) {
+  Fill(2000, 10);
+  ClientOptions options;
+  options.page_size = 100;
+  options.max_page_size = 700;  // 4 MiB would fit every key
+  {
+    auto client = NewClient(options);
+    ASSERT_TRUE(client->RangeAll("/p/", "/p0", [](const mvccpb::KeyValue&) {}).ok());
+    absl::MutexLock lock(&kv_.mu_);
+    ASSERT_EQ(kv_.requests_.size(), 4u);  // 100, 700, 700, 700
+    EXPECT_EQ(kv_.requests_[1].limit(), 700);
+    kv_.requests_.clear();
+  }
+  options.page_bytes = 1;  // less than one key: the first page's size stays
+  ASSERT_TRUE(NewClient(options)->RangeAll("/p/", "/p0", [](const mvccpb::KeyValue&) {}).ok());
+  absl::MutexLock lock(&kv_.mu_);
+  ASSERT_EQ(kv_.requests_.size(), 20u);
+  EXPECT_EQ(kv_.requests_.back().limit(), 100);
+}
+
 TEST_F(ClientTest, ShrinksPagesThatExceedTheMessageLimit) {
   Fill(300, 1024);
   ClientOptions options;
@@ -123,7 +163,8 @@ TEST_F(ClientTest, ShrinksPagesThatExceedTheMessageLimit) {
   ASSERT_TRUE(revision.ok()) << revision.status();
   EXPECT_EQ(count, 300);
   absl::MutexLock lock(&kv_.mu_);
-  EXPECT_EQ(kv_.requests_.back().limit(), 31);  // 500 halved four times
+  EXPECT_EQ(kv_.requests_.back().limit(), 31);  // 500 halved four times, and no growing back
+  EXPECT_EQ(kv_.requests_.size(), 4u + 10u);    // four refused, then 300 keys 31 a page
 }
 
 TEST_F(ClientTest, ErrorsKeepTheirCodeAndNameTheEndpoint) {

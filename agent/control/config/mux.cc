@@ -87,7 +87,8 @@ void Mux::Apply(Kind<T>& kind, int rank, Op op, std::vector<std::shared_ptr<cons
   if (op == Op::kSet) {
     Store<T> next;
     for (auto& obj : objects) {
-      next[obj->meta.id] = std::move(obj);
+      // Sources list in name order: end() is the place (one comparison when it is not).
+      next.insert_or_assign(next.end(), obj->meta.id, std::move(obj));
     }
     for (const auto& [id, obj] : store) {
       if (!next.contains(id)) {
@@ -123,15 +124,18 @@ void Mux::Remerge(Kind<T>& kind, const NamespacedName& id, Notify notify) {
       break;
     }
   }
-  auto it = kind.merged.find(id);
-  std::shared_ptr<const T> prev = it == kind.merged.end() ? nullptr : it->second;
+  auto it = kind.merged.lower_bound(id);
+  const bool found = it != kind.merged.end() && it->first == id;
+  std::shared_ptr<const T> prev = found ? it->second : nullptr;
   if (prev == winner || (prev && winner && *prev == *winner)) {
     return;
   }
-  if (winner) {
-    kind.merged[id] = winner;
-  } else {
+  if (!winner) {
     kind.merged.erase(it);
+  } else if (found) {
+    it->second = winner;
+  } else {
+    kind.merged.emplace_hint(it, id, winner);
   }
   notify(prev, winner);
 }

@@ -60,22 +60,26 @@ void Proxier::ApplySliceChange(const config::EndpointSlicePtr& prev,
   }
   // Headless slices are never programmed; a slice may arrive before its Service: keep it.
   if (cur && !cur->meta.labels.contains(config::kHeadlessLabel)) {
-    slices_[OwnerOf(*cur)][cur->meta.id.name] = cur;
-    dirty->push_back(OwnerOf(*cur));
+    config::NamespacedName owner = OwnerOf(*cur);
+    // Slices come in name order, which mostly is their services' order: end() as for Services.
+    slices_.try_emplace(slices_.end(), owner)->second.insert_or_assign(cur->meta.id.name, cur);
+    dirty->push_back(std::move(owner));
   }
 }
 
 void Proxier::Rebuild(const config::NamespacedName& id, std::vector<ServicePortName>& touched) {
   std::map<ServicePortName, ServicePortInfoPtr> old;
-  if (auto it = built_.find(id); it != built_.end()) {
-    for (const auto& e : it->second) {
+  // One lookup, and the insert below at its place (a cold start builds 10,000 services).
+  auto at = built_.lower_bound(id);
+  if (at != built_.end() && at->first == id) {
+    for (const auto& e : at->second) {
       touched.push_back(e->name);
       if (auto p = ports_.find(e->name); p != ports_.end() && p->second == e) {
         ports_.erase(e->name);
       }
       old.emplace(e->name, e);
     }
-    built_.erase(it);
+    at = built_.erase(at);
   }
   auto svc = services_.find(id);
   if (svc == services_.end() || !ShouldProgram(*svc->second, node_)) {
@@ -87,8 +91,8 @@ void Proxier::Rebuild(const config::NamespacedName& id, std::vector<ServicePortN
       slices.push_back(slice);
     }
   }
-  auto& entries = built_[id];
-  entries = BuildServicePorts(*svc->second, slices, node_);
+  auto& entries =
+      built_.emplace_hint(at, id, BuildServicePorts(*svc->second, slices, node_))->second;
   for (auto& e : entries) {
     // Consumers redo a port only when its object changed: a port the change left as it was
     // (another port's endpoints, an annotation) keeps its object and is no change.
@@ -104,7 +108,8 @@ size_t Proxier::ApplyChanges(const Changes& changes, std::vector<ServicePortName
   std::vector<config::NamespacedName> dirty;
   for (const auto& [id, change] : changes.services) {
     if (change.second) {
-      services_[id] = change.second;
+      // Changes come in name order: past the last name (a cold start), end() is the place.
+      services_.insert_or_assign(services_.end(), id, change.second);
     } else {
       services_.erase(id);
     }
