@@ -76,6 +76,11 @@ void OutageProbe::Run() {
       break;
     }
     if (!status.ok()) {
+      if (callbacks_.on_failed) {
+        mu_.Unlock();
+        callbacks_.on_failed();
+        mu_.Lock();
+      }
       if (outage_since_ == 0) {
         outage_since_ = number;
         LOG(WARNING) << options_.server << " is unreachable (" << status.message()

@@ -37,6 +37,8 @@ class OutageProbe final {
     // Optional: the server answered after at least one failed probe (an outage). Called on the
     // probe thread before the waiting clients are released.
     absl::AnyInvocable<void()> on_recovered;
+    // Optional: a probe failed (for a counter). Called on the probe thread.
+    absl::AnyInvocable<void()> on_failed;
   };
   // How a wait ended.
   enum class Wait {

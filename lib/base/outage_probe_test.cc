@@ -39,6 +39,7 @@ class OutageProbeTest : public ::testing::Test {
             },
             .cancel = [] {},
             .on_recovered = [this] { recovered_calls_++; },
+            .on_failed = [this] { failed_calls_++; },
         },
         clock_);
   }
@@ -95,12 +96,14 @@ class OutageProbeTest : public ::testing::Test {
     EXPECT_EQ(a.get(), OutageProbe::Wait::kRecovered);
     EXPECT_EQ(b.get(), OutageProbe::Wait::kRecovered);
     EXPECT_EQ(recovered_calls_, 1);
+    EXPECT_EQ(failed_calls_, outage / kInterval);  // each failed probe reported once
   }
 
   FakeClock clock_;
   std::atomic<bool> up_{true};
   std::atomic<bool> stop_{false};
   std::atomic<int> recovered_calls_{0};
+  std::atomic<int> failed_calls_{0};
   std::atomic<int> done_{0};  // probes finished
   absl::Mutex mu_;
   std::vector<MonoTime> times_ ABSL_GUARDED_BY(mu_);  // of each probe, on the fake clock
@@ -119,6 +122,7 @@ TEST_F(OutageProbeTest, ADroppedConnectionToALiveServerIsAnsweredAtOnce) {
   EXPECT_EQ(w.get(), OutageProbe::Wait::kAnswered);
   EXPECT_EQ(probe_->attempts(), 1);
   EXPECT_EQ(recovered_calls_, 0);
+  EXPECT_EQ(failed_calls_, 0);
 }
 
 TEST_F(OutageProbeTest, ProbesStayOneIntervalApartAcrossOutages) {

@@ -99,8 +99,10 @@ absl::StatusOr<std::unique_ptr<EtcdSource>> EtcdSource::Create(const EtcdSourceO
   EtcdSource* self = source.get();
   source->probe_ = std::make_unique<base::OutageProbe>(
       base::OutageProbe::Options{.server = channel->name(), .interval = options.probe_interval},
-      base::OutageProbe::Callbacks{.probe = [self] { return self->Probe(); },
-                                   .cancel = [self] { self->client_->Cancel(); }},
+      base::OutageProbe::Callbacks{
+          .probe = [self] { return self->Probe(); },
+          .cancel = [self] { self->client_->Cancel(); },
+          .on_failed = [self] { self->metrics_.Error("unreachable").Inc(); }},
       base::RealClock::Get());
   source->thread_ = std::thread([self] { self->Run(); });
   return source;

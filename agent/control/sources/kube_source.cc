@@ -235,6 +235,7 @@ absl::StatusOr<std::unique_ptr<KubeSource>> KubeSource::Create(Options options,
           },
           .cancel = [client = source->probe_client_.get()] { client->Stop(); },
           .on_recovered = [gate = source->gate_.get()] { gate->Hold(); },
+          .on_failed = [self] { self->metrics_.Error("unreachable").Inc(); },
       },
       base::RealClock::Get());
   const std::string selector = KubeLabelSelector(source->options_.service_proxy_name);

@@ -418,6 +418,9 @@ TEST_F(KubeSourceTest, AfterAnOutageTheProbeFindsTheServerAndBothKindsComeBackTo
   // service b be applied without its slice.
   api_->Control(R"({"op":"fault","verb":"list","resource":"endpointslices","status":429,
                    "retry_after":1})");
+  // An outage is what a probe finds: a server back before the first probe is a dropped
+  // connection, and nothing is held.
+  ASSERT_TRUE(Eventually([&] { return h_.Errors("unreachable") >= 1; }));
   api_->Control(R"({"op":"outage","value":false})");
   const absl::Time restarted = absl::Now();
   // A change made once the server answers.
@@ -461,6 +464,7 @@ TEST_F(KubeSourceTest, AfterAnOutageAKindThatCannotBeListedHoldsTheOtherBackOnly
   api_->Control(R"({"op":"fault","verb":"list","resource":"endpointslices","status":403,
                    "count":1000})");
   PutService("b", "10.96.0.2");
+  ASSERT_TRUE(Eventually([&] { return h_.Errors("unreachable") >= 1; }));  // an outage
   const absl::Time restarting = absl::Now();  // before the server can answer the probe
   api_->Control(R"({"op":"outage","value":false})");
   ASSERT_TRUE(Eventually([&] { return HasService("ns/b"); })) << api_->Output();
