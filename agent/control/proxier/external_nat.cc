@@ -84,6 +84,7 @@ std::vector<std::string> NodeDevices(const std::vector<net::Cidr>& cidrs,
   }
   freeifaddrs(list);
   std::vector<NodeLink> all;
+  all.reserve(links.size());
   for (auto& [name, link] : links) {
     all.push_back(std::move(link));
   }
