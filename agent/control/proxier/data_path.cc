@@ -3,6 +3,7 @@
 
 #include <ifaddrs.h>
 
+#include <algorithm>
 #include <optional>
 #include <random>
 #include <utility>
@@ -23,34 +24,44 @@ constexpr absl::Duration kWorkerWait = absl::Seconds(5);
 
 }  // namespace
 
-std::vector<net::IpAddress> NodeAddresses(const std::vector<net::Cidr>& cidrs,
-                                          const absl::flat_hash_set<net::IpAddress>& exclude) {
-  std::vector<net::IpAddress> out;
+bool IsNodePortAddress(const net::IpAddress& ip, const std::vector<net::Cidr>& cidrs,
+                       const absl::flat_hash_set<net::IpAddress>& exclude) {
+  static const net::Cidr kLinkLocal6 = *net::Cidr::Parse("fe80::/10");
+  return !kLinkLocal6.Contains(ip) && !exclude.contains(ip) &&
+         (cidrs.empty() || std::any_of(cidrs.begin(), cidrs.end(),
+                                       [&](const net::Cidr& c) { return c.Contains(ip); }));
+}
+
+void ForEachLocalAddress(
+    absl::FunctionRef<void(const char* ifname, unsigned flags, const net::IpAddress& ip)> fn) {
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) {
     LOG(ERROR) << "getifaddrs: " << strerror(errno);
-    return out;
+    return;
   }
-  static const net::Cidr kLinkLocal6 = *net::Cidr::Parse("fe80::/10");
   for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
-    if (a->ifa_addr == nullptr) {
+    if (a->ifa_addr == nullptr ||
+        (a->ifa_addr->sa_family != AF_INET && a->ifa_addr->sa_family != AF_INET6)) {
       continue;
     }
     const socklen_t len =
         a->ifa_addr->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
-    auto sa = net::SocketAddress::FromSockaddr(a->ifa_addr, len);
-    if (!sa || kLinkLocal6.Contains(sa->ip()) || exclude.contains(sa->ip())) {
-      continue;
-    }
-    bool wanted = cidrs.empty();
-    for (const auto& c : cidrs) {
-      wanted = wanted || c.Contains(sa->ip());
-    }
-    if (wanted && std::find(out.begin(), out.end(), sa->ip()) == out.end()) {
-      out.push_back(sa->ip());
+    if (auto sa = net::SocketAddress::FromSockaddr(a->ifa_addr, len)) {
+      fn(a->ifa_name, a->ifa_flags, sa->ip());
     }
   }
   freeifaddrs(list);
+}
+
+std::vector<net::IpAddress> NodeAddresses(const std::vector<net::Cidr>& cidrs,
+                                          const absl::flat_hash_set<net::IpAddress>& exclude) {
+  std::vector<net::IpAddress> out;
+  ForEachLocalAddress([&](const char*, unsigned, const net::IpAddress& ip) {
+    if (IsNodePortAddress(ip, cidrs, exclude) &&
+        std::find(out.begin(), out.end(), ip) == out.end()) {
+      out.push_back(ip);
+    }
+  });
   std::sort(out.begin(), out.end());
   return out;
 }

@@ -11,6 +11,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "lib/net/address.h"
@@ -205,8 +206,17 @@ class DataPath final : public TableConsumer {
   std::set<ServicePortName> sctp_ ABSL_GUARDED_BY(mu_);
 };
 
-// The node's addresses that NodePorts listen on: every local address in `cidrs` (all when
-// empty), without IPv6 link-local ones and without `exclude` (our VIPs).
+// Whether NodePorts are served on the local address `ip`: in `cidrs` (any when empty), not
+// IPv6 link-local, not in `exclude` (our VIPs).
+bool IsNodePortAddress(const net::IpAddress& ip, const std::vector<net::Cidr>& cidrs,
+                       const absl::flat_hash_set<net::IpAddress>& exclude);
+
+// Calls `fn` with each IP address of this thread's network namespace, its interface's name and
+// flags (IFF_*). Logs and calls nothing when the addresses cannot be read.
+void ForEachLocalAddress(
+    absl::FunctionRef<void(const char* ifname, unsigned flags, const net::IpAddress& ip)> fn);
+
+// The node's addresses that NodePorts listen on (IsNodePortAddress), sorted.
 std::vector<net::IpAddress> NodeAddresses(const std::vector<net::Cidr>& cidrs,
                                           const absl::flat_hash_set<net::IpAddress>& exclude);
 

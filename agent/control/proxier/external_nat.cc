@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "agent/control/proxier/external_nat.h"
 
-#include <errno.h>
-#include <ifaddrs.h>
 #include <linux/ethtool.h>
 #include <linux/sockios.h>
 #include <net/if.h>
@@ -16,6 +14,8 @@
 #include "lib/base/log.h"
 #include "lib/base/unique_fd.h"
 
+#include "agent/control/proxier/data_path.h"
+
 namespace sluice::proxier {
 namespace {
 
@@ -27,18 +27,14 @@ std::string PortOf(const std::string& name) { return name.substr(0, name.rfind('
 std::vector<std::string> SelectNodeDevices(const std::vector<NodeLink>& links,
                                            const std::vector<net::Cidr>& cidrs,
                                            const absl::flat_hash_set<net::IpAddress>& exclude) {
-  static const net::Cidr kLinkLocal6 = *net::Cidr::Parse("fe80::/10");
   std::vector<std::string> out;
   for (const NodeLink& link : links) {
     if (link.driver == "veth" || link.driver == "bridge") {
       continue;
     }
-    const bool wanted =
-        std::any_of(link.addresses.begin(), link.addresses.end(), [&](const net::IpAddress& ip) {
-          return !kLinkLocal6.Contains(ip) && !exclude.contains(ip) &&
-                 (cidrs.empty() || std::any_of(cidrs.begin(), cidrs.end(),
-                                               [&](const net::Cidr& c) { return c.Contains(ip); }));
-        });
+    const bool wanted = std::any_of(
+        link.addresses.begin(), link.addresses.end(),
+        [&](const net::IpAddress& ip) { return IsNodePortAddress(ip, cidrs, exclude); });
     if (wanted && std::find(out.begin(), out.end(), link.name) == out.end()) {
       out.push_back(link.name);
     }
@@ -49,40 +45,27 @@ std::vector<std::string> SelectNodeDevices(const std::vector<NodeLink>& links,
 
 std::vector<std::string> NodeDevices(const std::vector<net::Cidr>& cidrs,
                                      const absl::flat_hash_set<net::IpAddress>& exclude) {
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) {
-    LOG(ERROR) << "getifaddrs: " << strerror(errno);
-    return {};
-  }
   // The driver by ethtool, on a socket of this thread's namespace (sysfs may show another's).
   base::UniqueFd sock(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   std::map<std::string, NodeLink> links;
-  for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
-    if (a->ifa_addr == nullptr || (a->ifa_flags & IFF_LOOPBACK) != 0 ||
-        (a->ifa_addr->sa_family != AF_INET && a->ifa_addr->sa_family != AF_INET6)) {
-      continue;
+  ForEachLocalAddress([&](const char* ifname, unsigned flags, const net::IpAddress& ip) {
+    if ((flags & IFF_LOOPBACK) != 0) {
+      return;
     }
-    const socklen_t len =
-        a->ifa_addr->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
-    auto sa = net::SocketAddress::FromSockaddr(a->ifa_addr, len);
-    if (!sa) {
-      continue;
-    }
-    auto [it, added] = links.try_emplace(a->ifa_name);
+    auto [it, added] = links.try_emplace(ifname);
     if (added) {
-      it->second.name = a->ifa_name;
+      it->second.name = ifname;
       ethtool_drvinfo info{};
       info.cmd = ETHTOOL_GDRVINFO;
       ifreq ifr{};
-      strncpy(ifr.ifr_name, a->ifa_name, IFNAMSIZ - 1);
+      strncpy(ifr.ifr_name, ifname, IFNAMSIZ - 1);
       ifr.ifr_data = reinterpret_cast<char*>(&info);
       if (sock && ioctl(sock.get(), SIOCETHTOOL, &ifr) == 0) {
         it->second.driver.assign(info.driver, strnlen(info.driver, sizeof(info.driver)));
       }
     }
-    it->second.addresses.push_back(sa->ip());
-  }
-  freeifaddrs(list);
+    it->second.addresses.push_back(ip);
+  });
   std::vector<NodeLink> all;
   all.reserve(links.size());
   for (auto& [name, link] : links) {
