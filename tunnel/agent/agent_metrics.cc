@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include "tunnel/wire/packet.h"
+
 namespace sluice::tunnel::agent {
 namespace {
 // Names, HELP texts, labels and buckets are upstream proxy-agent's (v0.31,
@@ -33,14 +35,8 @@ AgentMetrics::AgentMetrics(base::Registry& r)
                         .Get()),
       // Upstream's shared stream metrics (konnectivity-client's common metrics), with the
       // agent's segments: from_agent for what it sends, to_agent for what it receives.
-      packets(r.AddCounter(N("stream_packets_total"),
-                           "Count of packets processed, by segment and packet type (example: "
-                           "from_client, DIAL_REQ)",
-                           {"segment", "packet_type"})),
-      stream_errors(r.AddCounter(N("stream_errors_total"),
-                                 "Count of gRPC stream errors, by segment, grpc Code, packet type. "
-                                 "(example: from_agent, Code.Unavailable, DIAL_RSP)",
-                                 {"segment", "code", "packet_type"})),
+      packets(wire::AddStreamPackets(r, N(""))),
+      stream_errors(wire::AddStreamErrors(r, N(""))),
       bad_packets(r.AddCounter(S("bad_packets_total"),
                                "Packets dropped as malformed or unexpected, by reason.",
                                {"reason"})),

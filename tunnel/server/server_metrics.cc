@@ -44,14 +44,8 @@ ServerMetrics::ServerMetrics(base::Registry& r)
                                              "Latency of write to the frontend in seconds",
                                              kLatencyBuckets)
                                   .Get()),
-      packets(r.AddCounter(N("stream_packets_total"),
-                           "Count of packets processed, by segment and packet type (example: "
-                           "from_client, DIAL_REQ)",
-                           {"segment", "packet_type"})),
-      stream_errors(r.AddCounter(N("stream_errors_total"),
-                                 "Count of gRPC stream errors, by segment, grpc Code, packet type. "
-                                 "(example: from_agent, Code.Unavailable, DIAL_RSP)",
-                                 {"segment", "code", "packet_type"})),
+      packets(wire::AddStreamPackets(r, N(""))),
+      stream_errors(wire::AddStreamErrors(r, N(""))),
       culled_leases(r.AddCounter(N("culled_leases_count"),
                                  "Count of expired leases that the lease garbage collection "
                                  "controller has culled.")

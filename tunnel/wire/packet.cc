@@ -169,6 +169,20 @@ std::string RandomUuid() {
   return out;
 }
 
+base::Family<base::Counter>& AddStreamPackets(base::Registry& r, const std::string& prefix) {
+  return r.AddCounter(prefix + "stream_packets_total",
+                      "Count of packets processed, by segment and packet type (example: "
+                      "from_client, DIAL_REQ)",
+                      {"segment", "packet_type"});
+}
+
+base::Family<base::Counter>& AddStreamErrors(base::Registry& r, const std::string& prefix) {
+  return r.AddCounter(prefix + "stream_errors_total",
+                      "Count of gRPC stream errors, by segment, grpc Code, packet type. "
+                      "(example: from_agent, Code.Unavailable, DIAL_RSP)",
+                      {"segment", "code", "packet_type"});
+}
+
 std::string GrpcCodeName(int code) {
   static constexpr const char* kNames[] = {
       "OK",       "Canceled",       "Unknown",          "InvalidArgument",   "DeadlineExceeded",

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "client.pb.h"
+#include "lib/base/metrics.h"
 
 // Builders and checks for Konnectivity packets. The generated types live in the global
 // namespace because the upstream protos declare no package (the RPC paths depend on it).
@@ -143,6 +144,12 @@ std::string RandomUuid();
 // A gRPC status code as Go's codes.Code prints it ("Canceled", "Unavailable"; "Code(17)"), the
 // code label of upstream's stream_errors_total.
 std::string GrpcCodeName(int code);
+
+// Upstream's stream metrics shared by both ends (konnectivity-client's common metrics), named
+// `prefix` + "stream_packets_total" ({segment, packet_type}) and + "stream_errors_total"
+// ({segment, code, packet_type}): one HELP text for the server's and the agent's families.
+base::Family<base::Counter>& AddStreamPackets(base::Registry& r, const std::string& prefix);
+base::Family<base::Counter>& AddStreamErrors(base::Registry& r, const std::string& prefix);
 
 // Checks that the payload matches the type and IDs are sane. Receivers dispatch on `type`;
 // a packet failing this is logged, counted and dropped.
