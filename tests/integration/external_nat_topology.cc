@@ -16,16 +16,19 @@ import socket, socketserver, threading
 def peer(addr):
     return addr[0][7:] if addr[0].startswith("::ffff:") else addr[0]
 class Tcp(socketserver.StreamRequestHandler):
+    def who(self):
+        return (peer(self.request.getsockname()) + " " + peer(self.client_address) + "\n").encode()
     def handle(self):
         line = self.rfile.readline()
         if line.startswith(b"GET "):
+            path = line.split(b" ")[1]
             while self.rfile.readline() not in (b"\r\n", b"\n", b""):
                 pass
-            body = (peer(self.client_address) + "\n").encode()
+            body = self.who() if path == b"/who" else (peer(self.client_address) + "\n").encode()
             self.wfile.write(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
             return
         while line:
-            self.wfile.write(line)
+            self.wfile.write(self.who() if line == b"who\n" else line)
             self.wfile.flush()
             line = self.rfile.readline()
 class Udp(socketserver.BaseRequestHandler):
@@ -37,6 +40,7 @@ def dual(base):
         address_family = socket.AF_INET6
         allow_reuse_address = True
         daemon_threads = True
+        request_queue_size = 128
         def server_bind(self):
             self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
             super().server_bind()
