@@ -219,8 +219,9 @@ class LoadGenerator final {
                 const std::vector<std::string>& targets)
       : dir_(std::move(dir)) {
     std::filesystem::create_directories(dir_);
-    std::vector<std::string> argv = {"python3",          "-c", kLoad, dir_, absl::StrCat(workers),
-                                     absl::StrCat(longs)};
+    std::vector<std::string> argv = {"python3", "-c", kLoad, dir_};
+    argv.push_back(absl::StrCat(workers));
+    argv.push_back(absl::StrCat(longs));
     argv.insert(argv.end(), targets.begin(), targets.end());
     process_ = std::make_unique<testutil::Subprocess>(client.Exec(argv));
   }
@@ -267,8 +268,14 @@ class LoadGenerator final {
   // Waits until `cond` holds of the status (false after `timeout`, or if the generator died).
   bool WaitFor(const std::function<bool(const LoadStatus&)>& cond,
                absl::Duration timeout = absl::Seconds(60)) const {
-    return testutil::WaitFor([&] { return !process_->running() || cond(Status()); }, timeout) &&
-           process_->running();
+    bool exited = false;
+    return testutil::WaitFor(
+               [&] {
+                 exited = process_->Wait(absl::ZeroDuration()) != -1;
+                 return exited || cond(Status());
+               },
+               timeout) &&
+           !exited;
   }
 
   // Ends the run: the long connections close after one more exchange each. The final status.
