@@ -71,9 +71,8 @@ def udp(ip, port, src):
         s.connect((ip, port))
         s.send(b"who")
         data = s.recv(100).decode()
-        if not data.startswith("from "):
-            raise RuntimeError("answer %r" % data)
-        return "-", path_of(s, data[5:])
+        backend, peer = data.split()
+        return backend, path_of(s, peer)
 def failed(what, e):
     global fail
     with lock:
@@ -375,9 +374,7 @@ class ExternalNatLoadTest : public ExternalNatTopology {
   void StartWithTwoBackends(std::vector<std::string> extra_flags = {}) {
     std::vector<std::string> flags = Flags("bpf");
     flags.insert(flags.end(), extra_flags.begin(), extra_flags.end());
-    // Backends B and C: more addresses of the pod, served by its one backend process. (Not in
-    // the UDP tests: a UDP server on the wildcard address answers from the address the route
-    // prefers, which with several in one prefix need not be the one asked.)
+    // Backends B and C: more addresses of the pod, served by its one backend process.
     for (const char* address : {"10.88.2.3/24", "10.88.2.4/24"}) {
       ASSERT_EQ(testutil::RunCommand(pod_->Exec({"ip", "addr", "add", address, "dev", "np1"})), 0);
     }
@@ -400,13 +397,16 @@ class ExternalNatLoadTest : public ExternalNatTopology {
   std::vector<std::unique_ptr<LoadGenerator>> loads_;
 };
 
-// Endpoints removed and added while short requests and long connections run to every TCP
-// frontend: no request fails; each long connection keeps its backend, also one whose backend
-// left the set; once the kernel has the new set (what /debug/services shows is applied), no new
-// flow reaches a removed backend and an added one gets some.
+// Endpoints removed and added while short requests (TCP to every frontend, UDP to the
+// LoadBalancer IPs) and long connections run: no request fails; each long connection keeps its
+// backend, also one whose backend left the set; once the kernel has the new set (what
+// /debug/services shows is applied), no new flow reaches a removed backend and an added one gets
+// some.
 TEST_F(ExternalNatLoadTest, EndpointChurnUnderLoad) {
   StartWithTwoBackends();
-  LoadGenerator& load = StartLoad(/*workers=*/4, /*longs=*/4, kTcpTargets);
+  std::vector<std::string> targets = kTcpTargets;
+  targets.insert(targets.end(), kUdpTargets.begin(), kUdpTargets.end());
+  LoadGenerator& load = StartLoad(/*workers=*/4, /*longs=*/4, targets);
   ASSERT_TRUE(load.WaitFor([](const LoadStatus& s) { return s.longs.size() == 4 && s.ok >= 40; }))
       << Describe(load.Status()) << load.Output();
   // Per family, the backend that holds the LoadBalancer IP's long connection leaves (long 0
@@ -422,16 +422,22 @@ TEST_F(ExternalNatLoadTest, EndpointChurnUnderLoad) {
   WriteSlices({kept4}, {kept6});
   ASSERT_TRUE(WaitEndpoints({kept4, kept6}, {gone4, gone6})) << Get("/debug/services");
   load.SetPhase(1);
-  ASSERT_TRUE(load.WaitFor([](const LoadStatus& s) { return s.Count(1, "tcp") >= 40; }))
-      << Describe(load.Status()) << load.Output();
+  ASSERT_TRUE(load.WaitFor([](const LoadStatus& s) {
+    return s.Count(1, "tcp") >= 40 && s.Count(1, "udp") >= 10;
+  })) << Describe(load.Status())
+      << load.Output();
 
   WriteSlices({kept4, kC4}, {kept6, kC6});
   ASSERT_TRUE(WaitEndpoints({kept4, kC4, kept6, kC6}, {gone4, gone6})) << Get("/debug/services");
   load.SetPhase(2);
   const LoadStatus added = load.Status();
   ASSERT_TRUE(load.WaitFor([&](const LoadStatus& s) {
-    return s.Count(2, "tcp", kC4, "kernel") > 0 && s.Count(2, "tcp", kC6, "kernel") > 0 &&
-           s.LongsPast(added, 5);
+    for (const char* kind : {"tcp", "udp"}) {
+      if (s.Count(2, kind, kC4, "kernel") == 0 || s.Count(2, kind, kC6, "kernel") == 0) {
+        return false;
+      }
+    }
+    return s.LongsPast(added, 5);
   })) << Describe(load.Status())
       << load.Output();
 
@@ -445,10 +451,12 @@ TEST_F(ExternalNatLoadTest, EndpointChurnUnderLoad) {
   }
   // The kernel carried every flow: a set swap never leaves a frontend without backends.
   EXPECT_EQ(end.Count(0, "", "", "proxy"), 0) << Describe(end);
-  EXPECT_EQ(end.Count(1, "tcp", gone4, "kernel"), 0) << Describe(end);
-  EXPECT_EQ(end.Count(1, "tcp", gone6, "kernel"), 0) << Describe(end);
-  EXPECT_GT(end.Count(1, "tcp", kept4, "kernel"), 0) << Describe(end);
-  EXPECT_GT(end.Count(1, "tcp", kept6, "kernel"), 0) << Describe(end);
+  for (const char* kind : {"tcp", "udp"}) {
+    EXPECT_EQ(end.Count(1, kind, gone4), 0) << kind << "\n" << Describe(end);
+    EXPECT_EQ(end.Count(1, kind, gone6), 0) << kind << "\n" << Describe(end);
+    EXPECT_GT(end.Count(1, kind, kept4), 0) << kind << "\n" << Describe(end);
+    EXPECT_GT(end.Count(1, kind, kept6), 0) << kind << "\n" << Describe(end);
+  }
 }
 
 // kill -9 under load, then a new agent on the same bpf root: the pinned programs and maps go on

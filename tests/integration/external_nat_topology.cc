@@ -31,10 +31,6 @@ class Tcp(socketserver.StreamRequestHandler):
             self.wfile.write(self.who() if line == b"who\n" else line)
             self.wfile.flush()
             line = self.rfile.readline()
-class Udp(socketserver.BaseRequestHandler):
-    def handle(self):
-        data, sock = self.request
-        sock.sendto(b"from " + peer(self.client_address).encode(), self.client_address)
 def dual(base):
     class Server(base):
         address_family = socket.AF_INET6
@@ -47,7 +43,17 @@ def dual(base):
     return Server
 threading.Thread(target=dual(socketserver.ThreadingTCPServer)(("::", 8080), Tcp).serve_forever,
                  daemon=True).start()
-dual(socketserver.UDPServer)(("::", 5353), Udp).serve_forever()
+u = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+u.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+u.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVPKTINFO, 1)
+u.bind(("::", 5353))
+while True:
+    data, anc, _, addr = u.recvmsg(512, socket.CMSG_SPACE(20))
+    to = [d[:16] for level, kind, d in anc if (level, kind) == (socket.IPPROTO_IPV6, socket.IPV6_PKTINFO)]
+    local = peer((socket.inet_ntop(socket.AF_INET6, to[0]),))
+    reply = local + " " + peer(addr) if data == b"who" else "from " + peer(addr)
+    # From the address asked: on the wildcard address the route's preferred one would answer.
+    u.sendmsg([reply.encode()], [(socket.IPPROTO_IPV6, socket.IPV6_PKTINFO, to[0] + bytes(4))], 0, addr)
 )";
 
 // One UDP query to port 53: prints the reply, or exits 1 when none comes within a second.
