@@ -371,9 +371,7 @@ class ExternalNatLoadTest : public ExternalNatTopology {
   }
 
   // The service with endpoints A and B of each family, served in the kernel.
-  void StartWithTwoBackends(std::vector<std::string> extra_flags = {}) {
-    std::vector<std::string> flags = Flags("bpf");
-    flags.insert(flags.end(), extra_flags.begin(), extra_flags.end());
+  void StartWithTwoBackends() {
     // Backends B and C: more addresses of the pod, served by its one backend process.
     for (const char* address : {"10.88.2.3/24", "10.88.2.4/24"}) {
       ASSERT_EQ(testutil::RunCommand(pod_->Exec({"ip", "addr", "add", address, "dev", "np1"})), 0);
@@ -383,7 +381,7 @@ class ExternalNatLoadTest : public ExternalNatTopology {
           testutil::RunCommand(pod_->Exec({"ip", "addr", "add", address, "dev", "np1", "nodad"})),
           0);
     }
-    StartAgent(flags);
+    StartAgent(Flags("bpf"));
     WriteService("Cluster");
     WriteSlices({kA4, kB4}, {kA6, kB6});
     ASSERT_TRUE(WaitFrontends()) << Get("/debug/services");
