@@ -507,14 +507,13 @@ TEST_F(ExternalNatLoadTest, AgentKillAndRestartUnderLoad) {
 // A conntrack table of 8 flows (--external-max-flows=16 entries): of 12 long connections opened
 // one by one the first 8 are translated and the rest served by the proxy; while it is full
 // every new TCP and UDP flow is the proxy's, none fails, and each is counted as conntrack_full.
-// Once the flows end and age out (UDP's age shortened by --conntrack-udp-timeout), new flows are
-// translated again.
+// Once the flows end and age out (closed TCP flows after the fixed 10 s, extnat::kTcpClosedAge;
+// UDP's age shortened by --conntrack-udp-timeout), new flows are translated again.
 TEST_F(ExternalNatLoadTest, ConntrackFullFallsBackToTheProxy) {
   constexpr int kFlows = 8;
   std::vector<std::string> flags = Flags("bpf");
   flags.insert(flags.end(),
-               {absl::StrCat("--external-max-flows=", 2 * kFlows), "--conntrack-udp-timeout=2s",
-                "--conntrack-tcp-timeout-close-wait=2s"});
+               {absl::StrCat("--external-max-flows=", 2 * kFlows), "--conntrack-udp-timeout=2s"});
   StartAgent(flags);
   WriteService("Cluster");
   ASSERT_TRUE(WaitFrontends()) << Get("/debug/services");
