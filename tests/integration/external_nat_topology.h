@@ -27,9 +27,10 @@ std::string Url(const std::string& ip, int port = 80);
 // The pod runs one dual-stack backend on all its addresses: on TCP 8080 an HTTP answer naming
 // the peer's address (or, for GET /who, "<its own address> <peer>"), or, for a connection that
 // starts with anything else, a line echo (the line "who" answered as GET /who's body); on UDP
-// 5353 "from <peer>" (the datagram "who": "<its own address> <peer>"), from the address asked. The peer is the client's own address when the kernel translates, the
-// node's (10.88.2.2) when the proxy carries the connection. Skips where the agent's self-test
-// says the machine cannot run the NAT.
+// 5353 "from <peer>" (the datagram "who": "<its own address> <peer>"), from the address asked. The
+// peer is the client's own address when the kernel translates, the node's (10.88.2.2) when the
+// proxy carries the connection. Skips where the agent's self-test says the machine cannot run the
+// NAT.
 class ExternalNatTopology : public AgentTest {
  protected:
   void SetUp() override;
