@@ -1,12 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The eBPF NAT of remote clients (--external-datapath) end to end: the test thread's namespace
-// is the node (the agent runs there), a client host and a pod host hang off it on veths, and
-// the node routes between them:
-//
-//   client 10.88.1.1 / fd00:88:1::1 ── node 10.88.1.2 | 10.88.2.2 ── pod 10.88.2.1 / fd00:88:2::1
-//
-// The pod answers with the address it sees: the client's own when the kernel translates, the
-// node's (10.88.2.2) when the proxy carries the connection.
+// The eBPF NAT of remote clients (--external-datapath) end to end, in the three-namespace
+// topology of external_nat_topology.h (client — node — pod).
 #include <signal.h>
 
 #include <string>
@@ -17,65 +11,14 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 
-#include "agent/dataplane/extnat/ext_nat.h"
-#include "tests/integration/agent_fixture.h"
-#include "tests/testutil/cgroup.h"
-#include "tests/testutil/netns.h"
+#include "tests/integration/external_nat_topology.h"
+#include "tests/testutil/process.h"
 
 namespace sluice::testing {
 namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-// The pod: on 8080 an HTTP answer naming the peer's address, or, for a connection that starts
-// with anything else, a line echo; on 5353 a UDP echo naming the peer. Dual-stack.
-constexpr char kBackend[] = R"(
-import socket, socketserver, threading
-def peer(addr):
-    return addr[0][7:] if addr[0].startswith("::ffff:") else addr[0]
-class Tcp(socketserver.StreamRequestHandler):
-    def handle(self):
-        line = self.rfile.readline()
-        if line.startswith(b"GET "):
-            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                pass
-            body = (peer(self.client_address) + "\n").encode()
-            self.wfile.write(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
-            return
-        while line:
-            self.wfile.write(line)
-            self.wfile.flush()
-            line = self.rfile.readline()
-class Udp(socketserver.BaseRequestHandler):
-    def handle(self):
-        data, sock = self.request
-        sock.sendto(b"from " + peer(self.client_address).encode(), self.client_address)
-def dual(base):
-    class Server(base):
-        address_family = socket.AF_INET6
-        allow_reuse_address = True
-        daemon_threads = True
-        def server_bind(self):
-            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-            super().server_bind()
-    return Server
-threading.Thread(target=dual(socketserver.ThreadingTCPServer)(("::", 8080), Tcp).serve_forever,
-                 daemon=True).start()
-dual(socketserver.UDPServer)(("::", 5353), Udp).serve_forever()
-)";
-
-// One UDP query to port 53: prints the reply, or exits 1 when none comes within a second.
-constexpr char kUdpQuery[] = R"(
-import socket, sys
-s = socket.socket(socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET, socket.SOCK_DGRAM)
-s.settimeout(1)
-s.sendto(b"q", (sys.argv[1], 53))
-try:
-    print(s.recv(100).decode())
-except socket.timeout:
-    sys.exit(1)
-)";
 
 // One long TCP connection: a numbered line every 50 ms, each echo checked; prints "ok N" after
 // the Nth, and ends after the first exchange once the file argv[3] exists. Any error: "fail".
@@ -101,14 +44,6 @@ except Exception as e:
     sys.exit(1)
 )";
 
-constexpr char kLbV4[] = "10.77.0.1";
-constexpr char kLbV6[] = "fd00:77::1";
-
-std::string Url(const std::string& ip, int port = 80) {
-  return ip.find(':') == std::string::npos ? absl::StrCat("http://", ip, ":", port, "/")
-                                           : absl::StrCat("http://[", ip, "]:", port, "/");
-}
-
 // The last "ok N" of kLongClient's output, or 0.
 int Exchanges(const std::string& output) {
   int last = 0;
@@ -121,119 +56,14 @@ int Exchanges(const std::string& output) {
   return last;
 }
 
-class ExternalNatTest : public AgentTest {
+// The shared topology plus what these tests check on every frontend, and one long connection.
+class ExternalNatTest : public ExternalNatTopology {
  protected:
-  void SetUp() override {
-    AgentTest::SetUp();
-    if (IsSkipped()) {
-      return;
-    }
-    // The agent's own check, in this namespace: skip only where the machine cannot (CI runs
-    // where it can); any other failure is a failure.
-    absl::Status self_test = extnat::SelfTest();
-    if (absl::IsPermissionDenied(self_test) || absl::IsUnimplemented(self_test)) {
-      GTEST_SKIP() << "the eBPF NAT is unavailable here: " << self_test;
-    }
-    ASSERT_TRUE(self_test.ok()) << self_test;
-    auto bpffs = testutil::TestBpfFs::Create();
-    ASSERT_TRUE(bpffs.ok()) << bpffs.status();
-    bpffs_ = std::move(*bpffs);
-    auto client = testutil::PeerHost::Create("nc", {"10.88.1.2/24", "fd00:88:1::2/64"},
-                                             {"10.88.1.1/24", "fd00:88:1::1/64"},
-                                             {"10.88.1.2", "fd00:88:1::2"});
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = std::move(*client);
-    auto pod = testutil::PeerHost::Create("np", {"10.88.2.2/24", "fd00:88:2::2/64"},
-                                          {"10.88.2.1/24", "fd00:88:2::1/64"},
-                                          {"10.88.2.2", "fd00:88:2::2"});
-    ASSERT_TRUE(pod.ok()) << pod.status();
-    pod_ = std::move(*pod);
-    for (const char* key : {"net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"}) {
-      ASSERT_EQ(testutil::RunCommand({"sysctl", "-qw", key}), 0) << key;
-    }
-    backend_ = std::make_unique<testutil::Subprocess>(pod_->Exec({"python3", "-c", kBackend}));
-    ASSERT_TRUE(testutil::WaitFor([&] { return Curl(Url("10.88.2.1", 8080)) == "10.88.2.2\n"; },
-                                  absl::Seconds(10)))
-        << backend_->Output();
-  }
-
   void TearDown() override {
-    long_client_.reset();
-    backend_.reset();  // killed by PID before its namespace goes
-    pod_.reset();
-    client_.reset();
-    AgentTest::TearDown();  // stops the agent, then unmounts the bpffs (the pins go)
+    long_client_.reset();  // killed by PID before its namespace goes
+    ExternalNatTopology::TearDown();
   }
 
-  // The client-facing device is named: a veth, which the default selection leaves out.
-  std::vector<std::string> Flags(const std::string& mode) {
-    return {"--external-datapath=" + mode, "--bpf-root=" + bpffs_->path(),
-            "--external-devices=nc0"};
-  }
-
-  // A LoadBalancer service: TCP 80 (NodePort 30080) and UDP 53, both families, its one
-  // endpoint in the pod on this node.
-  void WriteService(const std::string& policy) {
-    std::string yaml = ServiceYaml(
-        "lb", {"10.96.0.50", "fd00:96::50"}, {{"http", 80, "TCP", 30080}, {"dns", 53, "UDP"}},
-        absl::StrCat("  type: LoadBalancer\n  externalTrafficPolicy: ", policy, "\n"));
-    if (policy == "Local") {
-      yaml += "  healthCheckNodePort: 32100\n";
-    }
-    absl::StrAppend(&yaml, "status:\n  loadBalancer:\n    ingress:\n    - ip: ", kLbV4,
-                    "\n    - ip: \"", kLbV6, "\"\n");
-    Write("lb.yaml", yaml);
-    const std::vector<PortSpec> ports = {{"http", 8080}, {"dns", 5353, "UDP"}};
-    Write("lb-v4.yaml", SliceYaml("lb", {"10.88.2.1"}, ports));
-    Write("lb-v6.yaml", SliceYaml("lb", {"fd00:88:2::1"}, ports, "IPv6"));
-  }
-  // The `externalBpf` list of test/lb's `port` in /debug/services ("" when absent).
-  std::string ExternalBpf(const std::string& port) {
-    const std::string json = Get("/debug/services");
-    const size_t object = json.find("\"service\": \"test/lb\", \"port\": \"" + port + "\"");
-    const size_t at =
-        object == std::string::npos ? object : json.find("\"externalBpf\": [", object);
-    if (at == std::string::npos) {
-      return "";
-    }
-    // The list ends at the first ']' that is not an IPv6 address's (those are followed by ':').
-    size_t end = json.find(']', at);
-    while (end != std::string::npos && end + 1 < json.size() && json[end + 1] == ':') {
-      end = json.find(']', end + 1);
-    }
-    return json.substr(at, end - at);
-  }
-  // Waits until /debug/services lists `frontend` ("tcp/10.77.0.1:80") as served by the NAT.
-  bool WaitExternal(const std::string& frontend, const std::string& port = "http") {
-    return testutil::WaitFor(
-        [&] { return ExternalBpf(port).find("\"" + frontend + "\"") != std::string::npos; },
-        absl::Seconds(10));
-  }
-  // Waits until the proxy listens on the LoadBalancer IP (its path when the NAT is off).
-  bool WaitProxy() {
-    return testutil::WaitFor(
-        [&] {
-          return Get("/debug/services").find(absl::StrCat("\"tcp/", kLbV4, ":80\"")) !=
-                 std::string::npos;
-        },
-        absl::Seconds(10));
-  }
-
-  // curl's body from the client host, or "exit N" when it failed.
-  std::string Curl(const std::string& url, bool from_client = false) {
-    std::vector<std::string> argv = {"curl", "-sS", "--max-time", "5", url};
-    if (from_client) {
-      argv = client_->Exec(argv);
-    }
-    std::string out;
-    const int rc = testutil::RunCommand(argv, &out);
-    return rc == 0 ? out : absl::StrCat("exit ", rc);
-  }
-  std::string Udp(const std::string& ip) {
-    std::string out;
-    const int rc = testutil::RunCommand(client_->Exec({"python3", "-c", kUdpQuery, ip}), &out);
-    return rc == 0 ? out : absl::StrCat("exit ", rc);
-  }
   // Every frontend of the service from the client: each answer must name `v4` (IPv4 clients)
   // or `v6`, or, when the proxy carries them, either of the node's addresses (it may dial the
   // pod's address of the other family).
@@ -256,9 +86,6 @@ class ExternalNatTest : public AgentTest {
     }
   }
 
-  std::unique_ptr<testutil::PeerHost> client_;
-  std::unique_ptr<testutil::PeerHost> pod_;
-  std::unique_ptr<testutil::Subprocess> backend_;
   std::unique_ptr<testutil::Subprocess> long_client_;
 };
 
