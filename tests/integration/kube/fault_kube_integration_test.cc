@@ -8,9 +8,12 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <set>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 #include "tests/integration/kube/api_agent_test.h"
 #include "tests/testutil/tcp_server.h"
@@ -156,6 +159,39 @@ TEST_P(KubeFaultTest, ConvergesAndKeepsWhatDidNotChange) {
       << agent_->Output();
 }
 
+// The lowest descriptor number `pid` could open next, once its connections to the admin port
+// `admin_port` (the test's last request, which the agent closes when it reads the EOF) are
+// closed. A soft RLIMIT_NOFILE set to it leaves no number free: the limit counts descriptor
+// numbers, not descriptors, and a count would leave the holes free.
+int LowestFreeFd(pid_t pid, int admin_port) {
+  const std::string proc = absl::StrCat("/proc/", pid);
+  std::set<std::string> closing;  // "socket:[inode]" of admin connections
+  for (const char* table : {"/net/tcp", "/net/tcp6"}) {
+    std::ifstream in(proc + table);
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
+      if (f.size() > 9 && f[3] != "0A" /* LISTEN */ &&
+          std::stoi(f[1].substr(f[1].find(':') + 1), nullptr, 16) == admin_port) {
+        closing.insert(absl::StrCat("socket:[", f[9], "]"));
+      }
+    }
+  }
+  std::set<int> open;
+  for (const auto& entry : std::filesystem::directory_iterator(proc + "/fd")) {
+    std::error_code ec;
+    if (!closing.contains(std::filesystem::read_symlink(entry.path(), ec).string())) {
+      open.insert(std::stoi(entry.path().filename().string()));
+    }
+  }
+  int lowest = 0;
+  while (open.contains(lowest)) {
+    ++lowest;
+  }
+  return lowest;
+}
+
 // Out of descriptors when the API server sends a new service (the soft RLIMIT_NOFILE of the
 // running agent lowered to its lowest free descriptor number, so no new descriptor can be
 // opened; the event comes over the watch already open): the sync cannot open the listener and is
@@ -169,16 +205,7 @@ TEST_F(ApiAgentTest, OutOfDescriptorsAtSyncRetriesUntilTheyFree) {
       {"--source=kube", "--kubeconfig=" + api_->WriteKubeconfig({.ca = "data"}), "--zone=z"});
   ASSERT_TRUE(WaitListener("tcp/10.96.0.12:80")) << agent_->Output();
   const std::string pid = absl::StrCat(agent_->pid());
-  // The limit counts descriptor numbers, not descriptors: below the lowest free number every
-  // slot is taken, while a count would leave the holes free.
-  std::set<int> open;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/" + pid + "/fd")) {
-    open.insert(std::stoi(entry.path().filename().string()));
-  }
-  int lowest_free = 0;
-  while (open.contains(lowest_free)) {
-    ++lowest_free;
-  }
+  const int lowest_free = LowestFreeFd(agent_->pid(), metrics_port_);
   // The soft limit only: raising it back needs no CAP_SYS_RESOURCE.
   ASSERT_EQ(
       testutil::RunCommand({"prlimit", "--pid", pid, absl::StrCat("--nofile=", lowest_free, ":")}),
