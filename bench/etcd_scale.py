@@ -164,7 +164,7 @@ def external_ip(i):
 
 def node_port(i):
     """Every tenth service is a NodePort (1,000 of 10,000 fit kube-apiserver's range)."""
-    return 30000 + i // 10 if i % 10 == 0 and i < 27670 else None
+    return 30000 + i // 10 if i % 10 == 0 and i // 10 <= 2767 else None
 
 
 def service(i, external=False):
