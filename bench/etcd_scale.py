@@ -47,7 +47,7 @@ agent's --hostname-override), as the NAT serves a port only then. The proxy keep
 every frontend too: 21,000 listeners do not fit a 20,000 RLIMIT_NOFILE, so --max-listeners
 leaves some Services to no listener (logged); the NAT programs them all. ClusterIPs are made
 local by one route (--service-cluster-ip-range): 20,000 VIPs on lo took the first sync's proxy
-step 20-30 s; the 10,000 external IPs still take seconds, hence --sync-period=10m. Reported:
+step 21-31 s; the 10,000 external IPs still take seconds, hence --sync-period=10m. Reported:
   cold start   sluice-agent start -> every NAT frontend in sluice_nat_svc (bpf(2) lookups:
                the last one written in name order every 2 ms, then all of them), and when the
                first sync's external-nat step ended (sluice_sync_consumer_applied_seconds
@@ -353,7 +353,7 @@ def run(args):
             lb_args += ["--external-datapath=bpf", f"--external-devices={NODE_DEVICE}",
                         f"--nodeport-addresses={NODE_IP}/32", f"--max-listeners={max_listeners()}",
                         # ClusterIPs local by one route: 20,000 VIPs on lo (no dummy link type
-                        # on this kernel) took the first sync's proxy step 20-30 s.
+                        # on this kernel) took the first sync's proxy step 21-31 s.
                         "--service-cluster-ip-range=10.96.0.0/16",
                         # The 10,000 external IPs still take seconds: no periodic sync right
                         # after the first one to blur its breakdown.
