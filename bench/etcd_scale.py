@@ -245,9 +245,12 @@ def make_node_device():
         subprocess.run(cmd, check=True)
 
 
-def agent_pid(proc, exe):
-    """The PID of the agent `proc` runs: itself, or under --wrap the wrapper's descendant
-    running `exe` (None until it has started)."""
+def agent_pid(proc, args):
+    """The PID of the agent `proc` runs: itself (--agent may be a script that execs it), or
+    under --wrap the wrapper's descendant running --agent (None until it has started)."""
+    if not args.wrap:
+        return proc.pid
+    exe = args.agent
     pids = [proc.pid]
     while pids:
         pid = pids.pop()
@@ -411,7 +414,7 @@ def run(args):
                 raise RuntimeError("sluice-agent exited; see agent.log")
             if time.time() - start > (180 if args.external_nat else 60):
                 raise RuntimeError("no complete sync in time; see agent.log")
-            pid = pid or agent_pid(agent, args.agent)
+            pid = pid or agent_pid(agent, args)
             want_lb = args.socket_lb and svc_map is None
             want_nat = args.external_nat and nat_map is None
             if pid and (want_lb or want_nat) and time.time() >= next_scan:
@@ -458,7 +461,7 @@ def run(args):
                               capture_output=True, text=True).stdout.count(" 10.96.")
         listeners = subprocess.run(["ss", "-Htln"], capture_output=True, text=True).stdout
         listeners = sum(1 for line in listeners.splitlines() if " 10.96." in line)
-        pid = agent_pid(agent, args.agent)
+        pid = agent_pid(agent, args)
         after_start = rss_kib(pid)
         print(f"cold start: {cold * 1000:.0f} ms to the first complete sync "
               f"({vips} VIPs, {listeners} listeners); the etcd source had read everything "
