@@ -1,11 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // ExternalNatChanges, apart from the consumer: it needs no extnat code, only its types.
-#include <algorithm>
-#include <random>
-
-#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 
+#include "agent/control/proxier/backend_order.h"
 #include "agent/control/proxier/external_nat.h"
 
 namespace sluice::proxier {
@@ -66,10 +63,7 @@ std::optional<extnat::Service> Family(const std::string& name, const ServicePort
   if (svc.frontends.empty()) {
     return std::nullopt;
   }
-  // As SocketBalancing: round-robin starts at a different backend on each node, in an order
-  // that stays the same from one sync to the next, so an unchanged port is not rewritten.
-  std::mt19937_64 rng(absl::HashOf(name, context.node_name));
-  std::shuffle(svc.backends.begin(), svc.backends.end(), rng);
+  NodeOrder(name, context.node_name, svc.backends);
   if (info.client_ip_affinity) {
     svc.affinity = info.affinity_timeout;
   }

@@ -1,12 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "agent/control/proxier/socket_balancing.h"
 
-#include <algorithm>
-#include <cstdint>
-
-#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "lib/base/log.h"
+
+#include "agent/control/proxier/backend_order.h"
 
 namespace sluice::proxier {
 namespace {
@@ -17,26 +15,6 @@ std::string Name(const ServicePortName& port, bool external, bool v4) {
 }
 
 std::string PortOf(const std::string& name) { return name.substr(0, name.rfind('#')); }
-
-// SplitMix64 (Steele, Lea, Flood: "Fast splittable pseudorandom number generators", 2014): a
-// seeded shuffle per service port needs a few numbers, and std::mt19937_64 fills 312 words of
-// state before the first one (17 ms of a cold start's 10,000 services).
-class SplitMix64 {
- public:
-  using result_type = uint64_t;
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  static constexpr result_type min() { return 0; }
-  static constexpr result_type max() { return ~result_type{0}; }
-  result_type operator()() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111eb;
-    return z ^ (z >> 31);
-  }
-
- private:
-  uint64_t state_;
-};
 
 }  // namespace
 
@@ -83,10 +61,7 @@ void SocketBalancing::Build(const ServicePortName& port, const ServicePortInfo* 
     if (svc.frontends.empty() || (svc.backends.empty() && !endpoints.empty())) {
       return std::nullopt;
     }
-    // Round-robin starts at a different backend on each node, but the order stays the same
-    // from one sync to the next, so an unchanged service is not rewritten.
-    SplitMix64 rng(absl::HashOf(name, options_.node_name));
-    std::shuffle(svc.backends.begin(), svc.backends.end(), rng);
+    NodeOrder(name, options_.node_name, svc.backends);
     if (info->client_ip_affinity) {
       svc.affinity = info->affinity_timeout;
     }

@@ -140,14 +140,18 @@ void ExtNat::Settle(const std::vector<Change>& changes, const Plan& plan, bool p
   if (!added) {
     return;
   }
-  // Counters are best effort, as ServiceMaps' are: zero, in case an earlier agent used the id.
+  // The programs create a port's counters at its first packet (traffic_count): creating them
+  // here cost a cold start ~25 us per port in the kernel's per-CPU allocator (235 ms of 10,000
+  // ports, docs/performance.md). Adopted maps may hold an earlier agent's under an id new to
+  // this one: removed, so the port counts from zero. Best effort, as ServiceMaps' counters.
+  const bool adopted_maps = adopted();
   const std::map<std::string, uint32_t> ids = services_.Ids();
-  const std::vector<sluice_nat_traffic> zero(maps_.traffic.value_size() /
-                                             sizeof(sluice_nat_traffic));
   for (const auto& [name, service] : changes) {
     auto id = ids.find(name);
     if (service && id != ids.end() && !traffic_ids_.contains(name)) {
-      (void)maps_.traffic.Update(&id->second, zero.data(), BPF_ANY);
+      if (adopted_maps) {
+        (void)maps_.traffic.Delete(&id->second);
+      }
       traffic_ids_.emplace(name, id->second);
     }
   }

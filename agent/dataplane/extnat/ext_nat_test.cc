@@ -282,15 +282,13 @@ TEST_F(ExtNatTest, CountersSumEveryCpuByServicePort) {
   sluice_lb_svc v;
   const sluice_lb_key key = Front("203.0.113.10:80");
   ASSERT_TRUE(svc_.Lookup(&key, &v).ok());
-  const sluice_nat_traffic zero[kCpus] = {};
-  sluice_nat_traffic got[kCpus];
-  ASSERT_TRUE(traffic_.Lookup(&v.id, got).ok());  // created with the service, zeroed
-  EXPECT_EQ(std::memcmp(got, zero, sizeof(got)), 0);
+  EXPECT_EQ(traffic_.size(), 0u);  // the programs create it at the first packet
+  EXPECT_EQ(nat->Counters().at("web").packets, 0u);
   const sluice_lb_stats stats[kCpus] = {{.translated = 2, .refused = 5}, {.translated = 3}};
   const sluice_nat_traffic traffic[kCpus] = {{.packets = 10, .bytes = 1000},
                                              {.packets = 7, .bytes = 700}};
   ASSERT_TRUE(stats_.Update(&v.id, stats, BPF_EXIST).ok());
-  ASSERT_TRUE(traffic_.Update(&v.id, traffic, BPF_EXIST).ok());
+  ASSERT_TRUE(traffic_.Update(&v.id, traffic, BPF_NOEXIST).ok());
   const ExtNat::Counts c = nat->Counters().at("web");
   EXPECT_EQ(c.flows, 5u);
   EXPECT_EQ(c.range_drops, 5u);
@@ -299,6 +297,26 @@ TEST_F(ExtNatTest, CountersSumEveryCpuByServicePort) {
   ASSERT_TRUE(nat->Apply({{"web", std::nullopt}}).ok());
   EXPECT_EQ(traffic_.size(), 0u);
   EXPECT_THAT(nat->Counters(), IsEmpty());
+}
+
+TEST_F(ExtNatTest, AdoptedTrafficCountersOfANewIdAreRemoved) {
+  // An earlier agent's frontend (id 1), and packets it counted under id 2 after it removed that
+  // service port; this agent continues at id 2.
+  const sluice_lb_key old_key = Front("203.0.113.99:80");
+  const sluice_lb_svc old_value{.id = 1, .set = 1, .count = 0};
+  ASSERT_TRUE(svc_.Update(&old_key, &old_value, BPF_ANY).ok());
+  const uint32_t stale_id = 2;
+  const sluice_nat_traffic stale[kCpus] = {{.packets = 3, .bytes = 300}};
+  ASSERT_TRUE(traffic_.Update(&stale_id, stale, BPF_ANY).ok());
+  auto nat = Make();
+  ASSERT_TRUE(nat->adopted());
+  ASSERT_TRUE(nat->Apply({{"web", Lb({})}}).ok());
+  sluice_lb_svc v;
+  const sluice_lb_key key = Front("203.0.113.10:80");
+  ASSERT_TRUE(svc_.Lookup(&key, &v).ok());
+  ASSERT_EQ(v.id, stale_id);
+  EXPECT_EQ(traffic_.size(), 0u);
+  EXPECT_EQ(nat->Counters().at("web").packets, 0u);
 }
 
 TEST_F(ExtNatTest, DropsSumEveryCpuByReason) {
