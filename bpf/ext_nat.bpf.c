@@ -21,6 +21,7 @@
 #include <bpf/bpf_endian.h>
 
 #include "sluice/bpf_abi.h"
+#include "sluice/counter.h"
 #include "sluice/lb_select.h"
 
 /* max_entries are set by the agent before load. Service maps are not preallocated, as in
@@ -53,7 +54,8 @@ struct {
 	__type(value, __u8);
 } sluice_nat_member SEC(".maps");
 
-/* service id -> per-CPU flows created and packets refused by source ranges (agent creates). */
+/* service id -> per-CPU flows created and packets refused by source ranges (created at first
+ * use: sluice/counter.h). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
@@ -161,10 +163,10 @@ static __always_inline void drop_count(__u32 reason)
 
 static __always_inline void stats_count(__u32 id, int refused)
 {
-	struct sluice_lb_stats *st = bpf_map_lookup_elem(&sluice_nat_stats, &id);
+	struct sluice_lb_stats *st = sluice_counter(&sluice_nat_stats, &id, struct sluice_lb_stats);
 
 	if (!st)
-		return;
+		return; /* full */
 	if (refused)
 		st->refused++;
 	else
@@ -173,16 +175,10 @@ static __always_inline void stats_count(__u32 id, int refused)
 
 static __always_inline void traffic_count(__u32 id, __u32 len)
 {
-	struct sluice_nat_traffic *t = bpf_map_lookup_elem(&sluice_nat_traffic, &id);
+	struct sluice_nat_traffic *t = sluice_counter(&sluice_nat_traffic, &id, struct sluice_nat_traffic);
 
-	if (!t) {
-		struct sluice_nat_traffic zero = {};
-
-		bpf_map_update_elem(&sluice_nat_traffic, &id, &zero, BPF_NOEXIST);
-		t = bpf_map_lookup_elem(&sluice_nat_traffic, &id);
-		if (!t)
-			return; /* full: the agent removes counters of removed services */
-	}
+	if (!t)
+		return; /* full: the agent removes counters of removed services */
 	t->packets++;
 	t->bytes += len;
 }

@@ -13,6 +13,7 @@
 #include <bpf/bpf_endian.h>
 
 #include "sluice/bpf_abi.h"
+#include "sluice/counter.h"
 #include "sluice/lb_select.h"
 
 /* max_entries are set by the agent before load (socket storage has none). Hash maps are not
@@ -85,7 +86,7 @@ struct {
 	__type(value, struct sluice_lb_addr);
 } sluice_lb_rev SEC(".maps");
 
-/* service id -> per-CPU counters (created by the agent). */
+/* service id -> per-CPU counters (created at first use: sluice/counter.h). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
@@ -160,10 +161,10 @@ static __always_inline void write_user(struct bpf_sock_addr *ctx, int v6,
 
 static __always_inline void count(__u32 id, int refused)
 {
-	struct sluice_lb_stats *st = bpf_map_lookup_elem(&sluice_lb_stats, &id);
+	struct sluice_lb_stats *st = sluice_counter(&sluice_lb_stats, &id, struct sluice_lb_stats);
 
 	if (!st)
-		return;
+		return; /* full */
 	if (refused)
 		st->refused++;
 	else

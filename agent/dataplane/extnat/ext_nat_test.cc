@@ -287,7 +287,7 @@ TEST_F(ExtNatTest, CountersSumEveryCpuByServicePort) {
   const sluice_lb_stats stats[kCpus] = {{.translated = 2, .refused = 5}, {.translated = 3}};
   const sluice_nat_traffic traffic[kCpus] = {{.packets = 10, .bytes = 1000},
                                              {.packets = 7, .bytes = 700}};
-  ASSERT_TRUE(stats_.Update(&v.id, stats, BPF_EXIST).ok());
+  ASSERT_TRUE(stats_.Update(&v.id, stats, BPF_NOEXIST).ok());
   ASSERT_TRUE(traffic_.Update(&v.id, traffic, BPF_NOEXIST).ok());
   const ExtNat::Counts c = nat->Counters().at("web");
   EXPECT_EQ(c.flows, 5u);

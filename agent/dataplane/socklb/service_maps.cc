@@ -277,7 +277,6 @@ absl::Status ServiceMaps::ApplyDistinct(const Change* changes, size_t count,
   std::set<std::string> written;
   absl::Status result = WriteFrontends(steps, written);
   Retire(steps, written, gone);
-  WriteCounters(steps);
   absl::MutexLock lock(&mu_);
   for (Step& s : steps) {
     if (!s.status.ok()) {
@@ -434,21 +433,6 @@ void ServiceMaps::Retire(const std::vector<Step>& steps, const std::set<std::str
       (void)maps_.stats.Delete(&s.old->id);
     }
   }
-}
-
-void ServiceMaps::WriteCounters(const std::vector<Step>& steps) {
-  // Last: creating a per-CPU entry costs the kernel's per-CPU allocator ~25 us (measured on
-  // 6.18: 10,000 new entries 225-350 ms, batched or not; a preallocated map ~9 ms), more than
-  // every other write of the service together. A service's counters therefore appear a moment
-  // after its frontends; connections in between are not counted (counters are best effort).
-  EntryBatch batch(maps_.stats);
-  const std::vector<char> zero(maps_.stats.value_size());
-  for (size_t i = 0; i < steps.size(); ++i) {
-    if (steps[i].status.ok() && steps[i].next && !steps[i].old) {
-      batch.AddBytes(i, &steps[i].next->id, zero.data());
-    }
-  }
-  batch.Write(maps_.stats, [](size_t, const absl::Status&) { return false; });
 }
 
 std::map<std::string, ServiceMaps::Counts> ServiceMaps::Counters() const {

@@ -68,7 +68,7 @@ class ServiceMaps final {
     fastpath::BpfMap& svc;     // sluice_lb_key -> sluice_lb_svc
     fastpath::BpfMap& slot;    // sluice_lb_slot -> sluice_lb_addr
     fastpath::BpfMap& member;  // sluice_lb_member -> u8
-    fastpath::BpfMap& stats;   // u32 id -> sluice_lb_stats per CPU
+    fastpath::BpfMap& stats;   // u32 id -> sluice_lb_stats per CPU (the programs create them)
   };
   // Reads what `maps` already hold. The maps must outlive this.
   explicit ServiceMaps(Maps maps);
@@ -120,7 +120,7 @@ class ServiceMaps final {
   void Sweep();
   // Applies changes of distinct names, each map's entries in batches, in the order that keeps
   // every frontend on a complete set: new sets, then membership, then one write per frontend
-  // value, then what the old values used, then the counters of new services.
+  // value, then what the old values used (and removed services' counters).
   absl::Status ApplyDistinct(const Change* changes, size_t count, std::vector<Gone>& gone)
       ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<Step> Plan(const Change* changes, size_t count) ABSL_LOCKS_EXCLUDED(mu_);
@@ -130,7 +130,6 @@ class ServiceMaps final {
   absl::Status WriteFrontends(const std::vector<Step>& steps, std::set<std::string>& written);
   void Retire(const std::vector<Step>& steps, const std::set<std::string>& written,
               std::vector<Gone>& gone);
-  void WriteCounters(const std::vector<Step>& steps);
   void FreeSet(uint32_t set, uint32_t count);
 
   const Maps maps_;
