@@ -88,15 +88,23 @@ TEST_F(ExternalNatChangesTest, LocalPolicyWithoutALocalEndpointIsLeftToTheProxy)
   EXPECT_FALSE(changes["ns/web:p#6"].has_value());
 }
 
-TEST_F(ExternalNatChangesTest, ClusterPolicyIsServedOnlyWhenEveryEndpointIsLocal) {
+TEST_F(ExternalNatChangesTest, ClusterPolicyListsRemoteEndpointsForSnat) {
   ServicePortInfo local = Port({{"10.0.0.1:8080", "node1"}, {"10.0.0.2:8080", "node1"}});
-  EXPECT_TRUE(Build(&local)["ns/web:p#4"].has_value());
-  // One remote backend: without SNAT its replies would bypass this node, so the proxy serves.
-  ServicePortInfo mixed = Port({{"10.0.0.1:8080", "node1"}, {"10.0.0.3:8080", "node2"}});
-  EXPECT_FALSE(Build(&mixed)["ns/web:p#4"].has_value());
-  // An endpoint without a node name is not known to be local.
+  ASSERT_TRUE(Build(&local)["ns/web:p#4"].has_value());
+  EXPECT_THAT(Build(&local)["ns/web:p#4"]->remote, IsEmpty());
+  // A backend on another node is served, SNATed so that its replies come back here.
+  ServicePortInfo mixed = Port({{"10.0.0.1:8080", "node1"}, {"10.0.0.3:8080", "node2"},
+                                {"10.0.0.3:8081", "node2"}});
+  auto changes = Build(&mixed);
+  ASSERT_TRUE(changes["ns/web:p#4"].has_value());
+  EXPECT_THAT(changes["ns/web:p#4"]->backends,
+              UnorderedElementsAre(Addr("10.0.0.1:8080"), Addr("10.0.0.3:8080"),
+                                   Addr("10.0.0.3:8081")));
+  EXPECT_THAT(changes["ns/web:p#4"]->remote, ElementsAre(Ip("10.0.0.3")));
+  // An endpoint without a node name is not known to be local: SNATed (a local one then finds
+  // no SNAT address on its pod-facing link, and the program leaves its flows to the proxy).
   ServicePortInfo unknown = Port({{"10.0.0.1:8080", "node1"}, {"10.0.0.4:8080", ""}});
-  EXPECT_FALSE(Build(&unknown)["ns/web:p#4"].has_value());
+  EXPECT_THAT(Build(&unknown)["ns/web:p#4"]->remote, ElementsAre(Ip("10.0.0.4")));
 }
 
 TEST_F(ExternalNatChangesTest, NoEndpointIsLeftToTheProxyWhichRefuses) {

@@ -187,6 +187,8 @@ TEST_F(FlowTableTest, ExtNatCollectsWithItsLoadOptions) {
   FakeBpfMap ranges{"sluice_nat_range", sizeof(sluice_nat_range), 1, 8};
   FakeBpfMap traffic{"sluice_nat_traffi", sizeof(uint32_t), sizeof(sluice_nat_traffic), 8};
   FakeBpfMap drops{"sluice_nat_drops", sizeof(uint32_t), sizeof(uint64_t), 8};
+  FakeBpfMap remote{"sluice_nat_rmt", sizeof(sluice_nat_host), 1, 8};
+  FakeBpfMap snat{"sluice_nat_snat", sizeof(uint32_t), sizeof(sluice_nat_ifaddr), 8};
   LoadOptions options;
   options.udp = absl::Seconds(5);
   options.tcp_closed = absl::Seconds(2);
@@ -195,7 +197,9 @@ TEST_F(FlowTableTest, ExtNatCollectsWithItsLoadOptions) {
                        .ranges = ranges,
                        .flows = ct_,
                        .traffic = traffic,
-                       .drops = drops},
+                       .drops = drops,
+                       .remote = remote,
+                       .snat = snat},
                       options);
   Service dns;
   dns.frontends = {{Addr("203.0.113.10:53"), true}};
