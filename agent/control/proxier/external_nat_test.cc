@@ -232,7 +232,9 @@ class ExternalNatTest : public ::testing::Test {
              .ranges = ranges_,
              .flows = ct_,
              .traffic = traffic_,
-             .drops = drops_},
+             .drops = drops_,
+             .remote = remote_,
+             .snat = snat_},
             extnat::LoadOptions{})),
         consumer_(*nat_, {.node_ips = [this] { return node_ips_; },
                           .devices = [this] { return devices_; },
@@ -264,6 +266,8 @@ class ExternalNatTest : public ::testing::Test {
   fastpath::FakeBpfMap traffic_{"sluice_nat_traffi", sizeof(uint32_t),
                                 kCpus * sizeof(sluice_nat_traffic), 64};
   fastpath::FakeBpfMap drops_{"sluice_nat_drops", sizeof(uint32_t), kCpus * sizeof(uint64_t), 64};
+  fastpath::FakeBpfMap remote_{"sluice_nat_rmt", sizeof(sluice_nat_host), 1, 64};
+  fastpath::FakeBpfMap snat_{"sluice_nat_snat", sizeof(uint32_t), sizeof(sluice_nat_ifaddr), 64};
   std::vector<net::IpAddress> node_ips_ = {Ip("192.0.2.1")};
   std::vector<std::string> devices_ = {"eth0"};
   std::unique_ptr<extnat::ExtNat> nat_;
