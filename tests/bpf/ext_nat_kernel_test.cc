@@ -730,6 +730,38 @@ TEST_F(ExtNatKernelTest, PinnedMapsOfAnotherSizeAreReplaced) {
   EXPECT_EQ(AskOnce(kExt4), "a 10.89.1.1 3") << "the service maps were reused";
 }
 
+// The packets the stack forwards to the pod, by an nftables counter on the forward hook.
+uint64_t ForwardedToPod() {
+  std::string out;
+  testutil::RunCommand({"nft", "list", "chain", "inet", "sluice_test", "forwarded"}, &out);
+  const size_t at = out.find("packets ");
+  return at == std::string::npos ? 0 : std::stoull(out.substr(at + 8));
+}
+
+// A translated request leaves by the FIB lookup and a redirect, not through the stack's
+// forwarding (and netfilter); with fib_forward off, through the stack as before.
+TEST_F(ExtNatKernelTest, TranslatedRequestsSkipTheStacksForwarding) {
+  ASSERT_EQ(testutil::RunCommand({"nft", "add table inet sluice_test; add chain inet sluice_test "
+                                         "forwarded { type filter hook forward priority 0; }; add rule "
+                                         "inet sluice_test forwarded ip daddr 10.89.2.1 counter"}),
+            0);
+  for (bool fib : {true, false}) {
+    SCOPED_TRACE(fib ? "fib_forward" : "to the stack");
+    Load({.fib_forward = fib});
+    Apply({{"web4", Svc({kExt4}, {kPodA4})}, {"dns4", Svc({kExtDns4}, {kDnsA4}, true)}});
+    const uint64_t before = ForwardedToPod();
+    EXPECT_EQ(AskOnce(kExt4), "a 10.89.1.1 3");
+    EXPECT_EQ(UdpAsk(kExtDns4).first, "a 10.89.1.1 1");
+    if (fib) {
+      EXPECT_EQ(ForwardedToPod(), before);
+    } else {
+      EXPECT_GT(ForwardedToPod(), before);
+    }
+    Unload();
+    ASSERT_TRUE(NatObject::RemoveAll(bpffs_->path()).ok());
+  }
+}
+
 // ---- SNAT: the pod as a backend on another node (eTP Cluster) ----
 
 // TCP and UDP, both families: the pod sees the node's address on np0, the client gets its
