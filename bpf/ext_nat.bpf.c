@@ -532,7 +532,8 @@ static __always_inline int fib(struct __sk_buff *skb, const struct pkt *p, const
 /* A router's TTL (hop limit) decrement. Returns 0, -ETIMEDOUT when it ran out, or -EFAULT. */
 static __always_inline int ttl_dec(struct __sk_buff *skb, int v6)
 {
-	__u32 at = ETH_HLEN + (v6 ? offsetof(struct ipv6hdr, hop_limit) : offsetof(struct iphdr, ttl));
+	__u32 at =
+	    ETH_HLEN + (v6 ? offsetof(struct ipv6hdr, hop_limit) : offsetof(struct iphdr, ttl));
 	__u8 ttl;
 
 	if (bpf_skb_load_bytes(skb, at, &ttl, 1))
@@ -566,7 +567,8 @@ static __always_inline int forward(struct __sk_buff *skb, const struct pkt *p, c
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) {
 		if (!snat)
 			return TC_ACT_OK;
-		drop_count(rc == BPF_FIB_LKUP_RET_FRAG_NEEDED ? SLUICE_NAT_MTU : SLUICE_NAT_NO_ROUTE);
+		drop_count(rc == BPF_FIB_LKUP_RET_FRAG_NEEDED ? SLUICE_NAT_MTU
+							      : SLUICE_NAT_NO_ROUTE);
 		return TC_ACT_SHOT;
 	}
 	err = ttl_dec(skb, p->v6);
@@ -626,8 +628,8 @@ static __always_inline int snat_source(struct __sk_buff *skb, const struct pkt *
 static __always_inline int snat_create(const struct pkt *p, const struct sluice_lb_addr *be,
 				       __u32 id, __u64 now, struct sluice_lb_addr *nat)
 {
-	struct sluice_nat_ct fwd = {.to = *be, .id = id, .flags = SLUICE_NAT_CT_SNAT,
-				    .last_ns = now};
+	struct sluice_nat_ct fwd = {
+	    .to = *be, .id = id, .flags = SLUICE_NAT_CT_SNAT, .last_ns = now};
 	struct sluice_nat_ct rep = {
 	    .id = id, .flags = SLUICE_NAT_CT_REPLY | SLUICE_NAT_CT_SNAT, .last_ns = now};
 	__u32 n = snat_port_max - snat_port_min + 1;
@@ -800,7 +802,7 @@ static __always_inline int egress(struct __sk_buff *skb, struct pkt *p)
 	struct sluice_lb_addr to;
 	__u64 now;
 
-	/* An SNATed flow's reply entry is the backend's answer to the node: ingress translates it. */
+	/* An SNATed flow's reply entry: its packets arrive at ingress, which translates them. */
 	if (!ct || !(ct->flags & SLUICE_NAT_CT_REPLY) || (ct->flags & SLUICE_NAT_CT_SNAT))
 		return TC_ACT_OK;
 	now = bpf_ktime_get_ns();

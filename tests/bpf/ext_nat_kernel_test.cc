@@ -250,8 +250,8 @@ class ExtNatKernelTest : public ::testing::Test {
   void MakePodRemote() {
     ASSERT_TRUE(nat_->Attach("np0").ok());
     for (const char* ip : {"10.89.2.1", "fd00:89:2::1"}) {
-      const sluice_lb_addr a = socklb::LbAddr(Addr(absl::StrCat(
-          ip[0] == 'f' ? "[" : "", ip, ip[0] == 'f' ? "]" : "", ":0")));
+      const sluice_lb_addr a = socklb::LbAddr(
+          Addr(absl::StrCat(ip[0] == 'f' ? "[" : "", ip, ip[0] == 'f' ? "]" : "", ":0")));
       sluice_nat_host key{};
       std::memcpy(key.addr, a.addr, sizeof(key.addr));
       const uint8_t one = 1;
@@ -741,9 +741,10 @@ uint64_t ForwardedToPod() {
 // A translated request leaves by the FIB lookup and a redirect, not through the stack's
 // forwarding (and netfilter); with fib_forward off, through the stack as before.
 TEST_F(ExtNatKernelTest, TranslatedRequestsSkipTheStacksForwarding) {
-  ASSERT_EQ(testutil::RunCommand({"nft", "add table inet sluice_test; add chain inet sluice_test "
-                                         "forwarded { type filter hook forward priority 0; }; add rule "
-                                         "inet sluice_test forwarded ip daddr 10.89.2.1 counter"}),
+  ASSERT_EQ(testutil::RunCommand({"nft",
+                                  "add table inet sluice_test; add chain inet sluice_test "
+                                  "forwarded { type filter hook forward priority 0; }; add rule "
+                                  "inet sluice_test forwarded ip daddr 10.89.2.1 counter"}),
             0);
   for (bool fib : {true, false}) {
     SCOPED_TRACE(fib ? "fib_forward" : "to the stack");
@@ -790,7 +791,8 @@ TEST_F(ExtNatKernelTest, RemoteBackendsSeeTheNodeAddressRepliesComeFromTheFronte
   }
   // Each flow: a forward entry and a reply entry keyed (backend, node address, SNAT port).
   size_t replies = 0;
-  for (const auto& [k, v] : fastpath::TypedMap<sluice_nat_tuple, sluice_nat_ct>(*maps_[5]).Entries()) {
+  for (const auto& [k, v] :
+       fastpath::TypedMap<sluice_nat_tuple, sluice_nat_ct>(*maps_[5]).Entries()) {
     EXPECT_NE(v.flags & SLUICE_NAT_CT_SNAT, 0u);
     if ((v.flags & SLUICE_NAT_CT_REPLY) != 0) {
       ++replies;
@@ -815,7 +817,8 @@ TEST_F(ExtNatKernelTest, ConcurrentFlowsGetDistinctSnatPorts) {
     EXPECT_EQ(Ask(conns.back().get()), "a 10.89.2.2 3");
   }
   std::set<uint16_t> ports;
-  for (const auto& [k, v] : fastpath::TypedMap<sluice_nat_tuple, sluice_nat_ct>(*maps_[5]).Entries()) {
+  for (const auto& [k, v] :
+       fastpath::TypedMap<sluice_nat_tuple, sluice_nat_ct>(*maps_[5]).Entries()) {
     if ((v.flags & SLUICE_NAT_CT_REPLY) == 0) {
       ports.insert(ntohs(v.nat.port));
     }

@@ -114,13 +114,12 @@ class PodBehind final {
   // the node's. Returns the failing command's output, or "".
   std::string Create(const std::vector<std::string>& node_addresses,
                      const std::vector<std::string>& addresses) {
-    std::vector<std::vector<std::string>> steps = {
-        {"ip", "netns", "add", name_},
-        {"ip", "-n", node_, "link", "add", "pb0", "type", "veth", "peer", "name", "pb1", "netns",
-         name_},
-        {"ip", "-n", node_, "link", "set", "pb0", "up"},
-        {"ip", "-n", name_, "link", "set", "lo", "up"},
-        {"ip", "-n", name_, "link", "set", "pb1", "up"}};
+    std::vector<std::vector<std::string>> steps = {{"ip", "netns", "add", name_},
+                                                   {"ip", "-n", node_, "link", "add", "pb0", "type",
+                                                    "veth", "peer", "name", "pb1", "netns", name_},
+                                                   {"ip", "-n", node_, "link", "set", "pb0", "up"},
+                                                   {"ip", "-n", name_, "link", "set", "lo", "up"},
+                                                   {"ip", "-n", name_, "link", "set", "pb1", "up"}};
     for (const auto& a : node_addresses) {
       steps.push_back({"ip", "-n", node_, "addr", "add", a, "dev", "pb0", "nodad"});
     }
@@ -129,8 +128,8 @@ class PodBehind final {
     }
     for (const auto& a : node_addresses) {
       const std::string gw = a.substr(0, a.find('/'));
-      steps.push_back({"ip", "-n", name_, gw.find(':') == std::string::npos ? "-4" : "-6",
-                       "route", "add", "default", "via", gw});
+      steps.push_back({"ip", "-n", name_, gw.find(':') == std::string::npos ? "-4" : "-6", "route",
+                       "add", "default", "via", gw});
     }
     for (const auto& argv : steps) {
       std::string out;
@@ -218,23 +217,22 @@ class ExternalNatSnatTest : public AgentTest {
   }
 
   void StartNatAgent() {
-    StartAgent({"--external-datapath=bpf", "--bpf-root=" + bpffs_->path(),
-                "--external-devices=nc0,nb0"});
+    StartAgent(
+        {"--external-datapath=bpf", "--bpf-root=" + bpffs_->path(), "--external-devices=nc0,nb0"});
   }
 
   // A LoadBalancer service, eTP Cluster: TCP 80 (NodePort 30080) and UDP 53, both families;
   // endpoints pod b (node2) and, `with_local`, pod a (this node).
   void WriteService(bool with_local = true) {
-    std::string yaml = ServiceYaml(
-        "lb", {"10.96.0.50", "fd00:96::50"}, {{"http", 80, "TCP", 30080}, {"dns", 53, "UDP"}},
-        "  type: LoadBalancer\n  externalTrafficPolicy: Cluster\n");
+    std::string yaml = ServiceYaml("lb", {"10.96.0.50", "fd00:96::50"},
+                                   {{"http", 80, "TCP", 30080}, {"dns", 53, "UDP"}},
+                                   "  type: LoadBalancer\n  externalTrafficPolicy: Cluster\n");
     absl::StrAppend(&yaml, "status:\n  loadBalancer:\n    ingress:\n    - ip: ", kLbV4,
                     "\n    - ip: \"", kLbV6, "\"\n");
     Write("lb.yaml", yaml);
     const std::vector<PortSpec> ports = {{"http", 8080}, {"dns", 5353, "UDP"}};
-    for (const auto& [family, a, b] :
-         {std::tuple{"IPv4", "10.87.4.1", "10.87.3.1"},
-          std::tuple{"IPv6", "fd00:87:4::1", "fd00:87:3::1"}}) {
+    for (const auto& [family, a, b] : {std::tuple{"IPv4", "10.87.4.1", "10.87.3.1"},
+                                       std::tuple{"IPv6", "fd00:87:4::1", "fd00:87:3::1"}}) {
       std::vector<std::string> addresses = {b};
       if (with_local) {
         addresses.push_back(a);
@@ -332,9 +330,9 @@ TEST_F(ExternalNatSnatTest, ConcurrentConnectionsGetDistinctSnatPorts) {
   ASSERT_TRUE(WaitServed(1)) << Get("/debug/services");
   constexpr int kConnections = 50;
   std::string out;
-  ASSERT_EQ(testutil::RunCommand(client_->Exec({"python3", "-c", kManyClients, kLbV4,
-                                                std::to_string(kConnections)}),
-                                 &out),
+  ASSERT_EQ(testutil::RunCommand(
+                client_->Exec({"python3", "-c", kManyClients, kLbV4, std::to_string(kConnections)}),
+                &out),
             0)
       << out;
   std::set<int> ports;

@@ -70,8 +70,7 @@ class ExternalNat final : public TableConsumer {
     // The devices remote clients arrive on; read at each full sync.
     std::function<std::vector<std::string>()> devices;
     // Their SNAT addresses (SnatDevices below); read at each full sync with the devices.
-    std::function<std::vector<extnat::SnatDevice>(const std::vector<std::string>&)>
-        snat_addresses;
+    std::function<std::vector<extnat::SnatDevice>(const std::vector<std::string>&)> snat_addresses;
     bool random = false;    // --external-algorithm=random
     std::string node_name;  // local endpoints; also seeds each service's backend order
   };

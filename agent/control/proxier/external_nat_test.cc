@@ -93,13 +93,13 @@ TEST_F(ExternalNatChangesTest, ClusterPolicyListsRemoteEndpointsForSnat) {
   ASSERT_TRUE(Build(&local)["ns/web:p#4"].has_value());
   EXPECT_THAT(Build(&local)["ns/web:p#4"]->remote, IsEmpty());
   // A backend on another node is served, SNATed so that its replies come back here.
-  ServicePortInfo mixed = Port({{"10.0.0.1:8080", "node1"}, {"10.0.0.3:8080", "node2"},
-                                {"10.0.0.3:8081", "node2"}});
+  ServicePortInfo mixed =
+      Port({{"10.0.0.1:8080", "node1"}, {"10.0.0.3:8080", "node2"}, {"10.0.0.3:8081", "node2"}});
   auto changes = Build(&mixed);
   ASSERT_TRUE(changes["ns/web:p#4"].has_value());
-  EXPECT_THAT(changes["ns/web:p#4"]->backends,
-              UnorderedElementsAre(Addr("10.0.0.1:8080"), Addr("10.0.0.3:8080"),
-                                   Addr("10.0.0.3:8081")));
+  EXPECT_THAT(
+      changes["ns/web:p#4"]->backends,
+      UnorderedElementsAre(Addr("10.0.0.1:8080"), Addr("10.0.0.3:8080"), Addr("10.0.0.3:8081")));
   EXPECT_THAT(changes["ns/web:p#4"]->remote, ElementsAre(Ip("10.0.0.3")));
   // An endpoint without a node name is not known to be local: SNATed (a local one then finds
   // no SNAT address on its pod-facing link, and the program leaves its flows to the proxy).

@@ -167,7 +167,8 @@ absl::Status ExtNat::SetSnatDevices(const std::vector<SnatDevice>& devices) {
 void ExtNat::ListRemote(const std::vector<Change>& changes, Plan& plan) {
   for (size_t i = 0; i < changes.size(); ++i) {
     const auto& [name, service] = changes[i];
-    std::vector<net::IpAddress> ips = service ? Sorted(service->remote) : std::vector<net::IpAddress>{};
+    std::vector<net::IpAddress> ips =
+        service ? Sorted(service->remote) : std::vector<net::IpAddress>{};
     std::vector<net::IpAddress> listed;
     absl::Status st;
     for (const net::IpAddress& ip : ips) {

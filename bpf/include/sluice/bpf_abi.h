@@ -232,11 +232,11 @@ static inline enum sluice_nat_age sluice_nat_age_of(__u8 proto, __u32 flags)
  * `to` is the frontend (the new source). With SLUICE_NAT_CT_SNAT `nat` is, in the forward entry,
  * the node address and port the packet leaves from (the new source), in the reply entry the
  * client (the new destination); without it `nat` is zero. A preallocated hash, not an LRU, so
- * that a full table never evicts a live flow: a new flow that finds no room is passed to the stack (counted) and
- * the agent removes expired entries. A flow is live while either of its entries was used within
- * its age (sluice_nat_age_of): the agent removes both once neither is. A new flow may take over
- * a dead flow's reply entry, so a reply entry whose `to` is not the forward key's destination
- * belongs to another flow and stays. Only a TCP SYN creates a flow. */
+ * that a full table never evicts a live flow: a new flow that finds no room is passed to the stack
+ * (counted) and the agent removes expired entries. A flow is live while either of its entries was
+ * used within its age (sluice_nat_age_of): the agent removes both once neither is. A new flow may
+ * take over a dead flow's reply entry, so a reply entry whose `to` is not the forward key's
+ * destination belongs to another flow and stays. Only a TCP SYN creates a flow. */
 struct sluice_nat_ct {
 	struct sluice_lb_addr to;
 	struct sluice_lb_addr nat;
