@@ -829,6 +829,38 @@ TEST_F(ExtNatKernelTest, ConcurrentFlowsGetDistinctSnatPorts) {
   }
 }
 
+// ICMP errors about SNATed flows, both ways: the client's port unreachable about a reply
+// reaches the backend quoting the SNAT address it sent to; the backend's port unreachable
+// reaches the client quoting what the client sent (its connected socket is refused).
+TEST_F(ExtNatKernelTest, IcmpErrorsOfSnatedFlowsAreTranslated) {
+  Load();
+  MakePodRemote();
+  const net::SocketAddress front4 = Addr("10.89.9.9:54"), front6 = Addr("[fd00:89:9::9]:54");
+  const net::SocketAddress closed4 = Addr("10.89.9.9:55"), closed6 = Addr("[fd00:89:9::9]:55");
+  Apply({{"late4", Svc({front4}, {Addr("10.89.2.1:5355")}, true)},
+         {"late6", Svc({front6}, {Addr("[fd00:89:2::1]:5355")}, true)},
+         {"closed4", Svc({closed4}, {Addr("10.89.2.1:5999")}, true)},
+         {"closed6", Svc({closed6}, {Addr("[fd00:89:2::1]:5999")}, true)}});
+  for (const auto& [front, trigger] : {std::pair{front4, Addr("10.89.2.1:5356")},
+                                       std::pair{front6, Addr("[fd00:89:2::1]:5356")}}) {
+    EXPECT_EQ(UdpAsk(front).first, "first") << front.ToString();  // then the socket closes
+    EXPECT_EQ(UdpAsk(trigger, 1, 10).first, "refused") << front.ToString();
+  }
+  for (const net::SocketAddress& closed : {closed4, closed6}) {
+    base::UniqueFd fd = AtClient(
+        [&] { return base::UniqueFd(socket(closed.ip().family(), SOCK_DGRAM | SOCK_CLOEXEC, 0)); });
+    const timeval tv{.tv_sec = 5, .tv_usec = 0};
+    setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    sockaddr_storage ss;
+    const socklen_t len = closed.ToSockaddr(&ss);
+    ASSERT_EQ(connect(fd.get(), reinterpret_cast<sockaddr*>(&ss), len), 0);
+    ASSERT_EQ(send(fd.get(), "x", 1, 0), 1);
+    char buf[8];
+    EXPECT_EQ(recv(fd.get(), buf, sizeof(buf), 0), -1);
+    EXPECT_EQ(errno, ECONNREFUSED) << closed.ToString() << ": " << strerror(errno);
+  }
+}
+
 // ---- BPF_PROG_TEST_RUN: the port allocation, packet by packet ----
 
 constexpr int kTcActOk = 0, kTcActRedirect = 7;
