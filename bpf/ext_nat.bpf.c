@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 /* External NAT: tc programs on the node's external devices. A remote client's TCP or UDP packet
  * to a frontend (NodePort on a node address, external IP, LoadBalancer IP) has its destination
- * rewritten to a backend on ingress, before routing, so the stack forwards it to the pod with
- * the client's address intact; the pod's replies have their source rewritten back to the
- * frontend on egress. Conntrack lives in sluice_nat_ct. Anything not translated is passed to
+ * rewritten to a backend on ingress and is forwarded by a FIB lookup and a redirect, the
+ * client's address intact; a local pod's replies come through the stack and have their source
+ * rewritten back to the frontend on egress. A flow to a backend on another node is also SNATed
+ * to the node (its replies arrive on ingress and go back by the FIB). Conntrack lives in
+ * sluice_nat_ct. Anything not translated is passed to
  * the stack, where the proxy listens on the same addresses. The agent programs the maps; see
  * agent/dataplane/extnat/ext_nat.h and the layouts in bpf_abi.h. Ethernet devices only (the IP
  * header is taken to start ETH_HLEN bytes in). */
