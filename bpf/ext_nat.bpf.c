@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
 /* External NAT: tc programs on the node's external devices. A remote client's TCP or UDP packet
  * to a frontend (NodePort on a node address, external IP, LoadBalancer IP) has its destination
- * rewritten to a backend on ingress, before routing, so the stack forwards it to the pod with
- * the client's address intact; the pod's replies have their source rewritten back to the
- * frontend on egress. Conntrack lives in sluice_nat_ct. Anything not translated is passed to
+ * rewritten to a backend on ingress and is forwarded by a FIB lookup and a redirect, the
+ * client's address intact; a local pod's replies come through the stack and have their source
+ * rewritten back to the frontend on egress. A flow to a backend on another node is also SNATed
+ * to the node (its replies arrive on ingress and go back by the FIB). Conntrack lives in
+ * sluice_nat_ct. Anything not translated is passed to
  * the stack, where the proxy listens on the same addresses. The agent programs the maps; see
  * agent/dataplane/extnat/ext_nat.h and the layouts in bpf_abi.h. Ethernet devices only (the IP
  * header is taken to start ETH_HLEN bytes in). */
@@ -99,6 +101,24 @@ struct {
 	__type(value, struct sluice_nat_traffic);
 } sluice_nat_traffic SEC(".maps");
 
+/* Backends on other nodes (address, as sluice_lb_addr.addr) -> 1: their flows are SNATed. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+	__type(key, struct sluice_nat_host);
+	__type(value, __u8);
+} sluice_nat_rmt SEC(".maps");
+
+/* ifindex of a device the programs are attached to -> its SNAT addresses. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sluice_nat_ifaddr);
+} sluice_nat_snat SEC(".maps");
+
 /* enum sluice_nat_reason -> per-CPU packets not translated for that reason. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -112,6 +132,12 @@ const volatile __u64 tcp_established_ns = 86400ULL * 1000000000ULL;
 const volatile __u64 tcp_close_wait_ns = 3600ULL * 1000000000ULL;
 const volatile __u64 tcp_closed_ns = 10ULL * 1000000000ULL;
 const volatile __u64 udp_ns = 30ULL * 1000000000ULL;
+/* SNAT ports (host order), LoadOptions. */
+const volatile __u32 snat_port_min = 61000;
+const volatile __u32 snat_port_max = 65535;
+/* 1: DNATed packets to a local backend also leave by FIB lookup and redirect (skipping the
+ * stack's forwarding and netfilter); 0: they are handed to the stack. */
+const volatile __u32 fib_forward = 1;
 /* BPF_F_IPV6 where the kernel knows it (6.16+), else 0: bpf_l4_csum_replace then also keeps a
  * CHECKSUM_COMPLETE skb->csum right when an IPv6 address changes; older kernels reject it. */
 const volatile __u64 csum_v6_flag = 0;
@@ -121,6 +147,8 @@ const volatile __u64 csum_v6_flag = 0;
 #define SLUICE_NAT_TOUCH_NS (100ULL * 1000000ULL)
 
 #define SLUICE_ICMP_DEST_UNREACH 3 /* linux/icmp.h pulls in libc's sys/socket.h */
+#define SLUICE_AF_INET 2
+#define SLUICE_AF_INET6 10
 #define SLUICE_IP_MF 0x2000
 #define SLUICE_IP_OFFSET 0x1fff
 #define SLUICE_IP6_OFFSET 0xfff8
@@ -280,17 +308,27 @@ static __always_inline void other_key(const struct sluice_nat_tuple *k,
 	__builtin_memset(o, 0, sizeof(*o));
 	o->proto = k->proto;
 	if (ct->flags & SLUICE_NAT_CT_REPLY) {
-		/* (backend, client) -> forward (client, frontend) */
-		__builtin_memcpy(o->saddr, k->daddr, 16);
-		o->sport = k->dport;
+		/* (backend, client or SNAT address) -> forward (client, frontend) */
+		if (ct->flags & SLUICE_NAT_CT_SNAT) {
+			__builtin_memcpy(o->saddr, ct->nat.addr, 16);
+			o->sport = ct->nat.port;
+		} else {
+			__builtin_memcpy(o->saddr, k->daddr, 16);
+			o->sport = k->dport;
+		}
 		__builtin_memcpy(o->daddr, ct->to.addr, 16);
 		o->dport = ct->to.port;
 	} else {
-		/* (client, frontend) -> reply (backend, client) */
+		/* (client, frontend) -> reply (backend, client or SNAT address) */
 		__builtin_memcpy(o->saddr, ct->to.addr, 16);
 		o->sport = ct->to.port;
-		__builtin_memcpy(o->daddr, k->saddr, 16);
-		o->dport = k->sport;
+		if (ct->flags & SLUICE_NAT_CT_SNAT) {
+			__builtin_memcpy(o->daddr, ct->nat.addr, 16);
+			o->dport = ct->nat.port;
+		} else {
+			__builtin_memcpy(o->daddr, k->saddr, 16);
+			o->dport = k->sport;
+		}
 	}
 }
 
@@ -460,6 +498,206 @@ static __always_inline int rewrite(struct __sk_buff *skb, const struct pkt *p,
 	return 0;
 }
 
+/* The FIB's way for a packet of `p`'s family from `saddr` to `daddr`, as if it arrived on the
+ * skb's device. Returns bpf_fib_lookup's result; tot_len 0 makes it check the skb against the
+ * egress device's MTU, GSO packets by their segments. */
+static __always_inline int fib(struct __sk_buff *skb, const struct pkt *p, const __u8 *saddr,
+			       const __u8 *daddr, struct bpf_fib_lookup *f)
+{
+	__builtin_memset(f, 0, sizeof(*f));
+	f->l4_protocol = p->t.proto;
+	f->ifindex = skb->ifindex;
+	if (!p->v6) {
+		__u8 tos = 0;
+
+		bpf_skb_load_bytes(skb, ETH_HLEN + offsetof(struct iphdr, tos), &tos, 1);
+		f->family = SLUICE_AF_INET;
+		f->tos = tos;
+		f->ipv4_src = sluice_get_v4(saddr);
+		f->ipv4_dst = sluice_get_v4(daddr);
+	} else {
+		__be32 flow = 0;
+
+		bpf_skb_load_bytes(skb, ETH_HLEN, &flow, 4);
+		f->family = SLUICE_AF_INET6;
+		f->flowinfo = flow & bpf_htonl(0x0fffffff);
+		__builtin_memcpy(f->ipv6_src, saddr, 16);
+		__builtin_memcpy(f->ipv6_dst, daddr, 16);
+	}
+	return bpf_fib_lookup(skb, f, sizeof(*f), 0);
+}
+
+/* A router's TTL (hop limit) decrement. Returns 0, -ETIMEDOUT when it ran out, or -EFAULT. */
+static __always_inline int ttl_dec(struct __sk_buff *skb, int v6)
+{
+	__u32 at =
+	    ETH_HLEN + (v6 ? offsetof(struct ipv6hdr, hop_limit) : offsetof(struct iphdr, ttl));
+	__u8 ttl;
+
+	if (bpf_skb_load_bytes(skb, at, &ttl, 1))
+		return -EFAULT;
+	if (ttl <= 1)
+		return -ETIMEDOUT;
+	/* The TTL is the high byte of the 16-bit word it shares with the protocol. */
+	if (!v6 && bpf_l3_csum_replace(skb, ETH_HLEN + offsetof(struct iphdr, check),
+				       bpf_htons(ttl << 8), bpf_htons((ttl - 1) << 8), 2))
+		return -EFAULT;
+	ttl--;
+	return bpf_skb_store_bytes(skb, at, &ttl, 1, 0) ? -EFAULT : 0;
+}
+
+/* Sends a translated packet (now `saddr` -> `daddr`) on by the FIB, skipping the stack's
+ * forwarding and netfilter. An SNATed packet (`snat`) must not reach the stack: with a node
+ * address as its source (or, a reply, as its destination's answer from the frontend) it is a
+ * martian there (fib_validate_source), so one that cannot go is dropped and counted. Any other
+ * is handed to the stack when the FIB does not give a device: it forwards it as before, sending
+ * Time Exceeded or Fragmentation Needed (translated by egress), or delivers it locally.
+ * Returns the tc verdict. */
+static __always_inline int forward(struct __sk_buff *skb, const struct pkt *p, const __u8 *saddr,
+				   const __u8 *daddr, int snat)
+{
+	struct bpf_fib_lookup f;
+	int rc, err;
+
+	if (!snat && !fib_forward)
+		return TC_ACT_OK;
+	rc = fib(skb, p, saddr, daddr, &f);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) {
+		if (!snat)
+			return TC_ACT_OK;
+		drop_count(rc == BPF_FIB_LKUP_RET_FRAG_NEEDED ? SLUICE_NAT_MTU
+							      : SLUICE_NAT_NO_ROUTE);
+		return TC_ACT_SHOT;
+	}
+	err = ttl_dec(skb, p->v6);
+	if (err == -ETIMEDOUT && !snat)
+		return TC_ACT_OK;
+	if (err) {
+		drop_count(SLUICE_NAT_NO_ROUTE);
+		return TC_ACT_SHOT;
+	}
+	/* No neighbour entry yet: the kernel resolves it (and queues the packet meanwhile). */
+	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
+		return bpf_redirect_neigh(f.ifindex, 0, 0, 0);
+	if (bpf_skb_store_bytes(skb, 0, f.dmac, ETH_ALEN, 0) ||
+	    bpf_skb_store_bytes(skb, ETH_ALEN, f.smac, ETH_ALEN, 0))
+		return TC_ACT_SHOT;
+	return bpf_redirect(f.ifindex, 0);
+}
+
+static __always_inline int is_zero(const __u8 *a)
+{
+	__u64 a0, a1;
+
+	__builtin_memcpy(&a0, a, 8);
+	__builtin_memcpy(&a1, a + 8, 8);
+	return !(a0 | a1);
+}
+
+/* The node's address `p` to backend `be` leaves from: the SNAT address of its family on the
+ * device the FIB picks. Returns 0, or -ENOENT (no route; the device has no programs or no
+ * address of the family; the first packet is over its MTU). */
+static __always_inline int snat_source(struct __sk_buff *skb, const struct pkt *p,
+				       const struct sluice_lb_addr *be, __u8 *addr)
+{
+	struct sluice_nat_ifaddr *a;
+	struct bpf_fib_lookup f;
+	__u32 ifindex;
+	int rc;
+
+	rc = fib(skb, p, p->t.saddr, be->addr, &f);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
+		return -ENOENT;
+	ifindex = f.ifindex;
+	a = bpf_map_lookup_elem(&sluice_nat_snat, &ifindex);
+	if (!a)
+		return -ENOENT;
+	__builtin_memcpy(addr, p->v6 ? a->v6 : a->v4, 16);
+	if (p->v6 ? is_zero(addr) : !sluice_is_v4_mapped(addr))
+		return -ENOENT;
+	return 0;
+}
+
+/* Creates both conntrack entries of a new SNATed flow `p` to backend `be`, leaving from `nat`
+ * (the SNAT address; its port is set here). The reply entry (backend, SNAT address and port) is
+ * reserved first, with BPF_NOEXIST, from a random port on: a live flow's port is skipped, a dead
+ * one's taken over. Returns 0, -EADDRINUSE (no free port within SLUICE_NAT_SNAT_TRIES), -EEXIST
+ * (another CPU created the flow meanwhile) or -E2BIG (no room). */
+static __always_inline int snat_create(const struct pkt *p, const struct sluice_lb_addr *be,
+				       __u32 id, __u64 now, struct sluice_lb_addr *nat)
+{
+	struct sluice_nat_ct fwd = {
+	    .to = *be, .id = id, .flags = SLUICE_NAT_CT_SNAT, .last_ns = now};
+	struct sluice_nat_ct rep = {
+	    .id = id, .flags = SLUICE_NAT_CT_REPLY | SLUICE_NAT_CT_SNAT, .last_ns = now};
+	__u32 n = snat_port_max - snat_port_min + 1;
+	__u32 start = bpf_get_prandom_u32();
+	struct sluice_nat_tuple rk = {}, ok;
+	struct sluice_nat_ct *old;
+	int i, err;
+
+	if (snat_port_max < snat_port_min)
+		return -EADDRINUSE;
+	__builtin_memcpy(rep.to.addr, p->t.daddr, 16);
+	rep.to.port = p->t.dport;
+	__builtin_memcpy(rep.nat.addr, p->t.saddr, 16);
+	rep.nat.port = p->t.sport;
+	__builtin_memcpy(rk.saddr, be->addr, 16);
+	rk.sport = be->port;
+	__builtin_memcpy(rk.daddr, nat->addr, 16);
+	rk.proto = p->t.proto;
+	for (i = 0; i < SLUICE_NAT_SNAT_TRIES; i++) {
+		if (i >= n)
+			return -EADDRINUSE;
+		rk.dport = bpf_htons(snat_port_min + (start + i) % n);
+		err = bpf_map_update_elem(&sluice_nat_ct, &rk, &rep, BPF_NOEXIST);
+		if (!err)
+			break;
+		if (err != -EEXIST)
+			return -E2BIG;
+		old = bpf_map_lookup_elem(&sluice_nat_ct, &rk);
+		if (!old || flow_live(&rk, old, now))
+			continue;
+		/* A dead flow's port: its forward entry goes first, so that its client's next
+		 * packet cannot end (forget) the flow that now holds the port. */
+		other_key(&rk, old, &ok);
+		bpf_map_delete_elem(&sluice_nat_ct, &ok);
+		if (!bpf_map_update_elem(&sluice_nat_ct, &rk, &rep, BPF_ANY))
+			break;
+	}
+	if (i == SLUICE_NAT_SNAT_TRIES)
+		return -EADDRINUSE;
+	nat->port = rk.dport;
+	fwd.nat = *nat;
+	err = bpf_map_update_elem(&sluice_nat_ct, &p->t, &fwd, BPF_NOEXIST);
+	if (err) {
+		bpf_map_delete_elem(&sluice_nat_ct, &rk);
+		return err == -EEXIST ? -EEXIST : -E2BIG;
+	}
+	return 0;
+}
+
+/* Ingress: a remote backend's reply to an SNATed flow goes back to the client, from the
+ * frontend. Returns the tc verdict. */
+static __always_inline int snat_reply(struct __sk_buff *skb, const struct pkt *p,
+				      struct sluice_nat_ct *ct)
+{
+	__u64 now = bpf_ktime_get_ns();
+	struct sluice_lb_addr front, client;
+	__u32 id;
+
+	if (!flow_live(&p->t, ct, now))
+		return TC_ACT_OK;
+	front = ct->to;
+	client = ct->nat;
+	id = ct->id;
+	touch(p, ct, now);
+	if (rewrite(skb, p, &front, 1) || rewrite(skb, p, &client, 0))
+		return TC_ACT_SHOT;
+	traffic_count(id, skb->len);
+	return forward(skb, p, front.addr, client.addr, 1);
+}
+
 /* A first fragment to a frontend is counted; fragments are passed to the stack, which
  * reassembles them for the proxy listening on the frontend (only a first fragment has ports;
  * translating the others would need a map keyed by IP ID, as Cilium has). */
@@ -477,23 +715,28 @@ static __always_inline void fragment(const struct pkt *p)
 }
 
 /* Ingress: a packet of a known flow goes to its backend, whatever the service maps say now; a
- * new flow to a frontend gets a backend and its two entries. Returns the tc verdict. */
+ * new flow to a frontend gets a backend and its two entries, SNATed when the backend is on
+ * another node. A remote backend's reply goes back to its client. Returns the tc verdict. */
 static __always_inline int ingress(struct __sk_buff *skb, struct pkt *p)
 {
 	struct sluice_nat_ct *ct = bpf_map_lookup_elem(&sluice_nat_ct, &p->t);
 	__u64 now = bpf_ktime_get_ns();
+	struct sluice_lb_addr to, nat = {};
 	struct sluice_lb_key key = {};
-	struct sluice_lb_addr to;
-	__u32 id;
+	__u32 id, snat = 0;
 	int err;
 
+	if (ct && (ct->flags & SLUICE_NAT_CT_REPLY) && (ct->flags & SLUICE_NAT_CT_SNAT))
+		return snat_reply(skb, p, ct);
 	/* A SYN on a closing flow is a new connection reusing the port: balance it afresh. */
 	if (ct && !(ct->flags & SLUICE_NAT_CT_REPLY) &&
 	    !((ct->flags & SLUICE_NAT_CT_CLOSE_BITS) &&
 	      (p->tcp_flags & (SLUICE_TCP_SYN | SLUICE_TCP_ACK)) == SLUICE_TCP_SYN) &&
 	    flow_live(&p->t, ct, now)) {
 		to = ct->to;
+		nat = ct->nat;
 		id = ct->id;
+		snat = ct->flags & SLUICE_NAT_CT_SNAT;
 		touch(p, ct, now);
 	} else {
 		if (ct && !(ct->flags & SLUICE_NAT_CT_REPLY))
@@ -512,15 +755,30 @@ static __always_inline int ingress(struct __sk_buff *skb, struct pkt *p)
 		/* The agent gives a frontend backends of its own family only. */
 		if (p->v6 == sluice_is_v4_mapped(to.addr))
 			return TC_ACT_OK;
-		err = ct_create(p, &to, id, now);
+		if (bpf_map_lookup_elem(&sluice_nat_rmt, to.addr)) {
+			/* No way to SNAT: the stack (the proxy) serves the flow. */
+			if (snat_source(skb, p, &to, nat.addr)) {
+				drop_count(SLUICE_NAT_NO_ROUTE);
+				return TC_ACT_OK;
+			}
+			snat = SLUICE_NAT_CT_SNAT;
+			err = snat_create(p, &to, id, now, &nat);
+		} else {
+			err = ct_create(p, &to, id, now);
+		}
 		if (err == -EEXIST) {
 			ct = bpf_map_lookup_elem(&sluice_nat_ct, &p->t);
 			if (!ct)
 				return TC_ACT_OK;
 			to = ct->to;
+			nat = ct->nat;
 			id = ct->id;
+			snat = ct->flags & SLUICE_NAT_CT_SNAT;
 		} else if (err == -E2BIG) {
 			drop_count(SLUICE_NAT_CT_FULL);
+			return TC_ACT_OK;
+		} else if (err == -EADDRINUSE) {
+			drop_count(SLUICE_NAT_SNAT_PORTS);
 			return TC_ACT_OK;
 		} else if (err) {
 			return TC_ACT_OK; /* -EBUSY: the stack (the proxy) serves it */
@@ -528,10 +786,11 @@ static __always_inline int ingress(struct __sk_buff *skb, struct pkt *p)
 			stats_count(id, 0);
 		}
 	}
-	if (rewrite(skb, p, &to, 0))
-		return TC_ACT_SHOT; /* half rewritten: its checksum no longer holds */
+	/* Half rewritten, its checksum no longer holds: dropped. */
+	if (rewrite(skb, p, &to, 0) || (snat && rewrite(skb, p, &nat, 1)))
+		return TC_ACT_SHOT;
 	traffic_count(id, skb->len);
-	return TC_ACT_OK;
+	return forward(skb, p, snat ? nat.addr : p->t.saddr, to.addr, snat);
 }
 
 /* Egress: a backend's reply leaves with the frontend as its source. */
@@ -541,7 +800,8 @@ static __always_inline int egress(struct __sk_buff *skb, struct pkt *p)
 	struct sluice_lb_addr to;
 	__u64 now;
 
-	if (!ct || !(ct->flags & SLUICE_NAT_CT_REPLY))
+	/* An SNATed flow's reply entry: its packets arrive at ingress, which translates them. */
+	if (!ct || !(ct->flags & SLUICE_NAT_CT_REPLY) || (ct->flags & SLUICE_NAT_CT_SNAT))
 		return TC_ACT_OK;
 	now = bpf_ktime_get_ns();
 	if (!flow_live(&p->t, ct, now))
@@ -698,7 +958,7 @@ static __always_inline int icmp_error_out(struct __sk_buff *skb, const struct pk
 	rk.dport = q.t.sport;
 	rk.proto = q.t.proto;
 	ct = bpf_map_lookup_elem(&sluice_nat_ct, &rk);
-	if (!ct || !(ct->flags & SLUICE_NAT_CT_REPLY))
+	if (!ct || !(ct->flags & SLUICE_NAT_CT_REPLY) || (ct->flags & SLUICE_NAT_CT_SNAT))
 		return TC_ACT_OK;
 	front = ct->to;
 	if (same_addr(p->t.saddr, q.t.daddr) && rewrite_outer(skb, p, front.addr, 1))
@@ -708,30 +968,58 @@ static __always_inline int icmp_error_out(struct __sk_buff *skb, const struct pk
 	return TC_ACT_OK;
 }
 
+/* Ingress: an error from the backend's side about an SNATed packet (SNAT address -> backend)
+ * goes to the client, quoting what the client sent, from the frontend if the backend sent it.
+ * Leaves by the FIB, as the flow's replies do. */
+static __always_inline int icmp_snat_in(struct __sk_buff *skb, const struct pkt *p,
+					const struct quoted *q, const struct sluice_nat_ct *ct)
+{
+	struct sluice_lb_addr front = ct->to, client = ct->nat;
+	const __u8 *saddr = p->t.saddr;
+
+	if (same_addr(p->t.saddr, q->t.daddr)) {
+		if (rewrite_outer(skb, p, front.addr, 1))
+			return TC_ACT_SHOT;
+		saddr = front.addr;
+	}
+	if (rewrite_outer(skb, p, client.addr, 0) || rewrite_quoted(skb, p, q, &client, 1) ||
+	    rewrite_quoted(skb, p, q, &front, 0))
+		return TC_ACT_SHOT;
+	return forward(skb, p, saddr, client.addr, 1);
+}
+
 /* Ingress: an error from the client's side about a reply (frontend, client) goes to the backend
- * that sent it, quoting what the backend sent. */
+ * that sent it, quoting what the backend sent (to the SNAT address, for an SNATed flow). */
 static __always_inline int icmp_error_in(struct __sk_buff *skb, const struct pkt *p)
 {
 	struct sluice_nat_tuple fk = {};
-	struct sluice_lb_addr be;
+	struct sluice_lb_addr be, nat;
 	struct sluice_nat_ct *ct;
 	struct quoted q;
 
 	if (parse_quoted(skb, p, &q))
 		return TC_ACT_OK;
-	/* The quote is (frontend, client): the flow's forward entry is (client, frontend). */
+	/* The quote is (frontend, client): the flow's forward entry is (client, frontend); or it
+	 * is (SNAT address, backend): the SNATed flow's reply entry is (backend, SNAT address). */
 	__builtin_memcpy(fk.saddr, q.t.daddr, 16);
 	__builtin_memcpy(fk.daddr, q.t.saddr, 16);
 	fk.sport = q.t.dport;
 	fk.dport = q.t.sport;
 	fk.proto = q.t.proto;
 	ct = bpf_map_lookup_elem(&sluice_nat_ct, &fk);
-	if (!ct || (ct->flags & SLUICE_NAT_CT_REPLY))
+	if (!ct)
+		return TC_ACT_OK;
+	if ((ct->flags & SLUICE_NAT_CT_REPLY) && (ct->flags & SLUICE_NAT_CT_SNAT))
+		return icmp_snat_in(skb, p, &q, ct);
+	if (ct->flags & SLUICE_NAT_CT_REPLY)
 		return TC_ACT_OK;
 	be = ct->to;
+	nat = ct->nat;
 	if (same_addr(p->t.daddr, q.t.saddr) && rewrite_outer(skb, p, be.addr, 0))
 		return TC_ACT_SHOT;
 	if (rewrite_quoted(skb, p, &q, &be, 1))
+		return TC_ACT_SHOT;
+	if ((ct->flags & SLUICE_NAT_CT_SNAT) && rewrite_quoted(skb, p, &q, &nat, 0))
 		return TC_ACT_SHOT;
 	return TC_ACT_OK;
 }

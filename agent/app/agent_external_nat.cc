@@ -88,6 +88,10 @@ absl::Status Agent::WireExternalNat() {
           .node_ips =
               [this] { return proxier::NodeAddresses(opts_.nodeport_cidrs, vips_->Owned()); },
           .devices = [this] { return ExternalDevices(); },
+          .snat_addresses =
+              [this](const std::vector<std::string>& devices) {
+                return proxier::SnatDevices(devices, vips_->Owned());
+              },
           .random = opts_.external_algorithm == "random",
           .node_name = opts_.node_name});
   proxier_->AddConsumer(external_nat_.get(), "external-nat");
@@ -138,8 +142,9 @@ void Agent::RegisterExternalNatMetrics() {
   extnat::ExtNat* nat = ext_nat_.get();
   metrics_.AddCounterFamilyFunc("sluice_external_nat_drops_total",
                                 "Packets to a frontend the eBPF NAT did not translate: dropped "
-                                "(source_range) or passed to the proxy (conntrack_full, "
-                                "fragment, malformed)",
+                                "(source_range; mtu, no_route of SNATed flows) or passed to the "
+                                "proxy (conntrack_full, fragment, malformed, snat_ports, "
+                                "no_route of new flows)",
                                 {"reason"}, [nat] {
                                   Rows out;
                                   for (const auto& [reason, n] : nat->Drops()) {

@@ -153,7 +153,8 @@ std::vector<base::Option> AgentOptionTable(AgentOptions& o) {
        "Path of remote clients to NodePorts, external IPs and LoadBalancer IPs: auto (eBPF "
        "NAT on the node's devices, keeping the client's address, if the kernel and "
        "capabilities allow it and a self-test passes; else the proxy), bpf (refuse to start "
-       "without it) or proxy. Ports with an endpoint on another node are left to the proxy",
+       "without it) or proxy. Flows to an endpoint on another node (eTP Cluster) are SNATed "
+       "to the node",
        kSluice},
       {"external-devices", &o.external_devices,
        "Devices the eBPF NAT of remote clients is attached to (default: those holding the "
@@ -165,8 +166,8 @@ std::vector<base::Option> AgentOptionTable(AgentOptions& o) {
        kSluice},
       {"external-max-flows", &o.external_max_flows,
        "Connection-tracking entries of the eBPF NAT of remote clients, two per flow, "
-       "preallocated: each is a 40 B key and a 40 B value, 144 B with the hash table's "
-       "overhead (36 MiB at the default); a closed connection holds its two for 10 s, so the "
+       "preallocated: each is a 40 B key and a 56 B value, 160 B with the hash table's "
+       "overhead (40 MiB at the default); a closed connection holds its two for 10 s, so the "
        "default takes ~13k new connections/s; a new flow beyond it is left to the proxy and "
        "counted",
        kSluice},

@@ -12,6 +12,8 @@
 // 5356 asks, sends "late" there and answers the asker whether that was refused (ICMP port
 // unreachable). Clients are sockets made in the client's namespace by the test thread.
 #include <fcntl.h>
+#include <linux/if_ether.h>
+#include <net/if.h>
 #include <sched.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -185,7 +187,8 @@ class ExtNatKernelTest : public ::testing::Test {
     ext_nat_bpf& s = nat_->skel();
     for (bpf_map* m : {s.maps.sluice_nat_svc, s.maps.sluice_nat_slot, s.maps.sluice_nat_member,
                        s.maps.sluice_nat_stats, s.maps.sluice_nat_range, s.maps.sluice_nat_ct,
-                       s.maps.sluice_nat_drops, s.maps.sluice_nat_traffic}) {
+                       s.maps.sluice_nat_drops, s.maps.sluice_nat_traffic, s.maps.sluice_nat_rmt,
+                       s.maps.sluice_nat_snat}) {
       maps_.push_back(std::make_unique<fastpath::KernelBpfMap>(m));
     }
     services_ = std::make_unique<socklb::ServiceMaps>(
@@ -241,6 +244,25 @@ class ExtNatKernelTest : public ::testing::Test {
       }
     });
     return sum;
+  }
+  // The pod's addresses are a remote backend's: SNATed to the node's on np0, where the programs
+  // are then attached too (the replies come back there).
+  void MakePodRemote() {
+    ASSERT_TRUE(nat_->Attach("np0").ok());
+    for (const char* ip : {"10.89.2.1", "fd00:89:2::1"}) {
+      const sluice_lb_addr a = socklb::LbAddr(
+          Addr(absl::StrCat(ip[0] == 'f' ? "[" : "", ip, ip[0] == 'f' ? "]" : "", ":0")));
+      sluice_nat_host key{};
+      std::memcpy(key.addr, a.addr, sizeof(key.addr));
+      const uint8_t one = 1;
+      ASSERT_TRUE(maps_[8]->Update(&key, &one, BPF_ANY).ok());
+    }
+    sluice_nat_ifaddr snat{};
+    std::memcpy(snat.v4, socklb::LbAddr(Addr("10.89.2.2:0")).addr, 16);
+    std::memcpy(snat.v6, socklb::LbAddr(Addr("[fd00:89:2::2]:0")).addr, 16);
+    const uint32_t ifindex = if_nametoindex("np0");
+    ASSERT_NE(ifindex, 0u);
+    ASSERT_TRUE(maps_[9]->Update(&ifindex, &snat, BPF_ANY).ok());
   }
   size_t Flows() const {
     return fastpath::TypedMap<sluice_nat_tuple, sluice_nat_ct>(*maps_[5]).Entries().size();
@@ -327,7 +349,7 @@ class ExtNatKernelTest : public ::testing::Test {
   std::unique_ptr<testutil::TestBpfFs> bpffs_;
   std::unique_ptr<NatObject> nat_;
   std::vector<std::unique_ptr<fastpath::KernelBpfMap>> maps_;  // svc slot member stats range ct
-                                                               // drops traffic
+                                                               // drops traffic rmt snat
   std::unique_ptr<socklb::ServiceMaps> services_;
 };
 
@@ -706,6 +728,275 @@ TEST_F(ExtNatKernelTest, PinnedMapsOfAnotherSizeAreReplaced) {
   ASSERT_EQ(bpf_obj_get_info_by_fd(maps_[5]->fd(), &info, &len), 0);
   EXPECT_EQ(info.max_entries, 128u);
   EXPECT_EQ(AskOnce(kExt4), "a 10.89.1.1 3") << "the service maps were reused";
+}
+
+// The packets the stack forwards to the pod, by an nftables counter on the forward hook.
+uint64_t ForwardedToPod() {
+  std::string out;
+  testutil::RunCommand({"nft", "list", "chain", "inet", "sluice_test", "forwarded"}, &out);
+  const size_t at = out.find("packets ");
+  return at == std::string::npos ? 0 : std::stoull(out.substr(at + 8));
+}
+
+// A translated request leaves by the FIB lookup and a redirect, not through the stack's
+// forwarding (and netfilter); with fib_forward off, through the stack as before.
+TEST_F(ExtNatKernelTest, TranslatedRequestsSkipTheStacksForwarding) {
+  ASSERT_EQ(testutil::RunCommand({"nft",
+                                  "add table inet sluice_test; add chain inet sluice_test "
+                                  "forwarded { type filter hook forward priority 0; }; add rule "
+                                  "inet sluice_test forwarded ip daddr 10.89.2.1 counter"}),
+            0);
+  for (bool fib : {true, false}) {
+    SCOPED_TRACE(fib ? "fib_forward" : "to the stack");
+    Load({.fib_forward = fib});
+    Apply({{"web4", Svc({kExt4}, {kPodA4})}, {"dns4", Svc({kExtDns4}, {kDnsA4}, true)}});
+    const uint64_t before = ForwardedToPod();
+    EXPECT_EQ(AskOnce(kExt4), "a 10.89.1.1 3");
+    EXPECT_EQ(UdpAsk(kExtDns4).first, "a 10.89.1.1 1");
+    if (fib) {
+      EXPECT_EQ(ForwardedToPod(), before);
+    } else {
+      EXPECT_GT(ForwardedToPod(), before);
+    }
+    Unload();
+    ASSERT_TRUE(NatObject::RemoveAll(bpffs_->path()).ok());
+  }
+}
+
+// ---- SNAT: the pod as a backend on another node (eTP Cluster) ----
+
+// TCP and UDP, both families: the pod sees the node's address on np0, the client gets its
+// answers from the frontend, both directions forwarded by the FIB (a node address as source
+// would be a martian to the stack).
+TEST_F(ExtNatKernelTest, RemoteBackendsSeeTheNodeAddressRepliesComeFromTheFrontend) {
+  for (const char* key : {"net.ipv4.conf.all.rp_filter=1", "net.ipv4.conf.nc0.rp_filter=1",
+                          "net.ipv4.conf.np0.rp_filter=1"}) {
+    ASSERT_EQ(testutil::RunCommand({"sysctl", "-qw", key}), 0) << key;
+  }
+  Load();
+  MakePodRemote();
+  Apply({{"web4", Svc({kExt4, kNodePort4}, {kPodA4})},
+         {"web6", Svc({kExt6}, {kPodA6})},
+         {"dns4", Svc({kExtDns4}, {kDnsA4}, /*udp=*/true)},
+         {"dns6", Svc({kExtDns6}, {kDnsA6}, true)}});
+  EXPECT_EQ(AskOnce(kExt4), "a 10.89.2.2 3");
+  EXPECT_EQ(AskOnce(kNodePort4), "a 10.89.2.2 3");
+  EXPECT_EQ(AskOnce(kExt6), "a fd00:89:2::2 3");
+  for (const auto& [front, node] :
+       {std::pair{kExtDns4, "10.89.2.2"}, std::pair{kExtDns6, "fd00:89:2::2"}}) {
+    auto [answer, from] = UdpAsk(front);
+    EXPECT_EQ(answer, absl::StrCat("a ", node, " 1")) << front.ToString();
+    ASSERT_TRUE(from.has_value());
+    EXPECT_EQ(*from, front) << "the reply's source";
+  }
+  // Each flow: a forward entry and a reply entry keyed (backend, node address, SNAT port).
+  size_t replies = 0;
+  for (const auto& [k, v] :
+       fastpath::TypedMap<sluice_nat_tuple, sluice_nat_ct>(*maps_[5]).Entries()) {
+    EXPECT_NE(v.flags & SLUICE_NAT_CT_SNAT, 0u);
+    if ((v.flags & SLUICE_NAT_CT_REPLY) != 0) {
+      ++replies;
+      EXPECT_GE(ntohs(k.dport), kSnatPortMin);
+      EXPECT_LE(ntohs(k.dport), kSnatPortMax);
+    }
+  }
+  EXPECT_EQ(replies, 5u);
+  EXPECT_EQ(Drops(SLUICE_NAT_NO_ROUTE), 0u);
+  EXPECT_EQ(Drops(SLUICE_NAT_SNAT_PORTS), 0u);
+}
+
+// Many connections at once through one frontend to one backend: each has its own SNAT port.
+TEST_F(ExtNatKernelTest, ConcurrentFlowsGetDistinctSnatPorts) {
+  Load();
+  MakePodRemote();
+  Apply({{"web4", Svc({kExt4}, {kPodA4})}});
+  std::vector<base::UniqueFd> conns;
+  for (int i = 0; i < 32; ++i) {
+    conns.push_back(Connect(kExt4));
+    ASSERT_TRUE(conns.back());
+    EXPECT_EQ(Ask(conns.back().get()), "a 10.89.2.2 3");
+  }
+  std::set<uint16_t> ports;
+  for (const auto& [k, v] :
+       fastpath::TypedMap<sluice_nat_tuple, sluice_nat_ct>(*maps_[5]).Entries()) {
+    if ((v.flags & SLUICE_NAT_CT_REPLY) == 0) {
+      ports.insert(ntohs(v.nat.port));
+    }
+  }
+  EXPECT_EQ(ports.size(), 32u);
+  for (auto& c : conns) {
+    EXPECT_EQ(Ask(c.get(), "again"), "a 10.89.2.2 6") << "still on its flow";
+  }
+}
+
+// ICMP errors about SNATed flows, both ways: the client's port unreachable about a reply
+// reaches the backend quoting the SNAT address it sent to; the backend's port unreachable
+// reaches the client quoting what the client sent (its connected socket is refused).
+TEST_F(ExtNatKernelTest, IcmpErrorsOfSnatedFlowsAreTranslated) {
+  Load();
+  MakePodRemote();
+  const net::SocketAddress front4 = Addr("10.89.9.9:54"), front6 = Addr("[fd00:89:9::9]:54");
+  const net::SocketAddress closed4 = Addr("10.89.9.9:55"), closed6 = Addr("[fd00:89:9::9]:55");
+  Apply({{"late4", Svc({front4}, {Addr("10.89.2.1:5355")}, true)},
+         {"late6", Svc({front6}, {Addr("[fd00:89:2::1]:5355")}, true)},
+         {"closed4", Svc({closed4}, {Addr("10.89.2.1:5999")}, true)},
+         {"closed6", Svc({closed6}, {Addr("[fd00:89:2::1]:5999")}, true)}});
+  for (const auto& [front, trigger] : {std::pair{front4, Addr("10.89.2.1:5356")},
+                                       std::pair{front6, Addr("[fd00:89:2::1]:5356")}}) {
+    EXPECT_EQ(UdpAsk(front).first, "first") << front.ToString();  // then the socket closes
+    EXPECT_EQ(UdpAsk(trigger, 1, 10).first, "refused") << front.ToString();
+  }
+  for (const net::SocketAddress& closed : {closed4, closed6}) {
+    base::UniqueFd fd = AtClient(
+        [&] { return base::UniqueFd(socket(closed.ip().family(), SOCK_DGRAM | SOCK_CLOEXEC, 0)); });
+    const timeval tv{.tv_sec = 5, .tv_usec = 0};
+    setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    sockaddr_storage ss;
+    const socklen_t len = closed.ToSockaddr(&ss);
+    ASSERT_EQ(connect(fd.get(), reinterpret_cast<sockaddr*>(&ss), len), 0);
+    ASSERT_EQ(send(fd.get(), "x", 1, 0), 1);
+    char buf[8];
+    EXPECT_EQ(recv(fd.get(), buf, sizeof(buf), 0), -1);
+    EXPECT_EQ(errno, ECONNREFUSED) << closed.ToString() << ": " << strerror(errno);
+  }
+}
+
+// ---- BPF_PROG_TEST_RUN: the port allocation, packet by packet ----
+
+constexpr int kTcActOk = 0, kTcActRedirect = 7;
+
+uint32_t Sum16(const uint8_t* p, size_t n, uint32_t sum = 0) {
+  for (size_t i = 0; i + 1 < n; i += 2) {
+    sum += static_cast<uint32_t>(p[i] << 8 | p[i + 1]);
+  }
+  return sum;
+}
+uint16_t Fold16(uint32_t sum) {
+  while (sum >> 16 != 0) {
+    sum = (sum & 0xffff) + (sum >> 16);
+  }
+  return static_cast<uint16_t>(sum);
+}
+
+// An IPv4 TCP segment (Ethernet, 20-byte IP and TCP headers) with right checksums.
+std::vector<uint8_t> Segment(const net::SocketAddress& from, const net::SocketAddress& to,
+                             uint8_t flags) {
+  std::vector<uint8_t> pkt(ETH_HLEN + 40);
+  pkt[12] = 0x08;
+  uint8_t* ip = &pkt[ETH_HLEN];
+  ip[0] = 0x45;
+  ip[3] = 40;
+  ip[8] = 64;
+  ip[9] = IPPROTO_TCP;
+  std::memcpy(ip + 12, from.ip().bytes(), 4);
+  std::memcpy(ip + 16, to.ip().bytes(), 4);
+  const uint16_t ip_csum = ~Fold16(Sum16(ip, 20));
+  ip[10] = ip_csum >> 8;
+  ip[11] = ip_csum & 0xff;
+  uint8_t* tcp = ip + 20;
+  tcp[0] = from.port() >> 8;
+  tcp[1] = from.port() & 0xff;
+  tcp[2] = to.port() >> 8;
+  tcp[3] = to.port() & 0xff;
+  tcp[12] = 5 << 4;
+  tcp[13] = flags;
+  tcp[14] = 0xff;
+  const uint16_t csum = ~Fold16(Sum16(tcp, 20, Sum16(ip + 12, 8) + IPPROTO_TCP + 20));
+  tcp[16] = csum >> 8;
+  tcp[17] = csum & 0xff;
+  return pkt;
+}
+
+struct Ran {
+  int verdict;
+  std::string from, to;  // addresses and ports as the packet left
+  bool checksums_ok;
+};
+
+Ran TestRun(int prog, const std::vector<uint8_t>& in, const char* device) {
+  std::vector<uint8_t> out(in.size() + 64);
+  __sk_buff ctx{};
+  ctx.ifindex = if_nametoindex(device);
+  LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = in.data(), .data_out = out.data(),
+              .data_size_in = static_cast<uint32_t>(in.size()),
+              .data_size_out = static_cast<uint32_t>(out.size()), .ctx_in = &ctx,
+              .ctx_size_in = sizeof(ctx), .repeat = 1);
+  if (bpf_prog_test_run_opts(prog, &opts) != 0) {
+    return {-1, "", "", false};
+  }
+  const uint8_t* ip = &out[ETH_HLEN];
+  auto at = [&](const uint8_t* a, const uint8_t* port) {
+    return net::SocketAddress(*net::IpAddress::FromBytes(AF_INET, a, 4),
+                              static_cast<uint16_t>(port[0] << 8 | port[1]))
+        .ToString();
+  };
+  const bool ok = Fold16(Sum16(ip, 20)) == 0xffff &&
+                  Fold16(Sum16(ip + 20, 20, Sum16(ip + 12, 8) + IPPROTO_TCP + 20)) == 0xffff;
+  return {static_cast<int>(opts.retval), at(ip + 12, ip + 20), at(ip + 16, ip + 22), ok};
+}
+
+// Two SNAT ports: two flows take one each, a third finds none and is passed to the stack
+// (counted); a reply to each port goes back to its own client.
+TEST_F(ExtNatKernelTest, SnatPortsAreReservedAndExhaustionIsCounted) {
+  Load({.tcp_established = absl::Seconds(5), .snat_port_min = 40000, .snat_port_max = 40001});
+  MakePodRemote();
+  Apply({{"web4", Svc({kExt4}, {kPodA4})}});
+  const int in = bpf_program__fd(nat_->skel().progs.sluice_nat_in);
+  std::map<std::string, std::string> client_of;  // SNAT source -> client
+  for (const char* client : {"10.89.1.1:50001", "10.89.1.1:50002"}) {
+    Ran r = TestRun(in, Segment(Addr(client), kExt4, 0x02), "nc0");
+    EXPECT_EQ(r.verdict, kTcActRedirect) << client;
+    EXPECT_EQ(r.to, kPodA4.ToString());
+    EXPECT_TRUE(r.checksums_ok);
+    EXPECT_TRUE(r.from == "10.89.2.2:40000" || r.from == "10.89.2.2:40001") << r.from;
+    client_of[r.from] = client;
+  }
+  ASSERT_EQ(client_of.size(), 2u) << "distinct ports";
+  // Retransmitted SYN: the same flow, the same port.
+  Ran again = TestRun(in, Segment(Addr("10.89.1.1:50001"), kExt4, 0x02), "nc0");
+  EXPECT_EQ(client_of[again.from], "10.89.1.1:50001");
+  Ran third = TestRun(in, Segment(Addr("10.89.1.1:50003"), kExt4, 0x02), "nc0");
+  EXPECT_EQ(third.verdict, kTcActOk);
+  EXPECT_EQ(third.to, kExt4.ToString()) << "untranslated, to the proxy";
+  EXPECT_EQ(Drops(SLUICE_NAT_SNAT_PORTS), 1u);
+  for (const auto& [snat, client] : client_of) {
+    Ran r = TestRun(in, Segment(kPodA4, Addr(snat), 0x12), "np0");
+    EXPECT_EQ(r.verdict, kTcActRedirect) << snat;
+    EXPECT_EQ(r.from, kExt4.ToString());
+    EXPECT_EQ(r.to, client);
+    EXPECT_TRUE(r.checksums_ok);
+  }
+  // A port whose flow is dead (idle past its age) is taken over by the next flow.
+  fastpath::TypedMap<sluice_nat_tuple, sluice_nat_ct> ct(*maps_[5]);
+  timespec mono{};
+  clock_gettime(CLOCK_MONOTONIC, &mono);
+  for (auto [k, v] : ct.Entries()) {
+    v.last_ns = static_cast<uint64_t>(mono.tv_sec - 60) * 1000000000ULL;  // bpf_ktime_get_ns
+    ASSERT_TRUE(ct.Update(k, v).ok());
+  }
+  Ran fourth = TestRun(in, Segment(Addr("10.89.1.1:50004"), kExt4, 0x02), "nc0");
+  EXPECT_EQ(fourth.verdict, kTcActRedirect);
+  EXPECT_EQ(Drops(SLUICE_NAT_SNAT_PORTS), 1u);
+  ASSERT_TRUE(client_of.contains(fourth.from));
+  Ran reply = TestRun(in, Segment(kPodA4, Addr(fourth.from), 0x12), "np0");
+  EXPECT_EQ(reply.to, "10.89.1.1:50004") << "the port is the new flow's";
+  EXPECT_EQ(Flows(), 4u) << "the dead flow's forward entry went with its port";
+}
+
+// No route to the backend, or no SNAT address on the device the FIB picks: a new flow is
+// left to the stack (the proxy), counted.
+TEST_F(ExtNatKernelTest, NoSnatAddressLeavesNewFlowsToTheStack) {
+  Load();
+  MakePodRemote();
+  const uint32_t np0 = if_nametoindex("np0");
+  ASSERT_TRUE(maps_[9]->Delete(&np0).ok());
+  Apply({{"web4", Svc({kExt4}, {kPodA4})}});
+  const int in = bpf_program__fd(nat_->skel().progs.sluice_nat_in);
+  Ran r = TestRun(in, Segment(Addr("10.89.1.1:50001"), kExt4, 0x02), "nc0");
+  EXPECT_EQ(r.verdict, kTcActOk);
+  EXPECT_EQ(r.to, kExt4.ToString());
+  EXPECT_EQ(Drops(SLUICE_NAT_NO_ROUTE), 1u);
+  EXPECT_EQ(Flows(), 0u);
 }
 
 }  // namespace

@@ -125,9 +125,9 @@ TEST_F(ExternalNatTest, TheDefaultDevicesLeaveOutVeths) {
   }
 }
 
-// With an endpoint on another node (no SNAT yet) the port is the proxy's: nothing in the
-// kernel, the pod sees the node.
-TEST_F(ExternalNatTest, ARemoteEndpointLeavesThePortToTheProxy) {
+// With an endpoint on another node the port stays in the kernel (flows to that endpoint are
+// SNATed: external_nat_snat_integration_test.cc).
+TEST_F(ExternalNatTest, ARemoteEndpointKeepsThePortInTheKernel) {
   StartAgent(Flags("bpf"));
   WriteService("Cluster");
   ASSERT_TRUE(WaitExternal(absl::StrCat("tcp/", kLbV4, ":80"))) << Get("/debug/services");
@@ -137,11 +137,10 @@ TEST_F(ExternalNatTest, ARemoteEndpointLeavesThePortToTheProxy) {
   ASSERT_TRUE(testutil::WaitFor(
       [&] {
         return Get("/debug/services").find("10.88.3.9") != std::string::npos &&
-               ExternalBpf("http").find(kLbV4) == std::string::npos;
+               ExternalBpf("http").find(kLbV4) != std::string::npos;
       },
       absl::Seconds(10)))
       << Get("/debug/services");
-  // The IPv6 side's endpoint is still only the local one: that family stays in the kernel.
   EXPECT_THAT(ExternalBpf("http"), HasSubstr(absl::StrCat("\"tcp/[", kLbV6, "]:80\"")));
   EXPECT_EQ(Curl(Url(kLbV6), true), "fd00:88:1::1\n");
 }

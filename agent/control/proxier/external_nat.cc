@@ -74,6 +74,31 @@ std::vector<std::string> NodeDevices(const std::vector<net::Cidr>& cidrs,
   return SelectNodeDevices(all, cidrs, exclude);
 }
 
+std::vector<extnat::SnatDevice> SnatDevices(const std::vector<std::string>& devices,
+                                            const absl::flat_hash_set<net::IpAddress>& exclude) {
+  std::map<std::string, extnat::SnatDevice> by_name;
+  for (const std::string& d : devices) {
+    by_name[d].device = d;
+  }
+  ForEachLocalAddress([&](const char* ifname, unsigned flags, const net::IpAddress& ip) {
+    auto it = by_name.find(ifname);
+    if (it == by_name.end() || (flags & IFF_LOOPBACK) != 0 || ip.IsLoopback() ||
+        !IsNodePortAddress(ip, {}, exclude)) {
+      return;
+    }
+    std::optional<net::IpAddress>& slot = ip.is_v4() ? it->second.v4 : it->second.v6;
+    if (!slot) {
+      slot = ip;
+    }
+  });
+  std::vector<extnat::SnatDevice> out;
+  out.reserve(by_name.size());
+  for (auto& [name, d] : by_name) {
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
 ExternalNat::ExternalNat(extnat::ExtNat& nat, Options options)
     : nat_(nat), options_(std::move(options)) {
   context_.node_name = options_.node_name;
@@ -104,6 +129,9 @@ absl::Status ExternalNat::Apply(const TableDelta& delta) {
       }
     }
     status.Update(nat_.SetDevices(devices));
+    if (options_.snat_addresses) {
+      status.Update(nat_.SetSnatDevices(options_.snat_addresses(devices)));
+    }
     devices_ = std::move(devices);
   }
   context_.node_ips = options_.node_ips ? options_.node_ips() : std::vector<net::IpAddress>{};

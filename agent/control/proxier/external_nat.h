@@ -27,11 +27,9 @@ struct ExternalNatContext {
 // Appends the changes that program `port` as `info` (null: removed) for remote clients: one
 // per family ("<port>#4", "<port>#6"), nullopt where that family is not served in the kernel.
 // Frontends are external and LoadBalancer IPs at the service port and NodePorts on the node's
-// addresses; backends the external endpoints of the frontend's family. There is no SNAT yet,
-// so a port is served in the kernel only when every external endpoint is on this node (eTP
-// Local, or Cluster with local endpoints only): a Cluster port with a remote endpoint, a port
-// without endpoints (of that family) and SCTP are left to the proxy, which listens on the same
-// addresses. Pure: the unit tests' seam.
+// addresses; backends the external endpoints of the frontend's family, those on other nodes
+// (eTP Cluster) listed as remote, to be SNATed. A port without endpoints (of that family) and
+// SCTP are left to the proxy, which listens on the same addresses. Pure: the unit tests' seam.
 void ExternalNatChanges(const ServicePortName& port, const ServicePortInfo* info,
                         const ExternalNatContext& context, std::vector<extnat::Change>& out);
 
@@ -54,6 +52,12 @@ std::vector<std::string> SelectNodeDevices(const std::vector<NodeLink>& links,
 std::vector<std::string> NodeDevices(const std::vector<net::Cidr>& cidrs,
                                      const absl::flat_hash_set<net::IpAddress>& exclude);
 
+// The SNAT address of each of `devices` per family: its first address (the primary one, as
+// masquerading picks) that is global, not loopback, not IPv6 link-local and not in `exclude`
+// (our VIPs). Over this network namespace's addresses (getifaddrs).
+std::vector<extnat::SnatDevice> SnatDevices(const std::vector<std::string>& devices,
+                                            const absl::flat_hash_set<net::IpAddress>& exclude);
+
 // eBPF NAT for remote clients as a TableConsumer: each changed service port becomes its
 // per-family extnat::Services (ExternalNatChanges). Full syncs re-read the node's addresses and
 // devices and set the devices the programs are attached to. Thread: control plane; Invalidate()
@@ -65,6 +69,8 @@ class ExternalNat final : public TableConsumer {
     std::function<std::vector<net::IpAddress>()> node_ips;
     // The devices remote clients arrive on; read at each full sync.
     std::function<std::vector<std::string>()> devices;
+    // Their SNAT addresses (SnatDevices below); read at each full sync with the devices.
+    std::function<std::vector<extnat::SnatDevice>(const std::vector<std::string>&)> snat_addresses;
     bool random = false;    // --external-algorithm=random
     std::string node_name;  // local endpoints; also seeds each service's backend order
   };

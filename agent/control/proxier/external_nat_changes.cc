@@ -32,13 +32,16 @@ std::optional<extnat::Service> Family(const std::string& name, const ServicePort
     if (e.ip().is_v4() != v4) {
       continue;
     }
-    // No SNAT yet (issue 25): a remote backend would answer the client directly, bypassing
-    // the reverse translation here, so a port with one is left to the proxy.
+    // A backend on another node is SNATed to this node (as kube-proxy masquerades eTP
+    // Cluster), so that its replies come back here to be translated; external endpoints of
+    // eTP Local are this node's only.
     if (!OnNode(info, e, context.node_name)) {
-      return std::nullopt;
+      svc.remote.push_back(e.ip());
     }
     svc.backends.push_back(e);
   }
+  std::sort(svc.remote.begin(), svc.remote.end());
+  svc.remote.erase(std::unique(svc.remote.begin(), svc.remote.end()), svc.remote.end());
   // No endpoint: the proxy refuses, as kube-proxy's reject rule does.
   if (svc.backends.empty()) {
     return std::nullopt;

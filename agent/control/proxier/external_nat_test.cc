@@ -88,15 +88,23 @@ TEST_F(ExternalNatChangesTest, LocalPolicyWithoutALocalEndpointIsLeftToTheProxy)
   EXPECT_FALSE(changes["ns/web:p#6"].has_value());
 }
 
-TEST_F(ExternalNatChangesTest, ClusterPolicyIsServedOnlyWhenEveryEndpointIsLocal) {
+TEST_F(ExternalNatChangesTest, ClusterPolicyListsRemoteEndpointsForSnat) {
   ServicePortInfo local = Port({{"10.0.0.1:8080", "node1"}, {"10.0.0.2:8080", "node1"}});
-  EXPECT_TRUE(Build(&local)["ns/web:p#4"].has_value());
-  // One remote backend: without SNAT its replies would bypass this node, so the proxy serves.
-  ServicePortInfo mixed = Port({{"10.0.0.1:8080", "node1"}, {"10.0.0.3:8080", "node2"}});
-  EXPECT_FALSE(Build(&mixed)["ns/web:p#4"].has_value());
-  // An endpoint without a node name is not known to be local.
+  ASSERT_TRUE(Build(&local)["ns/web:p#4"].has_value());
+  EXPECT_THAT(Build(&local)["ns/web:p#4"]->remote, IsEmpty());
+  // A backend on another node is served, SNATed so that its replies come back here.
+  ServicePortInfo mixed =
+      Port({{"10.0.0.1:8080", "node1"}, {"10.0.0.3:8080", "node2"}, {"10.0.0.3:8081", "node2"}});
+  auto changes = Build(&mixed);
+  ASSERT_TRUE(changes["ns/web:p#4"].has_value());
+  EXPECT_THAT(
+      changes["ns/web:p#4"]->backends,
+      UnorderedElementsAre(Addr("10.0.0.1:8080"), Addr("10.0.0.3:8080"), Addr("10.0.0.3:8081")));
+  EXPECT_THAT(changes["ns/web:p#4"]->remote, ElementsAre(Ip("10.0.0.3")));
+  // An endpoint without a node name is not known to be local: SNATed (a local one then finds
+  // no SNAT address on its pod-facing link, and the program leaves its flows to the proxy).
   ServicePortInfo unknown = Port({{"10.0.0.1:8080", "node1"}, {"10.0.0.4:8080", ""}});
-  EXPECT_FALSE(Build(&unknown)["ns/web:p#4"].has_value());
+  EXPECT_THAT(Build(&unknown)["ns/web:p#4"]->remote, ElementsAre(Ip("10.0.0.4")));
 }
 
 TEST_F(ExternalNatChangesTest, NoEndpointIsLeftToTheProxyWhichRefuses) {
@@ -224,7 +232,9 @@ class ExternalNatTest : public ::testing::Test {
              .ranges = ranges_,
              .flows = ct_,
              .traffic = traffic_,
-             .drops = drops_},
+             .drops = drops_,
+             .remote = remote_,
+             .snat = snat_},
             extnat::LoadOptions{})),
         consumer_(*nat_, {.node_ips = [this] { return node_ips_; },
                           .devices = [this] { return devices_; },
@@ -256,6 +266,8 @@ class ExternalNatTest : public ::testing::Test {
   fastpath::FakeBpfMap traffic_{"sluice_nat_traffi", sizeof(uint32_t),
                                 kCpus * sizeof(sluice_nat_traffic), 64};
   fastpath::FakeBpfMap drops_{"sluice_nat_drops", sizeof(uint32_t), kCpus * sizeof(uint64_t), 64};
+  fastpath::FakeBpfMap remote_{"sluice_nat_rmt", sizeof(sluice_nat_host), 1, 64};
+  fastpath::FakeBpfMap snat_{"sluice_nat_snat", sizeof(uint32_t), sizeof(sluice_nat_ifaddr), 64};
   std::vector<net::IpAddress> node_ips_ = {Ip("192.0.2.1")};
   std::vector<std::string> devices_ = {"eth0"};
   std::unique_ptr<extnat::ExtNat> nat_;

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "agent/dataplane/extnat/ext_nat.h"
 
+#include <net/if.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -20,11 +23,14 @@ static_assert(sizeof(sluice_nat_traffic) == 16, "bpf_abi.h: struct sluice_nat_tr
 namespace {
 
 // Drop labels of the metrics, by index of sluice_nat_drops.
-constexpr std::array<std::pair<uint32_t, const char*>, 4> kReasons = {{
+constexpr std::array<std::pair<uint32_t, const char*>, 7> kReasons = {{
     {SLUICE_NAT_SOURCE_RANGE, "source_range"},
     {SLUICE_NAT_CT_FULL, "conntrack_full"},
     {SLUICE_NAT_FRAGMENT, "fragment"},
     {SLUICE_NAT_MALFORMED, "malformed"},
+    {SLUICE_NAT_SNAT_PORTS, "snat_ports"},
+    {SLUICE_NAT_NO_ROUTE, "no_route"},
+    {SLUICE_NAT_MTU, "mtu"},
 }};
 static_assert(kReasons.size() == SLUICE_NAT_REASONS, "a reason without a label");
 
@@ -48,6 +54,19 @@ Guards GuardsOf(const Service& s) {
 
 Guards GuardsOf(const std::optional<Service>& s) { return s ? GuardsOf(*s) : Guards{}; }
 
+sluice_nat_host Host(const net::IpAddress& ip) {
+  sluice_nat_host h{};
+  const sluice_lb_addr a = socklb::LbAddr(net::SocketAddress(ip, 0));
+  std::memcpy(h.addr, a.addr, sizeof(h.addr));
+  return h;
+}
+
+std::vector<net::IpAddress> Sorted(std::vector<net::IpAddress> ips) {
+  std::sort(ips.begin(), ips.end());
+  ips.erase(std::unique(ips.begin(), ips.end()), ips.end());
+  return ips;
+}
+
 }  // namespace
 
 ExtNat::ExtNat(Maps maps, const LoadOptions& options)
@@ -64,6 +83,11 @@ ExtNat::ExtNat(Maps maps, const LoadOptions& options)
   SLUICE_CHECK(maps.drops.key_size() == sizeof(uint32_t) &&
                maps.drops.value_size() % sizeof(uint64_t) == 0)
       << maps.drops.name();
+  SLUICE_CHECK(maps.remote.key_size() == sizeof(sluice_nat_host) && maps.remote.value_size() == 1)
+      << maps.remote.name();
+  SLUICE_CHECK(maps.snat.key_size() == sizeof(uint32_t) &&
+               maps.snat.value_size() == sizeof(sluice_nat_ifaddr))
+      << maps.snat.name();
 }
 
 std::unique_ptr<ExtNat> ExtNat::ForMaps(Maps maps, const LoadOptions& options) {
@@ -98,6 +122,113 @@ absl::Status ExtNat::SetDevices(const std::vector<std::string>& devices) {
 
 std::vector<std::string> ExtNat::Devices() const {
   return object_ != nullptr ? object_->Devices() : devices_;
+}
+
+absl::Status ExtNat::SetSnatDevices(const std::vector<SnatDevice>& devices) {
+  std::map<uint32_t, sluice_nat_ifaddr> want;
+  for (const SnatDevice& d : devices) {
+    const unsigned ifindex = if_nametoindex(d.device.c_str());
+    if (ifindex == 0) {
+      LOG(WARNING) << "external NAT: no device " << d.device << " for its SNAT addresses";
+      continue;
+    }
+    sluice_nat_ifaddr a{};
+    if (d.v4) {
+      std::memcpy(a.v4, Host(*d.v4).addr, sizeof(a.v4));
+    }
+    if (d.v6) {
+      std::memcpy(a.v6, Host(*d.v6).addr, sizeof(a.v6));
+    }
+    want.emplace(ifindex, a);
+  }
+  absl::Status first;
+  for (const auto& [ifindex, a] : want) {
+    auto it = snat_.find(ifindex);
+    if (it == snat_.end() || std::memcmp(&it->second, &a, sizeof(a)) != 0) {
+      first.Update(maps_.snat.Update(&ifindex, &a, BPF_ANY));
+    }
+  }
+  // Whatever else is there goes, an earlier agent's included.
+  std::vector<uint32_t> stale;
+  first.Update(maps_.snat.ForEach([&](const void* key, const void*) {
+    uint32_t ifindex;
+    std::memcpy(&ifindex, key, sizeof(ifindex));
+    if (!want.contains(ifindex)) {
+      stale.push_back(ifindex);
+    }
+  }));
+  for (uint32_t ifindex : stale) {
+    (void)maps_.snat.Delete(&ifindex);
+  }
+  snat_ = std::move(want);
+  return first;
+}
+
+void ExtNat::ListRemote(const std::vector<Change>& changes, Plan& plan) {
+  for (size_t i = 0; i < changes.size(); ++i) {
+    const auto& [name, service] = changes[i];
+    std::vector<net::IpAddress> ips =
+        service ? Sorted(service->remote) : std::vector<net::IpAddress>{};
+    std::vector<net::IpAddress> listed;
+    absl::Status st;
+    for (const net::IpAddress& ip : ips) {
+      if (remote_refs_[ip] == 0) {
+        const sluice_nat_host key = Host(ip);
+        const uint8_t one = 1;
+        st = maps_.remote.Update(&key, &one, BPF_ANY);
+        if (!st.ok()) {
+          break;
+        }
+      }
+      ++remote_refs_[ip];
+      listed.push_back(ip);
+    }
+    if (!st.ok()) {
+      // Translated without SNAT, a remote backend's replies would bypass this node.
+      LOG(WARNING) << "external NAT: remote backends of " << name
+                   << " not listed, left to the proxy: " << st;
+      plan.status.Update(st);
+      plan.services[i].second = std::nullopt;
+    }
+    plan.remote.emplace_back(name, std::move(listed));
+  }
+}
+
+void ExtNat::UnlistRemote(const Plan& plan) {
+  for (const auto& [name, listed] : plan.remote) {
+    auto old = remote_.find(name);
+    if (old != remote_.end()) {
+      for (const net::IpAddress& ip : old->second) {
+        if (--remote_refs_[ip] <= 0) {
+          remote_refs_.erase(ip);
+          const sluice_nat_host key = Host(ip);
+          (void)maps_.remote.Delete(&key);
+        }
+      }
+    }
+    if (listed.empty()) {
+      remote_.erase(name);
+    } else {
+      remote_[name] = listed;
+    }
+  }
+}
+
+void ExtNat::SweepRemote() {
+  std::vector<sluice_nat_host> stale;
+  (void)maps_.remote.ForEach([&](const void* key, const void*) {
+    sluice_nat_host h;
+    std::memcpy(&h, key, sizeof(h));
+    const bool v4 = std::memcmp(h.addr, "\0\0\0\0\0\0\0\0\0\0\xff\xff", 12) == 0;
+    auto ip = v4 ? net::IpAddress::FromBytes(AF_INET, h.addr + 12, 4)
+                 : net::IpAddress::FromBytes(AF_INET6, h.addr, 16);
+    if (!ip || !remote_refs_.contains(*ip)) {
+      stale.push_back(h);
+    }
+  });
+  for (const sluice_nat_host& h : stale) {
+    (void)maps_.remote.Delete(&h);
+  }
 }
 
 ExtNat::Plan ExtNat::Guard(const std::vector<Change>& changes) {
@@ -185,8 +316,10 @@ void ExtNat::SweepTraffic() {
 
 absl::Status ExtNat::Apply(const std::vector<Change>& changes) {
   Plan plan = Guard(changes);
+  ListRemote(changes, plan);
   std::vector<socklb::Gone> gone;
   const absl::Status programmed = services_.Apply(plan.services, gone);
+  UnlistRemote(plan);
   Settle(changes, plan, programmed.ok());
   Forget(gone);
   absl::Status result = plan.status;
@@ -212,6 +345,7 @@ absl::Status ExtNat::ApplyAll(const std::map<std::string, Service>& all) {
     changes.emplace_back(name, service);
   }
   Plan plan = Guard(changes);
+  ListRemote(changes, plan);
   std::map<std::string, socklb::Service> lb;
   for (auto& [name, service] : plan.services) {
     if (service) {
@@ -220,6 +354,7 @@ absl::Status ExtNat::ApplyAll(const std::map<std::string, Service>& all) {
   }
   std::vector<socklb::Gone> gone;
   const absl::Status programmed = services_.ApplyAll(lb, gone);
+  UnlistRemote(plan);
   Settle(changes, plan, programmed.ok());
   Forget(gone);
   // After ServiceMaps' own sweep: an earlier agent's frontend loses its guard only once it is
@@ -228,6 +363,7 @@ absl::Status ExtNat::ApplyAll(const std::map<std::string, Service>& all) {
     swept_ = true;
     ranges_.Sweep();
     SweepTraffic();
+    SweepRemote();
   }
   absl::Status result = plan.status;
   result.Update(programmed);

@@ -19,19 +19,31 @@
 #include "agent/dataplane/extnat/source_ranges.h"
 #include "agent/dataplane/fastpath/bpf_map.h"
 #include "agent/dataplane/socklb/service_maps.h"
+#include "bpf/include/sluice/bpf_abi.h"
 
 namespace sluice::extnat {
 
 // What one service port is to remote clients, for one address family.
 struct Service {
   std::vector<socklb::Frontend> frontends;   // NodePorts on node addresses, external/LB IPs
-  std::vector<net::SocketAddress> backends;  // of the frontends' family; all on this node
+  std::vector<net::SocketAddress> backends;  // of the frontends' family
+  // The backends' addresses on other nodes: their flows are SNATed to this node's address
+  // (eTP Cluster); the others keep the client's address.
+  std::vector<net::IpAddress> remote;
   // Per frontend address: the sources that may reach it (loadBalancerSourceRanges of a
   // LoadBalancer IP); a frontend not listed, or with an empty list, takes every source.
   std::map<net::IpAddress, std::vector<net::Cidr>> source_ranges;
   absl::Duration affinity = absl::ZeroDuration();  // ClientIP timeout; zero: none
   bool random = false;
   friend bool operator==(const Service&, const Service&) = default;
+};
+
+// A device the programs are attached to and its SNAT addresses (nullopt: none of that family):
+// a remote backend's flow leaving there takes its address of the flow's family.
+struct SnatDevice {
+  std::string device;
+  std::optional<net::IpAddress> v4, v6;
+  friend bool operator==(const SnatDevice&, const SnatDevice&) = default;
 };
 
 // A change to one service port, by name; nullopt removes it.
@@ -48,6 +60,8 @@ class ExtNat final {
     fastpath::BpfMap& flows;    // sluice_nat_tuple -> sluice_nat_ct
     fastpath::BpfMap& traffic;  // u32 id -> sluice_nat_traffic per CPU
     fastpath::BpfMap& drops;    // u32 reason -> u64 per CPU
+    fastpath::BpfMap& remote;   // sluice_nat_host -> u8: backends on other nodes
+    fastpath::BpfMap& snat;     // u32 ifindex -> sluice_nat_ifaddr
   };
 
   static absl::StatusOr<std::unique_ptr<ExtNat>> Create(const LoadOptions& options);
@@ -59,6 +73,9 @@ class ExtNat final {
   // device that fails is logged and skipped, the others still attached; returns the first error.
   absl::Status SetDevices(const std::vector<std::string>& devices);
   std::vector<std::string> Devices() const;
+  // The SNAT addresses of the devices: replaces what was there. A device that is gone is
+  // skipped (logged); returns the first error.
+  absl::Status SetSnatDevices(const std::vector<SnatDevice>& devices);
 
   // As socklb::SocketLb's: `changes` only; `all` is every service (the first time, what an
   // earlier agent left is removed too). A guarded frontend's source ranges are written before
@@ -78,7 +95,8 @@ class ExtNat final {
     uint64_t bytes = 0;
   };
   std::map<std::string, Counts> Counters() const;
-  // By reason label ("source_range", "conntrack_full", "fragment", "malformed").
+  // By reason label ("source_range", "conntrack_full", "fragment", "malformed", "snat_ports",
+  // "no_route", "mtu").
   std::map<std::string, uint64_t> Drops() const;
   std::map<std::string, std::vector<std::string>> Frontends() const;
   uint64_t flows() const;  // conntrack entries after the last CollectFlows
@@ -93,12 +111,14 @@ class ExtNat final {
 
  private:
   struct KernelMaps {  // the loaded object's maps, which refer into it
-    fastpath::KernelBpfMap svc, slot, member, stats, ranges, flows, traffic, drops;
+    fastpath::KernelBpfMap svc, slot, member, stats, ranges, flows, traffic, drops, remote, snat;
   };
   // What one Apply hands ServiceMaps, once the source ranges are written.
   struct Plan {
     std::vector<socklb::Change> services;
     std::set<std::string> unguarded;  // guards not written: their guarded frontends left out
+    // The remote backends listed for each changed service port (none: left out or removed).
+    std::vector<std::pair<std::string, std::vector<net::IpAddress>>> remote;
     absl::Status status;
   };
 
@@ -108,6 +128,13 @@ class ExtNat final {
   // `changes` dropped, and resets or removes traffic counters of new or removed service ports.
   void Settle(const std::vector<Change>& changes, const Plan& plan, bool programmed);
   void Forget(const std::vector<socklb::Gone>& gone);
+  // Lists `changes`' remote backends in the remote map before they are served; a service port
+  // whose backends cannot all be listed is left out of `plan` (to the proxy), with the error.
+  void ListRemote(const std::vector<Change>& changes, Plan& plan);
+  // After programming: unlists the remote backends no service port has any more.
+  void UnlistRemote(const Plan& plan);
+  // Removes remote-map entries no service port lists (an earlier agent's).
+  void SweepRemote();
   // Removes traffic counters of ids no service port has (an earlier agent's).
   void SweepTraffic();
 
@@ -121,6 +148,11 @@ class ExtNat final {
   // Service ports whose traffic counters this agent reset: their ids.
   std::map<std::string, uint32_t> traffic_ids_;
   bool swept_ = false;
+  // Remote backends by service port, and how many service ports list each.
+  std::map<std::string, std::vector<net::IpAddress>> remote_;
+  std::map<net::IpAddress, int> remote_refs_;
+  bool remote_swept_ = false;
+  std::map<uint32_t, sluice_nat_ifaddr> snat_;  // as last written, by ifindex
 };
 
 // The startup self-test of --external-datapath=auto: loads the object unpinned with small

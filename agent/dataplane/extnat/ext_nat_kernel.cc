@@ -18,13 +18,17 @@ absl::StatusOr<std::unique_ptr<ExtNat>> ExtNat::Create(const LoadOptions& option
                      .ranges = fastpath::KernelBpfMap(s.maps.sluice_nat_range),
                      .flows = fastpath::KernelBpfMap(s.maps.sluice_nat_ct),
                      .traffic = fastpath::KernelBpfMap(s.maps.sluice_nat_traffic),
-                     .drops = fastpath::KernelBpfMap(s.maps.sluice_nat_drops)});
+                     .drops = fastpath::KernelBpfMap(s.maps.sluice_nat_drops),
+                     .remote = fastpath::KernelBpfMap(s.maps.sluice_nat_rmt),
+                     .snat = fastpath::KernelBpfMap(s.maps.sluice_nat_snat)});
   const Maps maps{
       .services = {.svc = km->svc, .slot = km->slot, .member = km->member, .stats = km->stats},
       .ranges = km->ranges,
       .flows = km->flows,
       .traffic = km->traffic,
-      .drops = km->drops};
+      .drops = km->drops,
+      .remote = km->remote,
+      .snat = km->snat};
   std::unique_ptr<ExtNat> nat(new ExtNat(maps, options));
   nat->kernel_maps_ = std::move(km);
   nat->object_ = std::move(object);

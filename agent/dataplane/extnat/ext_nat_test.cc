@@ -29,6 +29,12 @@ constexpr uint32_t kCpus = 2;
 net::SocketAddress Addr(const std::string& s) { return *net::SocketAddress::Parse(s); }
 net::Cidr Range(const std::string& s) { return *net::Cidr::Parse(s); }
 
+sluice_nat_host Host(const net::SocketAddress& a) {
+  sluice_nat_host h{};
+  std::memcpy(h.addr, socklb::LbAddr(a).addr, sizeof(h.addr));
+  return h;
+}
+
 sluice_lb_key Front(const std::string& front, bool udp = false) {
   const sluice_lb_addr a = socklb::LbAddr(Addr(front));
   sluice_lb_key key{};
@@ -70,7 +76,9 @@ class ExtNatTest : public ::testing::Test {
             .ranges = ranges_,
             .flows = ct_,
             .traffic = traffic_,
-            .drops = drops_};
+            .drops = drops_,
+            .remote = remote_,
+            .snat = snat_};
   }
   std::unique_ptr<ExtNat> Make() { return ExtNat::ForMaps(maps(), LoadOptions{}); }
   bool Served(const std::string& front) { return svc_.Contains(Front(front)); }
@@ -100,6 +108,8 @@ class ExtNatTest : public ::testing::Test {
   FakeBpfMap traffic_{"sluice_nat_traffi", sizeof(uint32_t), kCpus * sizeof(sluice_nat_traffic),
                       64};
   FakeBpfMap drops_{"sluice_nat_drops", sizeof(uint32_t), kCpus * sizeof(uint64_t), 64};
+  FakeBpfMap remote_{"sluice_nat_rmt", sizeof(sluice_nat_host), 1, 64};
+  FakeBpfMap snat_{"sluice_nat_snat", sizeof(uint32_t), sizeof(sluice_nat_ifaddr), 64};
   int checked_ = 0;
 };
 
@@ -332,7 +342,81 @@ TEST_F(ExtNatTest, DropsSumEveryCpuByReason) {
   EXPECT_EQ(drops.at("fragment"), 2u);
   EXPECT_EQ(drops.at("source_range"), 0u);
   EXPECT_EQ(drops.at("malformed"), 0u);
-  EXPECT_EQ(drops.size(), 4u);
+  EXPECT_EQ(drops.at("snat_ports"), 0u);
+  EXPECT_EQ(drops.at("no_route"), 0u);
+  EXPECT_EQ(drops.at("mtu"), 0u);
+  EXPECT_EQ(drops.size(), 7u);
+}
+
+// Remote backends are listed while any service port has them, before it is served with them.
+TEST_F(ExtNatTest, RemoteBackendsAreListedWhileAServicePortHasThem) {
+  auto nat = Make();
+  auto listed = [&](const std::string& ip) {
+    return remote_.Contains(Host(net::SocketAddress(*net::IpAddress::Parse(ip), 0)));
+  };
+  // A remote backend of a served port is listed whenever the port is served (a packet between
+  // two writes must never reach it without SNAT).
+  svc_.on_write = [&] {
+    if (Served("192.0.2.1:30080")) {
+      EXPECT_TRUE(listed("10.0.1.7"));
+    }
+  };
+  Service web = Lb({}, {"10.0.0.1:80", "10.0.1.7:80"});
+  web.remote = {*net::IpAddress::Parse("10.0.1.7")};
+  Service api = web;
+  api.frontends = {{Addr("192.0.2.1:30081"), false}};
+  ASSERT_TRUE(nat->Apply({{"web", web}, {"api", api}}).ok());
+  EXPECT_TRUE(listed("10.0.1.7"));
+  EXPECT_FALSE(listed("10.0.0.1"));
+  svc_.on_write = nullptr;
+  ASSERT_TRUE(nat->Apply({{"web", std::nullopt}}).ok());
+  EXPECT_TRUE(listed("10.0.1.7")) << "api still has it";
+  api.remote.clear();
+  ASSERT_TRUE(nat->Apply({{"api", api}}).ok());
+  EXPECT_FALSE(listed("10.0.1.7"));
+  EXPECT_EQ(remote_.size(), 0u);
+}
+
+TEST_F(ExtNatTest, AServicePortWhoseRemoteBackendsCannotBeListedIsLeftToTheProxy) {
+  auto nat = Make();
+  Service web = Lb({}, {"10.0.1.7:80"});
+  web.remote = {*net::IpAddress::Parse("10.0.1.7")};
+  remote_.FailNext("Update", absl::ResourceExhaustedError("full"));
+  EXPECT_FALSE(nat->Apply({{"web", web}}).ok());
+  EXPECT_FALSE(Served("192.0.2.1:30080"));
+  ASSERT_TRUE(nat->Apply({{"web", web}}).ok());
+  EXPECT_TRUE(Served("192.0.2.1:30080"));
+}
+
+// An earlier agent's remote entries go at the first full sync.
+TEST_F(ExtNatTest, ApplyAllSweepsRemoteEntriesNoPortHas) {
+  const sluice_nat_host stale = Host(Addr("10.9.9.9:0"));
+  const uint8_t one = 1;
+  ASSERT_TRUE(remote_.Update(&stale, &one, BPF_ANY).ok());
+  auto nat = Make();
+  Service web = Lb({}, {"10.0.1.7:80"});
+  web.remote = {*net::IpAddress::Parse("10.0.1.7")};
+  ASSERT_TRUE(nat->ApplyAll({{"web", web}}).ok());
+  EXPECT_FALSE(remote_.Contains(stale));
+  EXPECT_TRUE(remote_.Contains(Host(Addr("10.0.1.7:0"))));
+}
+
+TEST_F(ExtNatTest, SnatDevicesHoldTheirAddressesByIfindex) {
+  auto nat = Make();
+  const uint32_t lo = 1;  // if_nametoindex("lo") in any namespace
+  const uint32_t gone = 4242;
+  const sluice_nat_ifaddr old{};
+  ASSERT_TRUE(snat_.Update(&gone, &old, BPF_ANY).ok());
+  ASSERT_TRUE(nat->SetSnatDevices({{.device = "lo", .v4 = net::IpAddress::Parse("192.0.2.1")},
+                                   {.device = "no-such-device0"}})
+                  .ok());
+  sluice_nat_ifaddr a{};
+  ASSERT_TRUE(snat_.Lookup(&lo, &a).ok());
+  const uint8_t mapped[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 1};
+  EXPECT_EQ(std::memcmp(a.v4, mapped, 16), 0);
+  const uint8_t zero[16] = {};
+  EXPECT_EQ(std::memcmp(a.v6, zero, 16), 0);
+  EXPECT_EQ(snat_.size(), 1u) << "the earlier agent's device is gone";
 }
 
 TEST_F(ExtNatTest, WithoutProgramsDevicesAreRecorded) {

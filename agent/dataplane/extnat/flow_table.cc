@@ -19,7 +19,7 @@
 namespace sluice::extnat {
 
 static_assert(sizeof(sluice_nat_tuple) == 40, "bpf_abi.h: struct sluice_nat_tuple");
-static_assert(sizeof(sluice_nat_ct) == 40, "bpf_abi.h: struct sluice_nat_ct");
+static_assert(sizeof(sluice_nat_ct) == 56, "bpf_abi.h: struct sluice_nat_ct");
 
 namespace {
 
@@ -42,21 +42,23 @@ struct Key {
 bool IsReply(const sluice_nat_ct& v) { return (v.flags & SLUICE_NAT_CT_REPLY) != 0; }
 
 // The key of the other direction's entry of `e`'s flow. Forward (client -> frontend) with `to`
-// the backend pairs with reply (backend -> client) with `to` the frontend.
+// the backend pairs with reply (backend -> client) with `to` the frontend; an SNATed flow's
+// reply is (backend -> SNAT address), which both entries hold in `nat`.
 sluice_nat_tuple Partner(const Entry& e) {
   const auto& [key, ct] = e;
+  const bool snat = (ct.flags & SLUICE_NAT_CT_SNAT) != 0;
   sluice_nat_tuple p{};
   p.proto = key.proto;
   if (IsReply(ct)) {
-    std::memcpy(p.saddr, key.daddr, sizeof(p.saddr));
-    p.sport = key.dport;
+    std::memcpy(p.saddr, snat ? ct.nat.addr : key.daddr, sizeof(p.saddr));
+    p.sport = snat ? ct.nat.port : key.dport;
     std::memcpy(p.daddr, ct.to.addr, sizeof(p.daddr));
     p.dport = ct.to.port;
   } else {
     std::memcpy(p.saddr, ct.to.addr, sizeof(p.saddr));
     p.sport = ct.to.port;
-    std::memcpy(p.daddr, key.saddr, sizeof(p.daddr));
-    p.dport = key.sport;
+    std::memcpy(p.daddr, snat ? ct.nat.addr : key.saddr, sizeof(p.daddr));
+    p.dport = snat ? ct.nat.port : key.sport;
   }
   return p;
 }

@@ -62,10 +62,56 @@ class FlowTableTest : public ::testing::Test {
     EXPECT_TRUE(ct_.Update(&flow.reply, &rep, BPF_NOEXIST).ok());
     return flow;
   }
+  // An SNATed flow: its reply entry is keyed (backend -> node address and port).
+  Flow AddSnat(const std::string& client, const std::string& front, const std::string& backend,
+               const std::string& node, absl::Duration forward_last, absl::Duration reply_last) {
+    const sluice_lb_addr c = socklb::LbAddr(Addr(client));
+    const sluice_lb_addr f = socklb::LbAddr(Addr(front));
+    const sluice_lb_addr b = socklb::LbAddr(Addr(backend));
+    const sluice_lb_addr n = socklb::LbAddr(Addr(node));
+    Flow flow;
+    std::memcpy(flow.forward.saddr, c.addr, 16);
+    std::memcpy(flow.forward.daddr, f.addr, 16);
+    flow.forward.sport = c.port;
+    flow.forward.dport = f.port;
+    flow.forward.proto = IPPROTO_TCP;
+    std::memcpy(flow.reply.saddr, b.addr, 16);
+    std::memcpy(flow.reply.daddr, n.addr, 16);
+    flow.reply.sport = b.port;
+    flow.reply.dport = n.port;
+    flow.reply.proto = IPPROTO_TCP;
+    const sluice_nat_ct fwd{
+        .to = b, .nat = n, .id = 1, .flags = SLUICE_NAT_CT_SNAT, .last_ns = Ns(forward_last)};
+    const sluice_nat_ct rep{.to = f,
+                            .nat = c,
+                            .id = 1,
+                            .flags = SLUICE_NAT_CT_SNAT | SLUICE_NAT_CT_REPLY,
+                            .last_ns = Ns(reply_last)};
+    EXPECT_TRUE(ct_.Update(&flow.forward, &fwd, BPF_NOEXIST).ok());
+    EXPECT_TRUE(ct_.Update(&flow.reply, &rep, BPF_NOEXIST).ok());
+    return flow;
+  }
   bool Has(const sluice_nat_tuple& key) { return ct_.Contains(key); }
 
   FakeBpfMap ct_{"sluice_nat_ct", sizeof(sluice_nat_tuple), sizeof(sluice_nat_ct), 64};
 };
+
+// An SNATed flow's two entries pair through its SNAT address: a recent reply keeps the forward
+// entry, and both go together once both are idle.
+TEST_F(FlowTableTest, SnatFlowsAgeAsOne) {
+  FlowTable table(ct_, kAges);
+  const Flow busy = AddSnat("198.51.100.7:40000", "203.0.113.10:80", "10.0.1.5:8080",
+                            "192.0.2.1:61000", kStart, kStart + absl::Hours(30));
+  const Flow idle = AddSnat("198.51.100.7:40001", "203.0.113.10:80", "10.0.1.5:8080",
+                            "192.0.2.1:61001", kStart, kStart);
+  auto left = table.Collect(kStart + absl::Hours(25));
+  ASSERT_TRUE(left.ok()) << left.status();
+  EXPECT_EQ(*left, 2u);
+  EXPECT_TRUE(Has(busy.forward));
+  EXPECT_TRUE(Has(busy.reply));
+  EXPECT_FALSE(Has(idle.forward));
+  EXPECT_FALSE(Has(idle.reply));
+}
 
 TEST_F(FlowTableTest, TcpFlowsAgeByTheirState) {
   FlowTable table(ct_, kAges);
@@ -187,6 +233,8 @@ TEST_F(FlowTableTest, ExtNatCollectsWithItsLoadOptions) {
   FakeBpfMap ranges{"sluice_nat_range", sizeof(sluice_nat_range), 1, 8};
   FakeBpfMap traffic{"sluice_nat_traffi", sizeof(uint32_t), sizeof(sluice_nat_traffic), 8};
   FakeBpfMap drops{"sluice_nat_drops", sizeof(uint32_t), sizeof(uint64_t), 8};
+  FakeBpfMap remote{"sluice_nat_rmt", sizeof(sluice_nat_host), 1, 8};
+  FakeBpfMap snat{"sluice_nat_snat", sizeof(uint32_t), sizeof(sluice_nat_ifaddr), 8};
   LoadOptions options;
   options.udp = absl::Seconds(5);
   options.tcp_closed = absl::Seconds(2);
@@ -195,7 +243,9 @@ TEST_F(FlowTableTest, ExtNatCollectsWithItsLoadOptions) {
                        .ranges = ranges,
                        .flows = ct_,
                        .traffic = traffic,
-                       .drops = drops},
+                       .drops = drops,
+                       .remote = remote,
+                       .snat = snat},
                       options);
   Service dns;
   dns.frontends = {{Addr("203.0.113.10:53"), true}};

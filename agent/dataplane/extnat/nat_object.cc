@@ -28,8 +28,10 @@ namespace sluice::extnat {
 static_assert(sizeof(sluice_nat_range) == 40, "bpf_abi.h: struct sluice_nat_range");
 static_assert(sizeof(sluice_nat_client) == 20, "bpf_abi.h: struct sluice_nat_client");
 static_assert(sizeof(sluice_nat_tuple) == 40, "bpf_abi.h: struct sluice_nat_tuple");
-static_assert(sizeof(sluice_nat_ct) == 40, "bpf_abi.h: struct sluice_nat_ct");
+static_assert(sizeof(sluice_nat_ct) == 56, "bpf_abi.h: struct sluice_nat_ct");
 static_assert(sizeof(sluice_nat_traffic) == 16, "bpf_abi.h: struct sluice_nat_traffic");
+static_assert(sizeof(sluice_nat_host) == 16, "bpf_abi.h: struct sluice_nat_host");
+static_assert(sizeof(sluice_nat_ifaddr) == 32, "bpf_abi.h: struct sluice_nat_ifaddr");
 
 namespace {
 
@@ -43,6 +45,9 @@ constexpr uint32_t kPriority = 1;
 constexpr char kIngressName[] = "sluice_nat_in";
 constexpr char kEgressName[] = "sluice_nat_out";
 constexpr char kPinPrefix[] = "sluice_nat_";
+
+// Devices with SNAT addresses: those the programs are attached to (a node has a handful).
+constexpr uint32_t kMaxSnatDevices = 1024;
 
 std::string PinDir(const std::string& bpf_root) { return bpf_root + "/ext_nat"; }
 
@@ -175,6 +180,8 @@ absl::StatusOr<std::unique_ptr<NatObject>> NatObject::Load(const LoadOptions& op
         {s.maps.sluice_nat_sticky, options.max_affinity},
         {s.maps.sluice_nat_ct, options.max_flows},
         {s.maps.sluice_nat_traffic, options.max_frontends},
+        {s.maps.sluice_nat_rmt, options.max_slots},
+        {s.maps.sluice_nat_snat, kMaxSnatDevices},
         {s.maps.sluice_nat_drops, 0}};  // 0: its size is the ABI's SLUICE_NAT_REASONS
     for (auto [map, size] : maps) {
       if (int err = size == 0 ? 0 : bpf_map__set_max_entries(map, size); err != 0) {
@@ -204,8 +211,17 @@ absl::StatusOr<std::unique_ptr<NatObject>> NatObject::Load(const LoadOptions& op
     s.rodata->tcp_closed_ns = absl::ToInt64Nanoseconds(options.tcp_closed);
     s.rodata->udp_ns = absl::ToInt64Nanoseconds(options.udp);
     s.rodata->csum_v6_flag = csum_v6_flag;
+    s.rodata->snat_port_min = options.snat_port_min;
+    s.rodata->snat_port_max = options.snat_port_max;
+    s.rodata->fib_forward = options.fib_forward ? 1 : 0;
     return absl::OkStatus();
   };
+  if (options.snat_port_min == 0 || options.snat_port_min > options.snat_port_max ||
+      options.snat_port_max > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("external NAT: SNAT port range ",
+                                                   options.snat_port_min, "-",
+                                                   options.snat_port_max, " is not a range"));
+  }
   ASSIGN_OR_RETURN(auto skel, fastpath::Skeleton<ext_nat_bpf>::Create(configure));
   std::unique_ptr<NatObject> object(new NatObject(options, std::move(skel)));
   object->adopted_maps_ = adopted;

@@ -22,6 +22,9 @@ namespace sluice::extnat {
 // FIN to be translated; short, so that closed flows free the table.
 inline constexpr absl::Duration kTcpClosedAge = absl::Seconds(10);
 
+inline constexpr uint32_t kSnatPortMin = 61000;
+inline constexpr uint32_t kSnatPortMax = 65535;
+
 struct LoadOptions {
   std::string bpf_root;  // pin directory on a bpffs ("" = no pinning: maps die with the agent)
   // Map sizes (max_entries, fixed at load; docs/configuration.md states each one's cost).
@@ -36,6 +39,14 @@ struct LoadOptions {
   absl::Duration tcp_close_wait = absl::Hours(1);
   absl::Duration tcp_closed = kTcpClosedAge;
   absl::Duration udp = absl::Seconds(30);
+  // Source ports of SNATed flows (eTP Cluster to a backend on another node), per node address
+  // and backend: above the kernel's default net.ipv4.ip_local_port_range (32768-60999), so that
+  // they do not clash with the node's own connections to the same backend (operations.md).
+  uint32_t snat_port_min = kSnatPortMin;
+  uint32_t snat_port_max = kSnatPortMax;
+  // DNATed packets to a local backend also leave by FIB lookup and redirect (skipping the
+  // stack's forwarding and netfilter); false: handed to the stack.
+  bool fib_forward = true;
 };
 
 // The external-NAT BPF object (bpf/ext_nat.bpf.c) loaded, its tc programs attached (clsact

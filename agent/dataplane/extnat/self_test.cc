@@ -21,7 +21,8 @@
 namespace sluice::extnat {
 namespace {
 
-constexpr int kTcActOk = 0;  // TC_ACT_OK (linux/pkt_cls.h)
+constexpr int kTcActOk = 0;        // TC_ACT_OK (linux/pkt_cls.h)
+constexpr int kTcActRedirect = 7;  // TC_ACT_REDIRECT
 constexpr uint8_t kSyn = 0x02, kAck = 0x10;
 
 net::SocketAddress At(const char* text) { return *net::SocketAddress::Parse(text); }
@@ -136,8 +137,10 @@ absl::StatusOr<std::vector<uint8_t>> Run(int prog, const std::vector<uint8_t>& i
   if (int err = bpf_prog_test_run_opts(prog, &opts); err != 0) {
     return base::ErrnoStatus(-err, absl::StrCat("BPF_PROG_TEST_RUN (", what, ")"));
   }
-  if (opts.retval != kTcActOk) {
-    return absl::InternalError(absl::StrCat(what, ": verdict ", opts.retval, ", not TC_ACT_OK"));
+  // TC_ACT_REDIRECT: forwarded by the FIB (where this namespace has a route to the backend).
+  if (opts.retval != kTcActOk && opts.retval != kTcActRedirect) {
+    return absl::InternalError(
+        absl::StrCat(what, ": verdict ", opts.retval, ", not TC_ACT_OK or TC_ACT_REDIRECT"));
   }
   out.resize(opts.data_size_out);
   return out;

@@ -180,7 +180,8 @@ struct sluice_nat_client {
 };
 
 /* sluice_nat_ct key: one direction of a flow, as its packets carry it. A flow has two entries:
- * the forward one keyed (client, frontend) and the reply one keyed (backend, client). */
+ * the forward one keyed (client, frontend) and the reply one keyed (backend, client), or, when
+ * the flow is SNATed (SLUICE_NAT_CT_SNAT), (backend, node address and SNAT port). */
 struct sluice_nat_tuple {
 	__u8 saddr[16];
 	__u8 daddr[16];
@@ -192,7 +193,7 @@ struct sluice_nat_tuple {
 
 #define SLUICE_NAT_CT_REPLY 1	   /* reply entry: `to` replaces the source, not the destination */
 #define SLUICE_NAT_CT_RST 2	   /* TCP: an RST was seen (either direction) */
-#define SLUICE_NAT_CT_SNAT 4	   /* reserved: the source was translated to the node (not built) */
+#define SLUICE_NAT_CT_SNAT 4	   /* the client's source became the node's (a remote backend) */
 #define SLUICE_NAT_CT_FIN_FWD 8	   /* TCP: the client sent a FIN */
 #define SLUICE_NAT_CT_FIN_REPLY 16 /* TCP: the backend sent a FIN */
 #define SLUICE_NAT_CT_CLOSE_BITS                                                                   \
@@ -228,18 +229,44 @@ static inline enum sluice_nat_age sluice_nat_age_of(__u8 proto, __u32 flags)
 }
 
 /* sluice_nat_ct value: forward entry, `to` is the backend (the new destination); reply entry,
- * `to` is the frontend (the new source). A preallocated hash, not an LRU, so that a full table
- * never evicts a live flow: a new flow that finds no room is passed to the stack (counted) and
- * the agent removes expired entries. A flow is live while either of its entries was used within
- * its age (sluice_nat_age_of): the agent removes both once neither is. A new flow may take over
- * a dead flow's reply entry, so a reply entry whose `to` is not the forward key's destination
- * belongs to another flow and stays. Only a TCP SYN creates a flow. */
+ * `to` is the frontend (the new source). With SLUICE_NAT_CT_SNAT `nat` is, in the forward entry,
+ * the node address and port the packet leaves from (the new source), in the reply entry the
+ * client (the new destination); without it `nat` is zero. A preallocated hash, not an LRU, so
+ * that a full table never evicts a live flow: a new flow that finds no room is passed to the stack
+ * (counted) and the agent removes expired entries. A flow is live while either of its entries was
+ * used within its age (sluice_nat_age_of): the agent removes both once neither is. A new flow may
+ * take over a dead flow's reply entry, so a reply entry whose `to` is not the forward key's
+ * destination belongs to another flow and stays. Only a TCP SYN creates a flow. */
 struct sluice_nat_ct {
 	struct sluice_lb_addr to;
+	struct sluice_lb_addr nat;
 	__u32 id; /* the service port (counters) */
 	__u32 flags;
-	__u32 pad;
 	__u64 last_ns; /* bpf_ktime_get_ns() of the last packet in this direction */
+};
+
+/* ---- SNAT (eTP Cluster to a backend on another node), as kube-proxy's masquerade ----
+ * A new flow to a backend listed in sluice_nat_rmt (key: its address, 16 bytes as above;
+ * value __u8 1; the agent lists the external endpoints whose node is not this one) leaves with
+ * the node's address on the device the FIB lookup picks (sluice_nat_snat: ifindex -> that
+ * device's addresses, for the devices the programs are attached to: the reply comes back
+ * there) and a port of [snat_port_min, snat_port_max] (load-time globals, see ext_nat.h), free
+ * for (backend, node address): the reply entry is created with BPF_NOEXIST from a random
+ * start, at most SLUICE_NAT_SNAT_TRIES ports, a dead flow's port taken over. SNATed packets,
+ * both ways, leave by bpf_fib_lookup + bpf_redirect(_neigh): handed to the stack with a node
+ * address as source they would be dropped as martians. A local backend keeps the client's
+ * address. */
+#define SLUICE_NAT_SNAT_TRIES 32
+
+/* sluice_nat_rmt key: a backend's address. */
+struct sluice_nat_host {
+	__u8 addr[16];
+};
+
+/* sluice_nat_snat value: a device's SNAT addresses; all-zero: none of that family. */
+struct sluice_nat_ifaddr {
+	__u8 v4[16]; /* ::ffff:a.b.c.d */
+	__u8 v6[16];
 };
 
 /* sluice_nat_traffic value (per CPU), by service id: packets translated, both directions. The
@@ -255,6 +282,10 @@ enum sluice_nat_reason {
 	SLUICE_NAT_CT_FULL,	 /* passed to the stack: no room for a new flow */
 	SLUICE_NAT_FRAGMENT,	 /* passed to the stack: an IP fragment of a frontend's traffic */
 	SLUICE_NAT_MALFORMED,	 /* passed to the stack: headers the program cannot parse */
+	SLUICE_NAT_SNAT_PORTS,	 /* passed to the stack: a new flow found no free SNAT port */
+	SLUICE_NAT_NO_ROUTE,	 /* SNAT: no route, no SNAT address or TTL out (new flows passed,
+				  * others dropped) */
+	SLUICE_NAT_MTU,		 /* dropped: an SNATed packet over the egress device's MTU */
 	SLUICE_NAT_REASONS,
 };
 
