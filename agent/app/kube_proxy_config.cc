@@ -43,9 +43,13 @@ struct Field {
 };
 constexpr Field kFileOnly[] = {
     {"clientConnection.acceptContentTypes", "", false, "sluice reads the API as JSON"},
-    {"iptables.snatNodeInternalIP", "", true, "sluice never masquerades"},
-    {"nftables.masqueradeBit", "", true, "sluice never masquerades"},
-    {"nftables.masqueradeAll", "", false, "sluice never masquerades"},
+    {"iptables.snatNodeInternalIP", "", true,
+     "sluice's eBPF NAT masquerades to the address of the device a flow leaves by"},
+    {"nftables.masqueradeBit", "", true,
+     "sluice marks no packets: its eBPF NAT masquerades without a netfilter mark"},
+    {"nftables.masqueradeAll", "", false,
+     "sluice masquerades only remote clients' eTP Cluster flows to a backend on another node (its "
+     "eBPF NAT); local clients, balanced at the socket, need none"},
     {"nftables.syncPeriod", ""},     // mapped in Loader::Value
     {"nftables.minSyncPeriod", ""},  // mapped in Loader::Value
     {"winkernel.networkName", "", false, "Windows only"},
