@@ -385,6 +385,25 @@ static __always_inline void forget(const struct sluice_nat_tuple *k, const struc
 	bpf_map_delete_elem(&sluice_nat_ct, k);
 }
 
+/* A TCP SYN not for a frontend opens a connection the stack routes, such as a client reaching
+ * a backend directly. A NAT flow over the same client port to that backend (through a
+ * frontend, a moment ago) holds this connection's reply tuple: once that flow is closed or dead
+ * its entries go, or egress would rewrite this connection's replies to come from the frontend.
+ * A live flow keeps them: the tuples clash, as with one client port through two frontends. */
+static __always_inline void release_reply_tuple(const struct pkt *p, __u64 now)
+{
+	struct sluice_nat_tuple r = {.proto = p->t.proto, .sport = p->t.dport, .dport = p->t.sport};
+	struct sluice_nat_ct *ct;
+
+	__builtin_memcpy(r.saddr, p->t.daddr, 16);
+	__builtin_memcpy(r.daddr, p->t.saddr, 16);
+	ct = bpf_map_lookup_elem(&sluice_nat_ct, &r);
+	if (ct && (ct->flags & SLUICE_NAT_CT_REPLY) && !(ct->flags & SLUICE_NAT_CT_SNAT) &&
+	    (sluice_nat_age_of(r.proto, ct->flags) == SLUICE_NAT_AGE_TCP_CLOSED ||
+	     !flow_live(&r, ct, now)))
+		forget(&r, ct);
+}
+
 /* Whether loadBalancerSourceRanges let `saddr` reach `front`: the longest match of (frontend,
  * source) says; a frontend without ranges matches nothing. */
 static __always_inline int source_allowed(const struct sluice_lb_key *front, const __u8 *saddr)
@@ -750,6 +769,8 @@ static __always_inline int ingress(struct __sk_buff *skb, struct pkt *p)
 		key.port = p->t.dport;
 		key.proto = p->t.proto;
 		err = choose(&key, p->t.saddr, now, &to, &id);
+		if (err == -ENOENT && p->t.proto == IPPROTO_TCP)
+			release_reply_tuple(p, now);
 		if (err)
 			return err == -EPERM ? TC_ACT_SHOT : TC_ACT_OK;
 		/* The agent gives a frontend backends of its own family only. */

@@ -715,6 +715,74 @@ TEST_F(ExtNatKernelTest, ClosedConnectionsAgeOutHalfClosedOnesStay) {
   EXPECT_EQ(testutil::Recv(half_c.get(), buf, 5), 5);
 }
 
+// A client that reached a backend through a frontend and closed, then connects to that backend
+// directly from the same port: the direct connection's replies must not be rewritten to come
+// from the frontend by the closed flow's reply entry (its SYN releases the tuple).
+TEST_F(ExtNatKernelTest, ADirectConnectionTakesOverAClosedFlowsTuple) {
+  Load();
+  const net::SocketAddress backend = Addr("10.89.2.1:8090");
+  Apply({{"web", Svc({kExt4}, {backend})}});
+  base::UniqueFd pod_ns(open(("/run/netns/" + pod_->name()).c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(pod_ns);
+  ASSERT_EQ(setns(pod_ns.get(), CLONE_NEWNET), 0);
+  base::UniqueFd listener = testutil::ListenTcp(backend);
+  ASSERT_EQ(setns(netns_->fd(), CLONE_NEWNET), 0);
+  ASSERT_TRUE(listener);
+  constexpr uint16_t kPort = 40123;
+  // A client socket bound to kPort, connected to `to`; the server's end, which sends `hello`.
+  auto open_from_port = [&](const net::SocketAddress& to, const char* hello) {
+    base::UniqueFd c = AtClient([&] {
+      base::UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+      const int one = 1;
+      setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+      const timeval tv{.tv_sec = 3, .tv_usec = 0};
+      setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+      setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+      sockaddr_in local{.sin_family = AF_INET, .sin_port = htons(kPort)};
+      sockaddr_storage dst;
+      const socklen_t dst_len = to.ToSockaddr(&dst);
+      if (bind(fd.get(), reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0 ||
+          connect(fd.get(), reinterpret_cast<sockaddr*>(&dst), dst_len) != 0) {
+        fd.Reset();
+      }
+      return fd;
+    });
+    base::UniqueFd server(c ? accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC) : -1);
+    if (server) {
+      EXPECT_EQ(send(server.get(), hello, strlen(hello), MSG_NOSIGNAL),
+                static_cast<ssize_t>(strlen(hello)));
+    }
+    return std::pair{std::move(c), std::move(server)};
+  };
+  auto read_line = [](int fd) {
+    std::string line;
+    char ch;
+    while (testutil::Recv(fd, &ch, 1) == 1 && ch != '\n') {
+      line += ch;
+    }
+    return line;
+  };
+  {
+    auto [c, server] = open_from_port(kExt4, "nat\n");
+    ASSERT_TRUE(c && server);
+    EXPECT_EQ(read_line(c.get()), "nat");
+    ASSERT_EQ(Flows(), 2u);
+    const linger abort{.l_onoff = 1, .l_linger = 0};
+    ASSERT_EQ(setsockopt(c.get(), SOL_SOCKET, SO_LINGER, &abort, sizeof(abort)), 0);
+  }  // the client's RST closes the flow; its entries stay for the closed age (10 s)
+  fastpath::TypedMap<sluice_nat_tuple, sluice_nat_ct> ct(*maps_[5]);
+  ASSERT_TRUE(testutil::WaitFor(
+      [&] {
+        auto entries = ct.Entries();
+        return entries.size() == 2 && (entries.begin()->second.flags & SLUICE_NAT_CT_RST);
+      },
+      absl::Seconds(10)));
+  auto [c, server] = open_from_port(backend, "direct\n");
+  ASSERT_TRUE(c && server) << "the direct connection's handshake failed";
+  EXPECT_EQ(read_line(c.get()), "direct");
+  EXPECT_EQ(Flows(), 0u) << "the closed flow's entries were not released";
+}
+
 // A pinned map of another size (the flags changed between agents) is replaced; the others are
 // reused.
 TEST_F(ExtNatKernelTest, PinnedMapsOfAnotherSizeAreReplaced) {
