@@ -240,12 +240,20 @@ absl::Status NatObject::Attach(const std::string& device) {
   const std::pair<bpf_tc_attach_point, bpf_program*> filters[] = {
       {BPF_TC_INGRESS, (*skel_)->progs.sluice_nat_in},
       {BPF_TC_EGRESS, (*skel_)->progs.sluice_nat_out}};
-  // Egress first: a flow the new ingress filter creates finds its reply translation in place.
-  for (int i = 1; i >= 0; --i) {
-    bpf_tc_hook hook = Hook(ifindex, filters[i].first);
+  // The clsact qdisc once per link: an existing one is an error libbpf logs ("Exclusivity flag
+  // on, cannot modify"), which the re-attach at every full sync would repeat. By ifindex: a
+  // link deleted and made again under the same name has a new one.
+  if (!clsact_.contains(ifindex)) {
+    bpf_tc_hook hook =
+        Hook(ifindex, static_cast<bpf_tc_attach_point>(BPF_TC_INGRESS | BPF_TC_EGRESS));
     if (int err = bpf_tc_hook_create(&hook); err != 0 && err != -EEXIST) {
       return base::ErrnoStatus(-err, absl::StrCat("create clsact qdisc on ", device));
     }
+    clsact_.insert(ifindex);
+  }
+  // Egress first: a flow the new ingress filter creates finds its reply translation in place.
+  for (int i = 1; i >= 0; --i) {
+    bpf_tc_hook hook = Hook(ifindex, filters[i].first);
     bpf_tc_opts opts = Opts(bpf_program__fd(filters[i].second), BPF_TC_F_REPLACE);
     if (int err = bpf_tc_attach(&hook, &opts); err != 0) {
       return base::ErrnoStatus(

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,7 @@ class NatObject final {
   const LoadOptions options_;
   std::unique_ptr<fastpath::Skeleton<ext_nat_bpf>> skel_;
   std::vector<std::string> devices_;
+  std::set<int> clsact_;  // ifindexes whose clsact qdisc Attach made sure of
   bool adopted_maps_ = false;
 };
 
