@@ -122,7 +122,8 @@ std::map<std::string, std::vector<std::string>> SocketBalancing::Frontends() con
 std::map<std::string, socklb::SocketLb::Counts> SocketBalancing::Counters() const {
   std::map<std::string, socklb::SocketLb::Counts> out;
   for (const auto& [name, c] : lb_.Counters()) {
-    auto& sum = out[PortOf(name)];
+    // Names come in order, and so do their ports: the hint spares the comparisons.
+    auto& sum = out.emplace_hint(out.end(), PortOf(name), socklb::SocketLb::Counts{})->second;
     sum.translated += c.translated;
     sum.refused += c.refused;
   }

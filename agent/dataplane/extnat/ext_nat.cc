@@ -376,7 +376,7 @@ std::map<std::string, ExtNat::Counts> ExtNat::Counters() const {
   std::map<std::string, Counts> out;
   absl::flat_hash_map<uint32_t, Counts*> by_id;
   for (const auto& [name, id] : services_.Ids()) {
-    by_id[id] = &out[name];
+    by_id[id] = &out.emplace_hint(out.end(), name, Counts{})->second;  // in order
   }
   for (const auto& [name, c] : services_.Counters()) {
     if (auto it = out.find(name); it != out.end()) {

@@ -441,8 +441,9 @@ std::map<std::string, ServiceMaps::Counts> ServiceMaps::Counters() const {
   std::map<std::string, Counts> out;
   {
     absl::MutexLock lock(&mu_);
+    // In order: a hint at the end inserts without comparing names (10,000 per scrape).
     for (const auto& [name, p] : programmed_) {
-      by_id[p.id] = &out.emplace(name, Counts{}).first->second;
+      by_id[p.id] = &out.emplace_hint(out.end(), name, Counts{})->second;
     }
   }
   // Best effort: a failed walk leaves this scrape's counters short.
@@ -479,7 +480,7 @@ std::map<std::string, uint32_t> ServiceMaps::Ids() const {
   std::map<std::string, uint32_t> out;
   absl::MutexLock lock(&mu_);
   for (const auto& [name, p] : programmed_) {
-    out.emplace(name, p.id);
+    out.emplace_hint(out.end(), name, p.id);  // in order: no comparisons
   }
   return out;
 }
