@@ -21,8 +21,7 @@
 #include "gmock/gmock.h"
 
 #include "agent/dataplane/extnat/ext_nat.h"
-#include "tests/integration/agent_fixture.h"
-#include "tests/testutil/cgroup.h"
+#include "tests/integration/external_nat_topology.h"
 #include "tests/testutil/netns.h"
 
 namespace sluice::testing {
@@ -93,14 +92,6 @@ for c in conns:
     print(c.makefile("rb").readline().decode().strip())
 )";
 
-constexpr char kLbV4[] = "10.77.0.1";
-constexpr char kLbV6[] = "fd00:77::1";
-
-std::string Url(const std::string& ip, int port = 80) {
-  return ip.find(':') == std::string::npos ? absl::StrCat("http://", ip, ":", port, "/")
-                                           : absl::StrCat("http://[", ip, "]:", port, "/");
-}
-
 // A namespace behind node B for its pod, made with `ip -n` from here (PeerHost joins a host to
 // the calling thread's namespace only). The destructor deletes it: end its processes first.
 class PodBehind final {
@@ -148,21 +139,13 @@ class PodBehind final {
   const std::string node_, name_;
 };
 
-class ExternalNatSnatTest : public AgentTest {
+class ExternalNatSnatTest : public ExternalNatTest {
  protected:
   void SetUp() override {
-    AgentTest::SetUp();
-    if (IsSkipped()) {
+    ExternalNatTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) {
       return;
     }
-    absl::Status self_test = extnat::SelfTest();
-    if (absl::IsPermissionDenied(self_test) || absl::IsUnimplemented(self_test)) {
-      GTEST_SKIP() << "the eBPF NAT is unavailable here: " << self_test;
-    }
-    ASSERT_TRUE(self_test.ok()) << self_test;
-    auto bpffs = testutil::TestBpfFs::Create();
-    ASSERT_TRUE(bpffs.ok()) << bpffs.status();
-    bpffs_ = std::move(*bpffs);
     auto client = testutil::PeerHost::Create("nc", {"10.87.1.2/24", "fd00:87:1::2/64"},
                                              {"10.87.1.1/24", "fd00:87:1::1/64"},
                                              {"10.87.1.2", "fd00:87:1::2"});
@@ -183,7 +166,6 @@ class ExternalNatSnatTest : public AgentTest {
         pod_b_->Create({"10.87.3.2/24", "fd00:87:3::2/64"}, {"10.87.3.1/24", "fd00:87:3::1/64"});
     ASSERT_EQ(err, "");
     for (const char* key : {"net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"}) {
-      ASSERT_EQ(testutil::RunCommand({"sysctl", "-qw", key}), 0) << key;
       ASSERT_EQ(testutil::RunCommand(node_b_->Exec({"sysctl", "-qw", key})), 0) << key;
     }
     // Node A reaches node B's pods through node B, as a cluster's pod routes do.
@@ -263,23 +245,13 @@ class ExternalNatSnatTest : public AgentTest {
     return at != std::string::npos && json.find("\"" + frontend + "\"", at) != std::string::npos;
   }
 
-  // curl's body (from the client host when `from_client`), or "exit N" when it failed.
-  std::string Curl(const std::string& url, bool from_client = false) {
-    std::vector<std::string> argv = {"curl", "-sS", "--max-time", "5", url};
-    if (from_client) {
-      argv = client_->Exec(argv);
-    }
-    std::string out;
-    const int rc = testutil::RunCommand(argv, &out);
-    return rc == 0 ? out : absl::StrCat("exit ", rc);
-  }
   std::string Udp(const std::string& ip) {
     std::string out;
     const int rc = testutil::RunCommand(client_->Exec({"python3", "-c", kUdpQuery, ip}), &out);
     return rc == 0 ? out : absl::StrCat("exit ", rc);
   }
 
-  std::unique_ptr<testutil::PeerHost> client_, node_b_, pod_a_;
+  std::unique_ptr<testutil::PeerHost> node_b_, pod_a_;
   std::unique_ptr<PodBehind> pod_b_;
   std::unique_ptr<testutil::Subprocess> backend_a_, backend_b_;
 };

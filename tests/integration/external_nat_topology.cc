@@ -75,7 +75,7 @@ std::string Url(const std::string& ip, int port) {
                                            : absl::StrCat("http://[", ip, "]:", port, "/");
 }
 
-void ExternalNatTopology::SetUp() {
+void ExternalNatTest::SetUp() {
   AgentTest::SetUp();
   if (IsSkipped()) {
     return;
@@ -90,6 +90,26 @@ void ExternalNatTopology::SetUp() {
   auto bpffs = testutil::TestBpfFs::Create();
   ASSERT_TRUE(bpffs.ok()) << bpffs.status();
   bpffs_ = std::move(*bpffs);
+  for (const char* key : {"net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"}) {
+    ASSERT_EQ(testutil::RunCommand({"sysctl", "-qw", key}), 0) << key;
+  }
+}
+
+std::string ExternalNatTest::Curl(const std::string& url, bool from_client) {
+  std::vector<std::string> argv = {"curl", "-sS", "--max-time", "5", url};
+  if (from_client) {
+    argv = client_->Exec(argv);
+  }
+  std::string out;
+  const int rc = testutil::RunCommand(argv, &out);
+  return rc == 0 ? out : absl::StrCat("exit ", rc);
+}
+
+void ExternalNatTopology::SetUp() {
+  ExternalNatTest::SetUp();
+  if (IsSkipped() || HasFatalFailure()) {
+    return;
+  }
   auto client = testutil::PeerHost::Create("nc", {"10.88.1.2/24", "fd00:88:1::2/64"},
                                            {"10.88.1.1/24", "fd00:88:1::1/64"},
                                            {"10.88.1.2", "fd00:88:1::2"});
@@ -100,9 +120,6 @@ void ExternalNatTopology::SetUp() {
                                         {"10.88.2.2", "fd00:88:2::2"});
   ASSERT_TRUE(pod.ok()) << pod.status();
   pod_ = std::move(*pod);
-  for (const char* key : {"net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"}) {
-    ASSERT_EQ(testutil::RunCommand({"sysctl", "-qw", key}), 0) << key;
-  }
   backend_ = std::make_unique<testutil::Subprocess>(pod_->Exec({"python3", "-c", kBackend}));
   ASSERT_TRUE(testutil::WaitFor([&] { return Curl(Url("10.88.2.1", 8080)) == "10.88.2.2\n"; },
                                 absl::Seconds(10)))
@@ -168,16 +185,6 @@ bool ExternalNatTopology::WaitProxy() {
                std::string::npos;
       },
       absl::Seconds(10));
-}
-
-std::string ExternalNatTopology::Curl(const std::string& url, bool from_client) {
-  std::vector<std::string> argv = {"curl", "-sS", "--max-time", "5", url};
-  if (from_client) {
-    argv = client_->Exec(argv);
-  }
-  std::string out;
-  const int rc = testutil::RunCommand(argv, &out);
-  return rc == 0 ? out : absl::StrCat("exit ", rc);
 }
 
 std::string ExternalNatTopology::Udp(const std::string& ip) {

@@ -18,6 +18,19 @@ inline constexpr char kLbV6[] = "fd00:77::1";
 // "http://ip:port/", brackets around an IPv6 address.
 std::string Url(const std::string& ip, int port = 80);
 
+// AgentTest for the eBPF NAT of remote clients: skips where the agent's self-test says this
+// machine cannot run it (any other failure fails), mounts a bpffs for --bpf-root and lets the
+// test thread's namespace (the node) forward. Derived fixtures make `client_`.
+class ExternalNatTest : public AgentTest {
+ protected:
+  void SetUp() override;
+
+  // curl's body (from the client host if `from_client`, else from the node), or "exit N".
+  std::string Curl(const std::string& url, bool from_client = false);
+
+  std::unique_ptr<testutil::PeerHost> client_;
+};
+
 // The eBPF NAT of remote clients (--external-datapath) end to end: the test thread's namespace
 // is the node (the agent runs there), a client host and a pod host hang off it on veths, and
 // the node routes between them:
@@ -31,7 +44,7 @@ std::string Url(const std::string& ip, int port = 80);
 // peer is the client's own address when the kernel translates, the node's (10.88.2.2) when the
 // proxy carries the connection. Skips where the agent's self-test says the machine cannot run the
 // NAT.
-class ExternalNatTopology : public AgentTest {
+class ExternalNatTopology : public ExternalNatTest {
  protected:
   void SetUp() override;
   void TearDown() override;
@@ -51,12 +64,9 @@ class ExternalNatTopology : public AgentTest {
   // Waits until the proxy listens on the LoadBalancer IP (its path when the NAT is off).
   bool WaitProxy();
 
-  // curl's body (from the client host if `from_client`, else from the node), or "exit N".
-  std::string Curl(const std::string& url, bool from_client = false);
   // One UDP query from the client host to `ip`:53: the reply, or "exit N" when none came.
   std::string Udp(const std::string& ip);
 
-  std::unique_ptr<testutil::PeerHost> client_;
   std::unique_ptr<testutil::PeerHost> pod_;
   std::unique_ptr<testutil::Subprocess> backend_;
 };
