@@ -395,6 +395,18 @@ class ExternalNatLoadTest : public ExternalNatTopology {
   std::vector<std::unique_ptr<LoadGenerator>> loads_;
 };
 
+// The end of a load run: no request failed, and every long connection of `start` is alive,
+// on the backend it started with, through the kernel.
+void ExpectNoFailureLongsKept(LoadGenerator& load, const LoadStatus& start, const LoadStatus& end) {
+  EXPECT_EQ(end.failed, 0) << Describe(end) << load.Output();
+  ASSERT_EQ(end.longs.size(), start.longs.size()) << Describe(end);
+  for (size_t i = 0; i < end.longs.size(); ++i) {
+    EXPECT_TRUE(end.longs[i].alive) << i << "\n" << Describe(end);
+    EXPECT_EQ(end.longs[i].backend, start.longs[i].backend) << i;
+    EXPECT_EQ(end.longs[i].path, "kernel") << i;
+  }
+}
+
 // Endpoints removed and added while short requests (TCP to every frontend, UDP to the
 // LoadBalancer IPs) and long connections run: no request fails; each long connection keeps its
 // backend, also one whose backend left the set; once the kernel has the new set (what
@@ -440,13 +452,7 @@ TEST_F(ExternalNatLoadTest, EndpointChurnUnderLoad) {
       << load.Output();
 
   const LoadStatus end = load.Stop();
-  EXPECT_EQ(end.failed, 0) << Describe(end) << load.Output();
-  ASSERT_EQ(end.longs.size(), 4u);
-  for (size_t i = 0; i < end.longs.size(); ++i) {
-    EXPECT_TRUE(end.longs[i].alive) << i << "\n" << Describe(end);
-    EXPECT_EQ(end.longs[i].backend, start.longs[i].backend) << i;
-    EXPECT_EQ(end.longs[i].path, "kernel") << i;
-  }
+  ExpectNoFailureLongsKept(load, start, end);
   // The kernel carried every flow: a set swap never leaves a frontend without backends.
   EXPECT_EQ(end.Count(0, "", "", "proxy"), 0) << Describe(end);
   for (const char* kind : {"tcp", "udp"}) {
@@ -492,13 +498,7 @@ TEST_F(ExternalNatLoadTest, AgentKillAndRestartUnderLoad) {
       << load.Output();
 
   const LoadStatus end = load.Stop();
-  EXPECT_EQ(end.failed, 0) << Describe(end) << load.Output();
-  ASSERT_EQ(end.longs.size(), 4u);
-  for (size_t i = 0; i < end.longs.size(); ++i) {
-    EXPECT_TRUE(end.longs[i].alive) << i << "\n" << Describe(end);
-    EXPECT_EQ(end.longs[i].backend, start.longs[i].backend) << i;
-    EXPECT_EQ(end.longs[i].path, "kernel") << i;
-  }
+  ExpectNoFailureLongsKept(load, start, end);
   EXPECT_EQ(end.Count(0, "", "", "proxy"), 0) << Describe(end);
   // Every kernel flow of phase 2 began after flows_before was read.
   EXPECT_GE(FlowsTotal() - flows_before, end.Count(2, "tcp", "", "kernel")) << Describe(end);
