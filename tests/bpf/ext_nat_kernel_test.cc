@@ -276,6 +276,14 @@ class ExtNatKernelTest : public ::testing::Test {
     SLUICE_CHECK(setns(netns_->fd(), CLONE_NEWNET) == 0) << strerror(errno);
     return result;
   }
+  // A TCP listener at `at` in the pod's namespace, for a test that holds the backend's end.
+  base::UniqueFd ListenInPod(const net::SocketAddress& at) {
+    base::UniqueFd pod_ns(open(("/run/netns/" + pod_->name()).c_str(), O_RDONLY | O_CLOEXEC));
+    SLUICE_CHECK(pod_ns && setns(pod_ns.get(), CLONE_NEWNET) == 0) << strerror(errno);
+    base::UniqueFd listener = testutil::ListenTcp(at);
+    SLUICE_CHECK(setns(netns_->fd(), CLONE_NEWNET) == 0) << strerror(errno);
+    return listener;
+  }
   // A TCP connection from the client (or the node) whose reads give up after 5 s.
   base::UniqueFd Connect(const net::SocketAddress& to, bool from_client = true,
                          int timeout_ms = 3000) {
@@ -618,11 +626,7 @@ TEST_F(ExtNatKernelTest, ClosedConnectionsAgeOutHalfClosedOnesStay) {
   Load(options);
   const net::SocketAddress backend = Addr("10.89.2.1:8090");
   Apply({{"web", Svc({kExt4}, {backend})}});
-  base::UniqueFd pod_ns(open(("/run/netns/" + pod_->name()).c_str(), O_RDONLY | O_CLOEXEC));
-  ASSERT_TRUE(pod_ns);
-  ASSERT_EQ(setns(pod_ns.get(), CLONE_NEWNET), 0);
-  base::UniqueFd listener = testutil::ListenTcp(backend);
-  ASSERT_EQ(setns(netns_->fd(), CLONE_NEWNET), 0);
+  base::UniqueFd listener = ListenInPod(backend);
   ASSERT_TRUE(listener);
   // Both ends held by the test: it decides who closes.
   auto open_pair = [&] {
@@ -722,11 +726,7 @@ TEST_F(ExtNatKernelTest, ADirectConnectionTakesOverAClosedFlowsTuple) {
   Load();
   const net::SocketAddress backend = Addr("10.89.2.1:8090");
   Apply({{"web", Svc({kExt4}, {backend})}});
-  base::UniqueFd pod_ns(open(("/run/netns/" + pod_->name()).c_str(), O_RDONLY | O_CLOEXEC));
-  ASSERT_TRUE(pod_ns);
-  ASSERT_EQ(setns(pod_ns.get(), CLONE_NEWNET), 0);
-  base::UniqueFd listener = testutil::ListenTcp(backend);
-  ASSERT_EQ(setns(netns_->fd(), CLONE_NEWNET), 0);
+  base::UniqueFd listener = ListenInPod(backend);
   ASSERT_TRUE(listener);
   constexpr uint16_t kPort = 40123;
   // A client socket bound to kPort, connected to `to`; the server's end, which sends `hello`.
