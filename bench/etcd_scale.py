@@ -524,21 +524,19 @@ def run(args):
             etcd.put(f"{PREFIX}/endpointslices/bench/svc-{i}-1", slice_(i, endpoints[i], trigger))
             pause = rng.uniform(0.01, 0.03)
             deadline = time.time() + 10
-            if svc_map is not None:
-                # A new backend set is a new set id in the service's value.
-                while svc_map.lookup(key, 24) == was:
+            # A new backend set is a new set id in the service's value.
+            for name, m, k, old_value, out in (
+                    ("sluice_lb_svc", svc_map, key, was, put_ms),
+                    ("sluice_nat_svc", nat_map, nat_key, nat_was, nat_put_ms)):
+                if m is None:
+                    continue
+                while m.lookup(k, 24) == old_value:
                     if time.time() > deadline:
-                        raise RuntimeError(f"change {c} not in sluice_lb_svc within 10 s")
+                        raise RuntimeError(f"change {c} not in {name} within 10 s")
                     # Not a busy loop: that would take one of the 2 cores from etcd and the
                     # agent; the timer slack (50 us) and a wake-up add well under 1 ms.
                     time.sleep(0.0002)
-                put_ms.append((time.time() - t_put) * 1000)
-            if nat_map is not None:
-                while nat_map.lookup(nat_key, 24) == nat_was:
-                    if time.time() > deadline:
-                        raise RuntimeError(f"change {c} not in sluice_nat_svc within 10 s")
-                    time.sleep(0.0002)
-                nat_put_ms.append((time.time() - t_put) * 1000)
+                out.append((time.time() - t_put) * 1000)
             if svc_map is not None or nat_map is not None:
                 # The pause between changes goes here, before the scrape: a scrape (42 ms of
                 # the agent's CPU, a read of every service's BPF entry) started while the rest
