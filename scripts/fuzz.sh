@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Builds the libFuzzer binaries (clang, ASan+UBSan, -DSLUICE_FUZZ=ON) in build-fuzz/ and runs
+# Builds the libFuzzer binaries in build-clang/ (scripts/configure.sh clang: ASan+UBSan,
+# -DSLUICE_FUZZ=ON; in CI `scripts/test.sh --clang` has built them already) and runs
 # each for a fixed time on a temporary copy of tests/fuzz/corpus/<name>/ and regressions/<name>/
 # (the tree is never written). Fails on any crash, sanitizer report, leak, timeout or
-# out-of-memory, and prints the saved input's path (under build-fuzz/fuzz-artifacts/).
+# out-of-memory, and prints the saved input's path (under build-clang/fuzz-artifacts/).
 #   scripts/fuzz.sh                      every fuzzer for 45 s, one per CPU at a time
 #   scripts/fuzz.sh -t 600 manifest      one fuzzer for 10 minutes
 # Fixing a finding: add the input to tests/fuzz/regressions/<name>/; every build's ctest then
@@ -28,9 +29,7 @@ if ((${#names[@]} == 0)); then
 fi
 
 ./scripts/install-deps.sh --build-only
-dir=build-fuzz
-cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
-  -DCMAKE_C_COMPILER=clang -DSLUICE_FUZZ=ON >/dev/null
+dir=$(./scripts/configure.sh clang)
 cmake --build "$dir" -j "$(nproc)" --target "${names[@]/%/_fuzzer}"
 
 # One fuzzer; its log and exit status go to $work.

@@ -8,8 +8,9 @@
 #   scripts/test.sh --clang   clang++ -Werror build with ASan+UBSan in build-clang/ (abseil's
 #                             must-use-Status checks and -Wthread-safety only fire under clang),
 #                             plus the `tidy` test (scripts/check-tidy.sh). One build serves the
-#                             compiler's checks and the sanitizers, so CI builds the tree twice,
-#                             not three times.
+#                             compiler's checks, the sanitizers and the fuzzers (scripts/fuzz.sh),
+#                             so CI builds the tree twice, not three times.
+# Each mode's CMake flags: scripts/configure.sh.
 # Extra arguments after the mode go to ctest (e.g. -R Mux -V).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,17 +22,7 @@ esac
 
 ./scripts/install-deps.sh
 
-dir=build
-cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo)
-case "$mode" in
-  asan)  dir=build-asan;  cmake_args+=(-DSLUICE_ASAN=ON) ;;
-  tsan)  dir=build-tsan;  cmake_args+=(-DSLUICE_TSAN=ON) ;;
-  clang) dir=build-clang; cmake_args+=(-DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang
-                                       -DSLUICE_ASAN=ON
-                                       -DCMAKE_EXPORT_COMPILE_COMMANDS=ON) ;;  # the tidy test
-esac
-
-cmake -S . -B "$dir" "${cmake_args[@]}" >/dev/null
+dir=$(./scripts/configure.sh "$mode")
 cmake --build "$dir" -j "$(nproc)"
 # Sanitizer reports fail the test that triggers them.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
