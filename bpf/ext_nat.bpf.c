@@ -766,10 +766,11 @@ static __always_inline int too_big(struct __sk_buff *skb, const struct pkt *p, _
 /* Sends a translated packet (now `saddr` -> `daddr`) on by the FIB, skipping the stack's
  * forwarding and netfilter. An SNATed packet (`snat`) must not reach the stack: with a node
  * address as its source (or, a reply, as its destination's answer from the frontend) it is a
- * martian there (fib_validate_source), so one that cannot go is dropped and counted. Any other
- * is handed to the stack when the FIB does not give a device: it forwards it as before, sending
- * Time Exceeded or Fragmentation Needed (translated by egress), or delivers it locally.
- * Returns the tc verdict. */
+ * martian there (fib_validate_source), so one that cannot go is dropped and counted, one over
+ * the egress MTU answered as a router would (too_big). Any other is handed to the stack when the
+ * FIB does not give a device or the packet does not fit: it forwards it as before, sending Time
+ * Exceeded or Fragmentation Needed (translated by egress), fragments it, or delivers it
+ * locally. Returns the tc verdict. */
 static __always_inline int forward(struct __sk_buff *skb, const struct pkt *p, const __u8 *saddr,
 				   const __u8 *daddr, int snat)
 {

@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <linux/if_ether.h>
 #include <net/if.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -656,6 +657,34 @@ TEST_F(ExtNatKernelTest, PathMtuDiscoveryForSnatedRepliesReachesThePod) {
     EXPECT_THAT(RouteGet(*pod_, node), HasSubstr("mtu 1280")) << front.ToString();
   }
   EXPECT_GT(Drops(SLUICE_NAT_MTU_ICMP), 0u);
+}
+
+// IPv4 without DF over the MTU, SNATed: a router would fragment it; the program cannot (and the
+// stack would drop it as a martian), so it is dropped unanswered and counted `mtu`.
+TEST_F(ExtNatKernelTest, SnatedIpv4WithoutDfOverTheMtuIsDroppedUnanswered) {
+  ASSERT_EQ(testutil::RunCommand({"ip", "link", "set", "np0", "mtu", "1280"}), 0);
+  Load();
+  MakePodRemote();
+  Apply({{"dns4", Svc({kExtDns4}, {kDnsA4}, /*udp=*/true)}});
+  base::UniqueFd fd = AtClient([] { return base::UniqueFd(socket(AF_INET, SOCK_DGRAM, 0)); });
+  ASSERT_TRUE(fd);
+  const int dont = IP_PMTUDISC_DONT;  // no DF
+  ASSERT_EQ(setsockopt(fd.get(), IPPROTO_IP, IP_MTU_DISCOVER, &dont, sizeof(dont)), 0);
+  const timeval tv{.tv_sec = 5, .tv_usec = 0};
+  setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  sockaddr_storage ss;
+  const socklen_t len = kExtDns4.ToSockaddr(&ss);
+  ASSERT_EQ(connect(fd.get(), reinterpret_cast<sockaddr*>(&ss), len), 0);
+  // A small datagram first: the flow's first packet over the MTU would go to the proxy instead.
+  char answer[64];
+  ASSERT_EQ(send(fd.get(), "q", 1, 0), 1);
+  const ssize_t n = recv(fd.get(), answer, sizeof(answer), 0);
+  EXPECT_EQ(std::string(answer, std::max<ssize_t>(n, 0)), "a 10.89.2.2 1\n");
+  const std::string big(1400, 'x');
+  ASSERT_EQ(send(fd.get(), big.data(), big.size(), 0), static_cast<ssize_t>(big.size()));
+  EXPECT_TRUE(testutil::WaitFor([&] { return Drops(SLUICE_NAT_MTU) > 0; }, absl::Seconds(10)));
+  EXPECT_EQ(Drops(SLUICE_NAT_MTU_ICMP), 0u);
+  EXPECT_THAT(RouteGet(*client_, "10.89.9.9"), Not(HasSubstr("mtu")));
 }
 
 // An ICMP error from the client's side about a reply it got from the frontend (its socket is
