@@ -26,6 +26,24 @@
 #include "sluice/counter.h"
 #include "sluice/lb_select.h"
 
+/* An ICMP "fragmentation needed" / ICMPv6 "packet too big" frame (see too_big). The quote is
+ * the offending packet's IP header and the first PMTU_QUOTE_L4 bytes of its TCP or UDP header
+ * (ports, sequence number and room for options): what a receiver needs to find the socket
+ * (tcp_v4_err, udp_err), and every packet over an MTU is longer (IPv4's least MTU is 68 = 20 +
+ * 48, IPv6's 1280). The IPv6 frame is the larger; an IPv4 one uses its start. */
+#define PMTU_QUOTE_L4 48
+#define PMTU_V4_QUOTE (20 + PMTU_QUOTE_L4)
+#define PMTU_V6_QUOTE (40 + PMTU_QUOTE_L4)
+#define PMTU_V4_MSG (8 + PMTU_V4_QUOTE) /* ICMP header and quote */
+#define PMTU_V6_MSG (8 + PMTU_V6_QUOTE)
+#define PMTU_V4_ICMP (ETH_HLEN + 20) /* where the ICMP header starts */
+#define PMTU_V6_ICMP (ETH_HLEN + 40)
+#define PMTU_TRAILER 2 /* after the IP packet: see pmtu_trailer */
+
+struct pmtu_frame {
+	__u8 b[PMTU_V6_ICMP + PMTU_V6_MSG + PMTU_TRAILER];
+};
+
 /* max_entries are set by the agent before load. Service maps are not preallocated, as in
  * sock_lb.bpf.c: a replaced value stays whole for a program still reading it. */
 
@@ -127,6 +145,14 @@ struct {
 	__type(value, __u64);
 } sluice_nat_drops SEC(".maps");
 
+/* Per-CPU scratch where an ICMP "packet too big" is built (too large for the BPF stack). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct pmtu_frame);
+} sluice_nat_pmtu SEC(".maps");
+
 /* Conntrack ages in ns (LoadOptions), set before load. */
 const volatile __u64 tcp_established_ns = 86400ULL * 1000000000ULL;
 const volatile __u64 tcp_close_wait_ns = 3600ULL * 1000000000ULL;
@@ -147,6 +173,8 @@ const volatile __u64 csum_v6_flag = 0;
 #define SLUICE_NAT_TOUCH_NS (100ULL * 1000000ULL)
 
 #define SLUICE_ICMP_DEST_UNREACH 3 /* linux/icmp.h pulls in libc's sys/socket.h */
+#define SLUICE_ICMP_FRAG_NEEDED 4
+#define SLUICE_IP_DF 0x4000
 #define SLUICE_AF_INET 2
 #define SLUICE_AF_INET6 10
 #define SLUICE_IP_MF 0x2000
@@ -565,13 +593,184 @@ static __always_inline int ttl_dec(struct __sk_buff *skb, int v6)
 	return bpf_skb_store_bytes(skb, at, &ttl, 1, 0) ? -EFAULT : 0;
 }
 
+/* ---- Path MTU discovery for the packets forward() sends itself ----
+ * A packet it cannot send for its size is answered as a router answers (RFC 1191, RFC 4443):
+ * the skb itself becomes an ICMP "fragmentation needed" (IPv4 with DF) or ICMPv6 "packet too
+ * big" to its sender, quoting the packet as it arrived (a client's, to the frontend: its socket
+ * matches), from the address it was sent to, out of the device it came in by. One answer per
+ * offending packet, each smaller than that packet, so no rate limit: the kernel exempts these
+ * from its own ICMP limits too (icmpv4_mask_allow, icmpv6_mask_allow). */
+
+static __always_inline __u16 csum_fold(__u64 s)
+{
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return ~s;
+}
+
+/* bpf_fib_lookup passes a GSO skb whatever its segments' size (is_skb_forwardable) and checks
+ * no MTU when it finds no neighbour: those are checked here, a GSO skb by its segments. Returns
+ * `rc`, or BPF_FIB_LKUP_RET_FRAG_NEEDED with f->mtu_result set. */
+static __always_inline int mtu_check(struct __sk_buff *skb, struct bpf_fib_lookup *f, int rc)
+{
+	__u32 mtu = 0;
+
+	if (!(rc == BPF_FIB_LKUP_RET_SUCCESS && skb->gso_size) && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
+		return rc;
+	if (bpf_check_mtu(skb, f->ifindex, &mtu, 0, BPF_MTU_CHK_SEGS) == BPF_MTU_CHK_RET_SUCCESS)
+		return rc;
+	f->mtu_result = mtu;
+	return BPF_FIB_LKUP_RET_FRAG_NEEDED;
+}
+
+/* An skb that arrived CHECKSUM_PARTIAL (from a veth or virtio peer) stays so: no helper clears
+ * it. Whoever completes it (the device, or skb_checksum_help) sums from csum_start, where the
+ * original L4 header began and the frame's ICMP message begins, to the end, and stores the
+ * folded complement csum_offset bytes in: inside the message (`at`: where the TCP or UDP
+ * checksum was). The trailer after the IP packet (IP trims it by its length; other skbs ignore
+ * it) makes that result the value already there, so the message reads the same whether its
+ * checksum is completed or trusted. `len` is the message's length from `icmp`. */
+static __always_inline void pmtu_trailer(__u8 *b, const struct pkt *p, __u32 icmp, __u32 len)
+{
+	__u32 at = icmp + (p->t.proto == IPPROTO_TCP ? 16 : 6);
+	__u16 v, t;
+	__u64 sum;
+
+	__builtin_memcpy(&v, b + at, 2);
+	sum = (__u32)bpf_csum_diff(0, 0, (__be32 *)(b + icmp), len, 0);
+	t = csum_fold(sum + v);
+	__builtin_memcpy(b + icmp + len, &t, 2);
+}
+
+/* The quote at `q` (`hlen` bytes of IP header) gets the addresses and ports `p` arrived with:
+ * forward() runs after rewrite(). The quoted L4 checksum stays as rewritten: receivers match an
+ * error by addresses and ports and do not check it (see parse_quoted). */
+static __always_inline void pmtu_unrewrite(__u8 *q, const struct pkt *p, __u32 hlen)
+{
+	if (!p->v6) {
+		__be32 s = sluice_get_v4(p->t.saddr), d = sluice_get_v4(p->t.daddr);
+
+		__builtin_memcpy(q + offsetof(struct iphdr, saddr), &s, 4);
+		__builtin_memcpy(q + offsetof(struct iphdr, daddr), &d, 4);
+	} else {
+		__builtin_memcpy(q + offsetof(struct ipv6hdr, saddr), p->t.saddr, 16);
+		__builtin_memcpy(q + offsetof(struct ipv6hdr, daddr), p->t.daddr, 16);
+	}
+	__builtin_memcpy(q + hlen, &p->t.sport, 4); /* sport, dport */
+}
+
+/* Builds the IPv4 frame's IP header, ICMP message and trailer in `b`. Returns 0, -EMSGSIZE (no
+ * DF: the sender did not ask; IP options: the L4 header would not start where the ICMP header
+ * does, see pmtu_trailer) or -EFAULT. */
+static __always_inline int pmtu_v4(struct __sk_buff *skb, const struct pkt *p, __u8 *b, __u32 mtu)
+{
+	struct iphdr ip = {.version = 4,
+			   .ihl = 5,
+			   .tos = 0xc0, /* IPTOS_PREC_INTERNETCONTROL, as the kernel's errors */
+			   .tot_len = bpf_htons(sizeof(ip) + PMTU_V4_MSG),
+			   .frag_off = bpf_htons(SLUICE_IP_DF),
+			   .ttl = 64,
+			   .protocol = IPPROTO_ICMP};
+	__u8 *icmp = b + PMTU_V4_ICMP, *q = icmp + 8;
+	__be16 next_mtu = bpf_htons(mtu), sum;
+
+	if (bpf_skb_load_bytes(skb, ETH_HLEN, q, PMTU_V4_QUOTE))
+		return -EFAULT;
+	if (q[0] != 0x45 || !(q[offsetof(struct iphdr, frag_off)] & (SLUICE_IP_DF >> 8)))
+		return -EMSGSIZE;
+	pmtu_unrewrite(q, p, sizeof(ip));
+	__builtin_memset(q + offsetof(struct iphdr, check), 0, 2);
+	sum = csum_fold((__u32)bpf_csum_diff(0, 0, (__be32 *)q, sizeof(ip), 0));
+	__builtin_memcpy(q + offsetof(struct iphdr, check), &sum, 2);
+	ip.saddr = sluice_get_v4(p->t.daddr);
+	ip.daddr = sluice_get_v4(p->t.saddr);
+	ip.check = csum_fold((__u32)bpf_csum_diff(0, 0, (__be32 *)&ip, sizeof(ip), 0));
+	__builtin_memcpy(b + ETH_HLEN, &ip, sizeof(ip));
+	/* type, code, checksum, unused, next-hop MTU (RFC 1191) */
+	__builtin_memset(icmp, 0, 8);
+	icmp[0] = SLUICE_ICMP_DEST_UNREACH;
+	icmp[1] = SLUICE_ICMP_FRAG_NEEDED;
+	__builtin_memcpy(icmp + 6, &next_mtu, 2);
+	sum = csum_fold((__u32)bpf_csum_diff(0, 0, (__be32 *)icmp, PMTU_V4_MSG, 0));
+	__builtin_memcpy(icmp + 2, &sum, 2);
+	pmtu_trailer(b, p, PMTU_V4_ICMP, PMTU_V4_MSG);
+	return 0;
+}
+
+/* Builds the IPv6 frame's IP header, ICMPv6 message and trailer in `b`. Returns 0 or -EFAULT. */
+static __always_inline int pmtu_v6(struct __sk_buff *skb, const struct pkt *p, __u8 *b, __u32 mtu)
+{
+	struct ipv6hdr ip6 = {.version = 6,
+			      .payload_len = bpf_htons(PMTU_V6_MSG),
+			      .nexthdr = IPPROTO_ICMPV6,
+			      .hop_limit = 64};
+	__be32 pseudo[2] = {bpf_htonl(PMTU_V6_MSG), bpf_htonl(IPPROTO_ICMPV6)};
+	__u8 *icmp = b + PMTU_V6_ICMP, *q = icmp + 8;
+	__be32 next_mtu = bpf_htonl(mtu);
+	__be16 csum;
+	__u64 sum;
+
+	if (bpf_skb_load_bytes(skb, ETH_HLEN, q, PMTU_V6_QUOTE))
+		return -EFAULT;
+	pmtu_unrewrite(q, p, sizeof(ip6));
+	__builtin_memcpy(&ip6.saddr, p->t.daddr, 16);
+	__builtin_memcpy(&ip6.daddr, p->t.saddr, 16);
+	__builtin_memcpy(b + ETH_HLEN, &ip6, sizeof(ip6));
+	/* type, code, checksum, MTU (RFC 4443 3.2); the checksum covers the pseudo-header */
+	__builtin_memset(icmp, 0, 4);
+	icmp[0] = ICMPV6_PKT_TOOBIG;
+	__builtin_memcpy(icmp + 4, &next_mtu, 4);
+	sum = (__u32)bpf_csum_diff(0, 0, (__be32 *)(b + ETH_HLEN + offsetof(struct ipv6hdr, saddr)),
+				   32, 0);
+	sum = (__u32)bpf_csum_diff(0, 0, pseudo, sizeof(pseudo), sum);
+	sum = (__u32)bpf_csum_diff(0, 0, (__be32 *)icmp, PMTU_V6_MSG, sum);
+	csum = csum_fold(sum);
+	__builtin_memcpy(icmp + 2, &csum, 2);
+	pmtu_trailer(b, p, PMTU_V6_ICMP, PMTU_V6_MSG);
+	return 0;
+}
+
+/* Answers `p`, which forward() cannot send for the egress MTU `mtu`; the packet is dropped
+ * either way, counted SLUICE_NAT_MTU_ICMP when answered, SLUICE_NAT_MTU when not (IPv4 without
+ * DF or with options). Returns the tc verdict. */
+static __always_inline int too_big(struct __sk_buff *skb, const struct pkt *p, __u32 mtu)
+{
+	__u32 zero = 0, len = p->v6 ? PMTU_V6_ICMP + PMTU_V6_MSG + PMTU_TRAILER
+				    : PMTU_V4_ICMP + PMTU_V4_MSG + PMTU_TRAILER;
+	struct pmtu_frame *f = bpf_map_lookup_elem(&sluice_nat_pmtu, &zero);
+	int err;
+
+	if (!f) {
+		drop_count(SLUICE_NAT_MTU);
+		return TC_ACT_SHOT;
+	}
+	/* Back where it came from: the MACs swapped. */
+	err = bpf_skb_load_bytes(skb, 0, f->b + ETH_ALEN, ETH_ALEN) ||
+	      bpf_skb_load_bytes(skb, ETH_ALEN, f->b, ETH_ALEN) ||
+	      bpf_skb_load_bytes(skb, 2 * ETH_ALEN, f->b + 2 * ETH_ALEN, 2);
+	if (!err)
+		err = p->v6 ? pmtu_v6(skb, p, f->b, mtu) : pmtu_v4(skb, p, f->b, mtu);
+	/* change_tail linearizes, trims (CHECKSUM_COMPLETE kept right) and ends GSO. */
+	if (err || bpf_skb_change_tail(skb, len, 0) ||
+	    bpf_skb_store_bytes(skb, 0, f->b, len, BPF_F_RECOMPUTE_CSUM)) {
+		drop_count(SLUICE_NAT_MTU);
+		return TC_ACT_SHOT;
+	}
+	/* CHECKSUM_UNNECESSARY vouched for the TCP or UDP checksum, which is gone. */
+	bpf_csum_level(skb, BPF_CSUM_LEVEL_RESET);
+	drop_count(SLUICE_NAT_MTU_ICMP);
+	return bpf_redirect(skb->ifindex, 0);
+}
+
 /* Sends a translated packet (now `saddr` -> `daddr`) on by the FIB, skipping the stack's
  * forwarding and netfilter. An SNATed packet (`snat`) must not reach the stack: with a node
  * address as its source (or, a reply, as its destination's answer from the frontend) it is a
- * martian there (fib_validate_source), so one that cannot go is dropped and counted. Any other
- * is handed to the stack when the FIB does not give a device: it forwards it as before, sending
- * Time Exceeded or Fragmentation Needed (translated by egress), or delivers it locally.
- * Returns the tc verdict. */
+ * martian there (fib_validate_source), so one that cannot go is dropped and counted, one over
+ * the egress MTU answered as a router would (too_big). Any other is handed to the stack when the
+ * FIB does not give a device or the packet does not fit: it forwards it as before, sending Time
+ * Exceeded or Fragmentation Needed (translated by egress), fragments it, or delivers it
+ * locally. Returns the tc verdict. */
 static __always_inline int forward(struct __sk_buff *skb, const struct pkt *p, const __u8 *saddr,
 				   const __u8 *daddr, int snat)
 {
@@ -580,12 +779,13 @@ static __always_inline int forward(struct __sk_buff *skb, const struct pkt *p, c
 
 	if (!snat && !fib_forward)
 		return TC_ACT_OK;
-	rc = fib(skb, p, saddr, daddr, &f);
+	rc = mtu_check(skb, &f, fib(skb, p, saddr, daddr, &f));
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) {
 		if (!snat)
 			return TC_ACT_OK;
-		drop_count(rc == BPF_FIB_LKUP_RET_FRAG_NEEDED ? SLUICE_NAT_MTU
-							      : SLUICE_NAT_NO_ROUTE);
+		if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
+			return too_big(skb, p, f.mtu_result);
+		drop_count(SLUICE_NAT_NO_ROUTE);
 		return TC_ACT_SHOT;
 	}
 	err = ttl_dec(skb, p->v6);

@@ -142,7 +142,8 @@ void Agent::RegisterExternalNatMetrics() {
   extnat::ExtNat* nat = ext_nat_.get();
   metrics_.AddCounterFamilyFunc("sluice_external_nat_drops_total",
                                 "Packets to a frontend the eBPF NAT did not translate: dropped "
-                                "(source_range; mtu, no_route of SNATed flows) or passed to the "
+                                "(source_range; mtu, no_route of SNATed flows; mtu_icmp, answered "
+                                "with ICMP fragmentation needed) or passed to the "
                                 "proxy (conntrack_full, fragment, malformed, snat_ports, "
                                 "no_route of new flows)",
                                 {"reason"}, [nat] {

@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <linux/if_ether.h>
 #include <net/if.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -26,10 +27,12 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/base/log.h"
 #include "lib/base/unique_fd.h"
@@ -50,6 +53,9 @@
 
 namespace sluice::extnat {
 namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kBackends[] = R"(
 import socket, sys, threading
@@ -263,6 +269,12 @@ class ExtNatKernelTest : public ::testing::Test {
     const uint32_t ifindex = if_nametoindex("np0");
     ASSERT_NE(ifindex, 0u);
     ASSERT_TRUE(maps_[9]->Update(&ifindex, &snat, BPF_ANY).ok());
+  }
+  // `ip route get` of `ip` in `host`'s namespace: the route, with its learned MTU if any.
+  static std::string RouteGet(const testutil::PeerHost& host, const std::string& ip) {
+    std::string out;
+    testutil::RunCommand(host.Exec({"ip", "route", "get", ip}), &out);
+    return out;
   }
   size_t Flows() const {
     return fastpath::TypedMap<sluice_nat_tuple, sluice_nat_ct>(*maps_[5]).Entries().size();
@@ -557,6 +569,9 @@ TEST_F(ExtNatKernelTest, RestartKeepsFlowsAndRemoveAllCleansUp) {
 // so the node answers the client's full-size segments with "fragmentation needed" / "packet
 // too big" quoting (client, backend); rewritten to quote the frontend, the client's TCP lowers
 // its MSS and the request arrives.
+// The client's segments come as GSO skbs (veth TSO), which the FIB lookup lets through whatever
+// their size: the program checks their segments, and the client's route cache shows that the
+// error came and was matched to its socket.
 TEST_F(ExtNatKernelTest, PathMtuDiscoveryWorksThroughTheTranslation) {
   ASSERT_EQ(testutil::RunCommand({"ip", "link", "set", "np0", "mtu", "1280"}), 0);
   Load();
@@ -567,7 +582,109 @@ TEST_F(ExtNatKernelTest, PathMtuDiscoveryWorksThroughTheTranslation) {
     base::UniqueFd conn = Connect(front);
     ASSERT_TRUE(conn);
     EXPECT_EQ(Ask(conn.get(), big), absl::StrCat("a ", client, " 4097")) << front.ToString();
+    EXPECT_THAT(RouteGet(*client_, front.ip().ToString()), HasSubstr("mtu 1280"));
   }
+}
+
+// Path MTU discovery for an SNATed flow, which the program forwards itself (the stack would drop
+// it as a martian): the link to the pod, on "another node", has the smaller MTU, so the program
+// answers the client's full-size segments with "fragmentation needed" / "packet too big" from
+// the frontend, quoting what the client sent; the client's route cache learns the MTU and a
+// 4 MB upload arrives whole. Twice: the second time the node's client-facing device completes
+// checksums in software (tx offload off), so the client's stack checks every checksum of the
+// error, those completed from the CHECKSUM_PARTIAL skb it was made from included.
+TEST_F(ExtNatKernelTest, PathMtuDiscoveryForSnatedFlowsIsAnsweredByTheProgram) {
+  ASSERT_EQ(testutil::RunCommand({"ip", "link", "set", "np0", "mtu", "1280"}), 0);
+  Load();
+  MakePodRemote();
+  Apply({{"web4", Svc({kExt4}, {kPodA4})}, {"web6", Svc({kExt6}, {kPodA6})}});
+  const std::string big(4 << 20, 'x');
+  for (const bool offload : {true, false}) {
+    if (!offload) {
+      ASSERT_EQ(testutil::RunCommand({"ethtool", "-K", "nc0", "tx", "off"}), 0);
+      for (const char* family : {"-4", "-6"}) {
+        ASSERT_EQ(testutil::RunCommand(client_->Exec({"ip", family, "route", "flush", "cache"})),
+                  0);
+      }
+    }
+    for (const auto& [front, node] :
+         {std::pair{kExt4, "10.89.2.2"}, std::pair{kExt6, "fd00:89:2::2"}}) {
+      const std::string where = absl::StrCat(front.ToString(), offload ? "" : " (tx offload off)");
+      EXPECT_THAT(RouteGet(*client_, front.ip().ToString()), Not(HasSubstr("mtu"))) << where;
+      base::UniqueFd conn = Connect(front);
+      ASSERT_TRUE(conn);
+      const timeval tv{.tv_sec = 10, .tv_usec = 0};
+      setsockopt(conn.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+      EXPECT_EQ(Ask(conn.get(), big), absl::StrCat("a ", node, " ", big.size() + 1)) << where;
+      EXPECT_THAT(RouteGet(*client_, front.ip().ToString()), HasSubstr("mtu 1280")) << where;
+    }
+  }
+  EXPECT_GT(Drops(SLUICE_NAT_MTU_ICMP), 0u);
+  EXPECT_EQ(Drops(SLUICE_NAT_MTU), 0u);
+}
+
+// The other way: the node's client-facing device has the smaller MTU (its side only: the
+// client's link, and so the MSS it announces, stays at 1500), so a remote pod's large answer,
+// forwarded by the program, does not fit there: the pod gets the error from the node's SNAT
+// address, quoting what it sent, learns the MTU, and the client gets all of the answer.
+TEST_F(ExtNatKernelTest, PathMtuDiscoveryForSnatedRepliesReachesThePod) {
+  ASSERT_EQ(testutil::RunCommand({"ip", "link", "set", "nc0", "mtu", "1280"}), 0);
+  Load();
+  MakePodRemote();
+  const net::SocketAddress pod4 = Addr("10.89.2.1:8090"), pod6 = Addr("[fd00:89:2::1]:8090");
+  Apply({{"web4", Svc({kExt4}, {pod4})}, {"web6", Svc({kExt6}, {pod6})}});
+  const std::string big(1 << 20, 'y');
+  for (const auto& [front, pod, node] :
+       {std::tuple{kExt4, pod4, "10.89.2.2"}, std::tuple{kExt6, pod6, "fd00:89:2::2"}}) {
+    base::UniqueFd listener = ListenInPod(pod);
+    ASSERT_TRUE(listener);
+    base::UniqueFd client = Connect(front);
+    ASSERT_TRUE(client);
+    base::UniqueFd server(accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    ASSERT_TRUE(server);
+    const timeval tv{.tv_sec = 10, .tv_usec = 0};
+    setsockopt(server.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    ssize_t sent = 0;
+    std::thread writer([&] { sent = send(server.get(), big.data(), big.size(), MSG_NOSIGNAL); });
+    size_t got = 0;
+    char buf[65536];
+    for (ssize_t n; got < big.size() && (n = testutil::Recv(client.get(), buf, sizeof(buf))) > 0;) {
+      got += n;
+    }
+    writer.join();
+    EXPECT_EQ(sent, static_cast<ssize_t>(big.size())) << front.ToString();
+    EXPECT_EQ(got, big.size()) << front.ToString();
+    EXPECT_THAT(RouteGet(*pod_, node), HasSubstr("mtu 1280")) << front.ToString();
+  }
+  EXPECT_GT(Drops(SLUICE_NAT_MTU_ICMP), 0u);
+}
+
+// IPv4 without DF over the MTU, SNATed: a router would fragment it; the program cannot (and the
+// stack would drop it as a martian), so it is dropped unanswered and counted `mtu`.
+TEST_F(ExtNatKernelTest, SnatedIpv4WithoutDfOverTheMtuIsDroppedUnanswered) {
+  ASSERT_EQ(testutil::RunCommand({"ip", "link", "set", "np0", "mtu", "1280"}), 0);
+  Load();
+  MakePodRemote();
+  Apply({{"dns4", Svc({kExtDns4}, {kDnsA4}, /*udp=*/true)}});
+  base::UniqueFd fd = AtClient([] { return base::UniqueFd(socket(AF_INET, SOCK_DGRAM, 0)); });
+  ASSERT_TRUE(fd);
+  const int dont = IP_PMTUDISC_DONT;  // no DF
+  ASSERT_EQ(setsockopt(fd.get(), IPPROTO_IP, IP_MTU_DISCOVER, &dont, sizeof(dont)), 0);
+  const timeval tv{.tv_sec = 5, .tv_usec = 0};
+  setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  sockaddr_storage ss;
+  const socklen_t len = kExtDns4.ToSockaddr(&ss);
+  ASSERT_EQ(connect(fd.get(), reinterpret_cast<sockaddr*>(&ss), len), 0);
+  // A small datagram first: the flow's first packet over the MTU would go to the proxy instead.
+  char answer[64];
+  ASSERT_EQ(send(fd.get(), "q", 1, 0), 1);
+  const ssize_t n = recv(fd.get(), answer, sizeof(answer), 0);
+  EXPECT_EQ(std::string(answer, std::max<ssize_t>(n, 0)), "a 10.89.2.2 1\n");
+  const std::string big(1400, 'x');
+  ASSERT_EQ(send(fd.get(), big.data(), big.size(), 0), static_cast<ssize_t>(big.size()));
+  EXPECT_TRUE(testutil::WaitFor([&] { return Drops(SLUICE_NAT_MTU) > 0; }, absl::Seconds(10)));
+  EXPECT_EQ(Drops(SLUICE_NAT_MTU_ICMP), 0u);
+  EXPECT_THAT(RouteGet(*client_, "10.89.9.9"), Not(HasSubstr("mtu")));
 }
 
 // An ICMP error from the client's side about a reply it got from the frontend (its socket is

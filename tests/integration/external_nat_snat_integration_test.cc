@@ -92,6 +92,15 @@ for c in conns:
     print(c.makefile("rb").readline().decode().strip())
 )";
 
+// Sends argv[2] bytes and a newline to argv[1]:80 as one line and prints the answer's first word
+// (the pod's name); exits non-zero when the answer does not come within 10 s.
+constexpr char kUpload[] = R"(
+import socket, sys
+s = socket.create_connection((sys.argv[1], 80), timeout=10)
+s.sendall(b"x" * int(sys.argv[2]) + b"\n")
+print(s.makefile("rb").readline().decode().split()[0])
+)";
+
 // A namespace behind node B for its pod, made with `ip -n` from here (PeerHost joins a host to
 // the calling thread's namespace only). The destructor deletes it: end its processes first.
 class PodBehind final {
@@ -320,6 +329,30 @@ TEST_F(ExternalNatSnatTest, ConcurrentConnectionsGetDistinctSnatPorts) {
     ports.insert(port);
   }
   EXPECT_EQ(ports.size(), static_cast<size_t>(kConnections)) << out;
+}
+
+// Path MTU discovery across the nodes: the link between node A and node B has the smaller MTU
+// (1400; the client's and the pods' links 1500), so node A's program, which forwards SNATed
+// packets itself, answers the client's full-size segments with "fragmentation needed" / "packet
+// too big" from the service address: the client's route cache learns the MTU, and a 4 MB upload
+// to the remote pod arrives whole.
+TEST_F(ExternalNatSnatTest, UploadsThroughASmallerMtuBetweenTheNodesArrive) {
+  ASSERT_EQ(testutil::RunCommand({"ip", "link", "set", "nb0", "mtu", "1400"}), 0);
+  ASSERT_EQ(testutil::RunCommand(node_b_->Exec({"ip", "link", "set", "nb1", "mtu", "1400"})), 0);
+  StartNatAgent();
+  WriteService(/*with_local=*/false);
+  ASSERT_TRUE(WaitServed(1)) << Get("/debug/services");
+  for (const char* ip : {kLbV4, kLbV6}) {
+    std::string out;
+    EXPECT_EQ(testutil::RunCommand(client_->Exec({"python3", "-c", kUpload, ip, "4194304"}), &out),
+              0)
+        << ip << ": " << out;
+    EXPECT_EQ(out, "b\n") << ip;
+    testutil::RunCommand(client_->Exec({"ip", "route", "get", ip}), &out);
+    EXPECT_THAT(out, HasSubstr("mtu 1400")) << ip;
+  }
+  EXPECT_GT(MetricValue("sluice_external_nat_drops_total{reason=\"mtu_icmp\"}"), 0);
+  EXPECT_EQ(MetricValue("sluice_external_nat_drops_total{reason=\"mtu\"}"), 0);
 }
 
 }  // namespace

@@ -23,7 +23,7 @@ static_assert(sizeof(sluice_nat_traffic) == 16, "bpf_abi.h: struct sluice_nat_tr
 namespace {
 
 // Drop labels of the metrics, by index of sluice_nat_drops.
-constexpr std::array<std::pair<uint32_t, const char*>, 7> kReasons = {{
+constexpr std::array<std::pair<uint32_t, const char*>, 8> kReasons = {{
     {SLUICE_NAT_SOURCE_RANGE, "source_range"},
     {SLUICE_NAT_CT_FULL, "conntrack_full"},
     {SLUICE_NAT_FRAGMENT, "fragment"},
@@ -31,6 +31,7 @@ constexpr std::array<std::pair<uint32_t, const char*>, 7> kReasons = {{
     {SLUICE_NAT_SNAT_PORTS, "snat_ports"},
     {SLUICE_NAT_NO_ROUTE, "no_route"},
     {SLUICE_NAT_MTU, "mtu"},
+    {SLUICE_NAT_MTU_ICMP, "mtu_icmp"},
 }};
 static_assert(kReasons.size() == SLUICE_NAT_REASONS, "a reason without a label");
 

@@ -96,7 +96,7 @@ class ExtNat final {
   };
   std::map<std::string, Counts> Counters() const;
   // By reason label ("source_range", "conntrack_full", "fragment", "malformed", "snat_ports",
-  // "no_route", "mtu").
+  // "no_route", "mtu", "mtu_icmp").
   std::map<std::string, uint64_t> Drops() const;
   std::map<std::string, std::vector<std::string>> Frontends() const;
   uint64_t flows() const;  // conntrack entries after the last CollectFlows

@@ -345,7 +345,8 @@ TEST_F(ExtNatTest, DropsSumEveryCpuByReason) {
   EXPECT_EQ(drops.at("snat_ports"), 0u);
   EXPECT_EQ(drops.at("no_route"), 0u);
   EXPECT_EQ(drops.at("mtu"), 0u);
-  EXPECT_EQ(drops.size(), 7u);
+  EXPECT_EQ(drops.at("mtu_icmp"), 0u);
+  EXPECT_EQ(drops.size(), 8u);
 }
 
 // Remote backends are listed while any service port has them, before it is served with them.

@@ -285,7 +285,10 @@ enum sluice_nat_reason {
 	SLUICE_NAT_SNAT_PORTS,	 /* passed to the stack: a new flow found no free SNAT port */
 	SLUICE_NAT_NO_ROUTE,	 /* SNAT: no route, no SNAT address or TTL out (new flows passed,
 				  * others dropped) */
-	SLUICE_NAT_MTU,		 /* dropped: an SNATed packet over the egress device's MTU */
+	SLUICE_NAT_MTU,		 /* dropped: an SNATed packet over the egress device's MTU that
+				  * cannot be answered (IPv4 without DF or with options) */
+	SLUICE_NAT_MTU_ICMP,	 /* dropped: an SNATed packet over the egress device's MTU,
+				  * answered with ICMP fragmentation needed / packet too big */
 	SLUICE_NAT_REASONS,
 };
 
