@@ -177,8 +177,7 @@ absl::Status Agent::StartSocketLb() {
         "usable endpoint"}},
       {"service"}, [balancing](base::MetricRows& rows) {
         balancing->ForEachCounter([&](std::string_view port, const socklb::SocketLb::Counts& c) {
-          rows.Add({port},
-                   {static_cast<double>(c.translated), static_cast<double>(c.refused)});
+          rows.Add({port}, {static_cast<double>(c.translated), static_cast<double>(c.refused)});
         });
       });
   if (socket_lb_->can_reap()) {

@@ -97,10 +97,18 @@ class MetricRows final {
   MetricRows(const std::vector<std::string>* label_names, size_t families)
       : label_names_(label_names), families_(families) {}
 
+  size_t size() const { return ends_.size(); }
+  // Child i's labels, "{name=\"value\",...}" (empty without labels).
+  std::string_view labels(size_t i) const {
+    const size_t begin = i == 0 ? 0 : ends_[i - 1];
+    return std::string_view(labels_).substr(begin, ends_[i] - begin);
+  }
+
   const std::vector<std::string>* label_names_;
   const size_t families_;
-  std::vector<std::string> labels_;  // per child: "{name=\"value\",...}"
-  std::vector<double> values_;       // per child, `families_` of them
+  std::string labels_;          // every child's, back to back: one allocation, not one per child
+  std::vector<size_t> ends_;    // where each child's labels end in labels_
+  std::vector<double> values_;  // per child, `families_` of them
 };
 
 class Registry final {

@@ -25,9 +25,8 @@ std::vector<std::pair<std::string, int>> Sum(
           each(name, n);
         }
       },
-      [](int& sum, const int& n) { sum += n; }, [&](std::string_view port, const int& sum) {
-        out.emplace_back(std::string(port), sum);
-      });
+      [](int& sum, const int& n) { sum += n; },
+      [&](std::string_view port, const int& sum) { out.emplace_back(std::string(port), sum); });
   return out;
 }
 

@@ -123,7 +123,8 @@ void SocketBalancing::ForEachCounter(
   using Counts = socklb::SocketLb::Counts;
   SumByPort<Counts>(
       [&](auto&& each) {
-        lb_.ForEachCounter([&](const std::string& name, uint32_t, const Counts& c) { each(name, c); });
+        lb_.ForEachCounter(
+            [&](const std::string& name, uint32_t, const Counts& c) { each(name, c); });
       },
       [](Counts& sum, const Counts& c) {
         sum.translated += c.translated;

@@ -305,9 +305,8 @@ TEST_F(ServiceMapsTest, IdsAreASnapshot) {
   ASSERT_TRUE(sm.Apply({{"a", Svc({"10.96.0.1:80"}, {"10.0.0.1:80"})}}, gone_).ok());
   const uint32_t a = Value("10.96.0.1:80")->id;
   const ServiceMaps::IdMap before = sm.Ids();
-  ASSERT_TRUE(sm.Apply({{"a", std::nullopt}, {"b", Svc({"10.96.0.2:80"}, {"10.0.0.2:80"})}},
-                       gone_)
-                  .ok());
+  ASSERT_TRUE(
+      sm.Apply({{"a", std::nullopt}, {"b", Svc({"10.96.0.2:80"}, {"10.0.0.2:80"})}}, gone_).ok());
   // A changed backend set keeps the port's id.
   ASSERT_TRUE(sm.Apply({{"b", Svc({"10.96.0.2:80"}, {"10.0.0.3:80"})}}, gone_).ok());
   const uint32_t b = Value("10.96.0.2:80")->id;
