@@ -167,21 +167,19 @@ absl::Status Agent::StartSocketLb() {
       .node_name = opts_.node_name};
   socket_balancing_ = std::make_unique<proxier::SocketBalancing>(*socket_lb_, std::move(sb));
   proxier_->AddConsumer(socket_balancing_.get(), "socket-lb");
-  auto counts = [this](bool refused) {
-    std::vector<std::pair<std::vector<std::string>, double>> out;
-    for (const auto& [name, c] : socket_balancing_->Counters()) {
-      out.push_back({{name}, static_cast<double>(refused ? c.refused : c.translated)});
-    }
-    return out;
-  };
-  metrics_.AddCounterFamilyFunc("sluice_socket_lb_translations_total",
-                                "Connects and datagrams of local clients sent straight to a "
-                                "backend by socket-level balancing",
-                                {"service"}, [counts] { return counts(false); });
-  metrics_.AddCounterFamilyFunc("sluice_socket_lb_refused_total",
-                                "Connects and datagrams of local clients refused at the socket: "
-                                "the service had no usable endpoint",
-                                {"service"}, [counts] { return counts(true); });
+  proxier::SocketBalancing* balancing = socket_balancing_.get();
+  metrics_.AddCounterFamiliesFunc(
+      {{"sluice_socket_lb_translations_total",
+        "Connects and datagrams of local clients sent straight to a backend by socket-level "
+        "balancing"},
+       {"sluice_socket_lb_refused_total",
+        "Connects and datagrams of local clients refused at the socket: the service had no "
+        "usable endpoint"}},
+      {"service"}, [balancing](base::MetricRows& rows) {
+        balancing->ForEachCounter([&](std::string_view port, const socklb::SocketLb::Counts& c) {
+          rows.Add({port}, {static_cast<double>(c.translated), static_cast<double>(c.refused)});
+        });
+      });
   if (socket_lb_->can_reap()) {
     socklb::SocketLb* lb = socket_lb_.get();
     metrics_.AddCounterFunc("sluice_socket_lb_stale_udp_closed_total",

@@ -120,39 +120,30 @@ absl::Status Agent::WireExternalNat() {
 }
 
 void Agent::RegisterExternalNatMetrics() {
-  using Rows = std::vector<std::pair<std::vector<std::string>, double>>;
-  auto per_port = [this](uint64_t extnat::ExtNat::Counts::*field) {
-    return [this, field] {
-      Rows out;
-      for (const auto& [name, c] : external_nat_->Counters()) {
-        out.push_back({{name}, static_cast<double>(c.*field)});
-      }
-      return out;
-    };
-  };
-  metrics_.AddCounterFamilyFunc("sluice_external_nat_flows_total",
-                                "Flows of remote clients the eBPF NAT sent to a backend",
-                                {"service_port"}, per_port(&extnat::ExtNat::Counts::flows));
-  metrics_.AddCounterFamilyFunc("sluice_external_nat_packets_total",
-                                "Packets the eBPF NAT translated, both directions",
-                                {"service_port"}, per_port(&extnat::ExtNat::Counts::packets));
-  metrics_.AddCounterFamilyFunc("sluice_external_nat_bytes_total",
-                                "Bytes of the packets the eBPF NAT translated, both directions",
-                                {"service_port"}, per_port(&extnat::ExtNat::Counts::bytes));
+  proxier::ExternalNat* consumer = external_nat_.get();
+  metrics_.AddCounterFamiliesFunc(
+      {{"sluice_external_nat_flows_total",
+        "Flows of remote clients the eBPF NAT sent to a backend"},
+       {"sluice_external_nat_packets_total", "Packets the eBPF NAT translated, both directions"},
+       {"sluice_external_nat_bytes_total",
+        "Bytes of the packets the eBPF NAT translated, both directions"}},
+      {"service_port"}, [consumer](base::MetricRows& rows) {
+        consumer->ForEachCounter([&](std::string_view port, const extnat::ExtNat::Counts& c) {
+          rows.Add({port}, {static_cast<double>(c.flows), static_cast<double>(c.packets),
+                            static_cast<double>(c.bytes)});
+        });
+      });
   extnat::ExtNat* nat = ext_nat_.get();
-  metrics_.AddCounterFamilyFunc("sluice_external_nat_drops_total",
-                                "Packets to a frontend the eBPF NAT did not translate: dropped "
-                                "(source_range; mtu, no_route of SNATed flows; mtu_icmp, answered "
-                                "with ICMP fragmentation needed) or passed to the "
-                                "proxy (conntrack_full, fragment, malformed, snat_ports, "
-                                "no_route of new flows)",
-                                {"reason"}, [nat] {
-                                  Rows out;
-                                  for (const auto& [reason, n] : nat->Drops()) {
-                                    out.push_back({{reason}, static_cast<double>(n)});
-                                  }
-                                  return out;
-                                });
+  metrics_.AddCounterFamiliesFunc(
+      {{"sluice_external_nat_drops_total",
+        "Packets to a frontend the eBPF NAT did not translate: dropped (source_range; mtu, "
+        "no_route of SNATed flows; mtu_icmp, answered with ICMP fragmentation needed) or passed "
+        "to the proxy (conntrack_full, fragment, malformed, snat_ports, no_route of new flows)"}},
+      {"reason"}, [nat](base::MetricRows& rows) {
+        for (const auto& [reason, n] : nat->Drops()) {
+          rows.Add({reason}, {static_cast<double>(n)});
+        }
+      });
   metrics_.AddGaugeFunc("sluice_external_nat_conntrack_entries",
                         "Connection-tracking entries of the eBPF NAT (two per flow) at the last "
                         "ageing pass",

@@ -1,13 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "lib/base/metrics.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "lib/base/log.h"
+#include "lib/base/strings.h"
 
 namespace sluice::base {
 
@@ -114,42 +117,72 @@ void Registry::AddCounterFunc(std::string name, std::string help, std::function<
   e.fn_is_counter = true;
 }
 
-void Registry::AddCounterFamilyFunc(std::string name, std::string help,
-                                    std::vector<std::string> labels, std::function<Samples()> fn) {
+void Registry::AddCounterFamiliesFunc(std::vector<FamilyInfo> families,
+                                      std::vector<std::string> labels,
+                                      std::function<void(MetricRows&)> fn) {
+  auto group = std::make_shared<Entry::Group>(
+      Entry::Group{std::move(labels), families.size(), std::move(fn)});
   absl::MutexLock lock(&mu_);
-  Entry& e = NewEntry(std::move(name), std::move(help));
-  e.family_labels = std::move(labels);
-  e.family_fn = std::move(fn);
-  e.fn_is_counter = true;
+  for (size_t i = 0; i < families.size(); ++i) {
+    Entry& e = NewEntry(std::move(families[i].name), std::move(families[i].help));
+    e.group = group;
+    e.column = i;
+    e.fn_is_counter = true;
+  }
 }
 
 namespace {
 
-std::string FormatValue(double v) {
+void AppendValue(double v, std::string* out) {
   if (std::isnan(v)) {
-    return "NaN";
+    out->append("NaN");
+    return;
   }
   if (std::isinf(v)) {
-    return v > 0 ? "+Inf" : "-Inf";
+    out->append(v > 0 ? "+Inf" : "-Inf");
+    return;
   }
   // Counters are mostly integers (bytes, connections): print them exactly. absl::StrCat(double)
   // keeps only 6 significant digits, which would make a byte counter stall in 1e3 steps.
   if (v == std::trunc(v) && std::fabs(v) < 1e15) {
-    return absl::StrCat(static_cast<int64_t>(v));
+    absl::StrAppend(out, static_cast<int64_t>(v));
+    return;
   }
   // The shortest of 15 or 17 digits that reads back exactly ("0.1", not "0.10000000000000001").
-  std::string out = absl::StrFormat("%.15g", v);
-  return std::strtod(out.c_str(), nullptr) == v ? out : absl::StrFormat("%.17g", v);
+  std::string text = absl::StrFormat("%.15g", v);
+  out->append(std::strtod(text.c_str(), nullptr) == v ? text : absl::StrFormat("%.17g", v));
+}
+
+std::string FormatValue(double v) {
+  std::string out;
+  AppendValue(v, &out);
+  return out;
+}
+
+// Appends name="value" pairs, comma-separated, values escaped.
+template <typename Values>
+void AppendPairs(const std::vector<std::string>& names, const Values& values, std::string* out) {
+  size_t i = 0;
+  for (std::string_view value : values) {
+    absl::StrAppend(out, i == 0 ? "" : ",", names[i], "=\"");
+    // Most values need no escaping: look before building a replacement (one pass, where
+    // find_first_of searches the set once per character).
+    if (std::none_of(value.begin(), value.end(),
+                     [](char c) { return c == '\\' || c == '"' || c == '\n'; })) {
+      out->append(value);
+    } else {
+      out->append(
+          absl::StrReplaceAll(Absl(value), {{"\\", "\\\\"}, {"\"", "\\\""}, {"\n", "\\n"}}));
+    }
+    out->push_back('"');
+    ++i;
+  }
 }
 
 std::string Labels(const std::vector<std::string>& names, const std::vector<std::string>& values,
                    const std::string& extra = "") {
   std::string out;
-  for (size_t i = 0; i < names.size(); ++i) {
-    std::string escaped =
-        absl::StrReplaceAll(values[i], {{"\\", "\\\\"}, {"\"", "\\\""}, {"\n", "\\n"}});
-    absl::StrAppend(&out, out.empty() ? "" : ",", names[i], "=\"", escaped, "\"");
-  }
+  AppendPairs(names, values, &out);
   if (!extra.empty()) {
     absl::StrAppend(&out, out.empty() ? "" : ",", extra);
   }
@@ -159,16 +192,34 @@ std::string Labels(const std::vector<std::string>& names, const std::vector<std:
 template <typename T>
 void RenderSimple(const std::string& name, const Family<T>& family, std::string* out) {
   family.ForEach([&](const std::vector<std::string>& values, const T& m) {
-    absl::StrAppend(out, name, Labels(family.label_names(), values), " ", FormatValue(m.Value()),
-                    "\n");
+    absl::StrAppend(out, name, Labels(family.label_names(), values), " ");
+    AppendValue(m.Value(), out);
+    out->push_back('\n');
   });
 }
 
 }  // namespace
 
+void MetricRows::Add(std::initializer_list<std::string_view> values,
+                     std::initializer_list<double> per_family) {
+  SLUICE_CHECK(values.size() == label_names_->size() && per_family.size() == families_)
+      << "label or value count mismatch";
+  if (values.size() > 0) {
+    labels_.push_back('{');
+    AppendPairs(*label_names_, values, &labels_);
+    labels_.push_back('}');
+  }
+  ends_.push_back(labels_.size());
+  values_.insert(values_.end(), per_family.begin(), per_family.end());
+}
+
 std::string Registry::Render() const {
   absl::MutexLock lock(&mu_);
   std::string out;
+  out.reserve(last_size_ + last_size_ / 8);
+  // The rows of the group being rendered: its families are consecutive entries.
+  const Entry::Group* group = nullptr;
+  std::optional<MetricRows> rows;
   for (const auto& e : entries_) {
     const char* type = (e->counter || e->fn_is_counter) ? "counter"
                        : e->histogram                   ? "histogram"
@@ -179,10 +230,19 @@ std::string Registry::Render() const {
     } else if (e->gauge) {
       RenderSimple(e->name, *e->gauge, &out);
     } else if (e->value_fn) {
-      absl::StrAppend(&out, e->name, " ", FormatValue(e->value_fn()), "\n");
-    } else if (e->family_fn) {
-      for (const auto& [values, v] : e->family_fn()) {
-        absl::StrAppend(&out, e->name, Labels(e->family_labels, values), " ", FormatValue(v), "\n");
+      absl::StrAppend(&out, e->name, " ");
+      AppendValue(e->value_fn(), &out);
+      out.push_back('\n');
+    } else if (e->group) {
+      if (group != e->group.get()) {
+        group = e->group.get();
+        rows.emplace(MetricRows(&group->labels, group->families));
+        group->fn(*rows);
+      }
+      for (size_t i = 0; i < rows->size(); ++i) {
+        absl::StrAppend(&out, e->name, Absl(rows->labels(i)), " ");
+        AppendValue(rows->values_[i * group->families + e->column], &out);
+        out.push_back('\n');
       }
     } else {
       e->histogram->ForEach([&](const std::vector<std::string>& values, const Histogram& h) {
@@ -203,6 +263,7 @@ std::string Registry::Render() const {
       });
     }
   }
+  last_size_ = out.size();
   return out;
 }
 

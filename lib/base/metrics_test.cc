@@ -30,6 +30,37 @@ TEST(RegistryTest, RendersPrometheusText) {
   EXPECT_NE(text.find("h_seconds_count 3\n"), std::string::npos);
 }
 
+TEST(RegistryTest, FamiliesReadTogetherRenderFromOneRead) {
+  Registry r;
+  int reads = 0;
+  r.AddCounterFamiliesFunc({{"a_total", "Column a."}, {"b_total", "Column b."}}, {"service"},
+                           [&](MetricRows& rows) {
+                             ++reads;
+                             rows.Add({"ns/x:p"}, {1, 2});
+                             rows.Add({"q\"\\\n"}, {0.5, 1e16});
+                           });
+  r.AddGauge("after", "Rendered after the group.").Get().Set(4);
+  const std::string text = r.Render();
+  EXPECT_EQ(reads, 1);
+  EXPECT_NE(text.find("# HELP a_total Column a.\n# TYPE a_total counter\n"
+                      "a_total{service=\"ns/x:p\"} 1\n"
+                      "a_total{service=\"q\\\"\\\\\\n\"} 0.5\n"
+                      "# HELP b_total Column b.\n# TYPE b_total counter\n"
+                      "b_total{service=\"ns/x:p\"} 2\n"
+                      "b_total{service=\"q\\\"\\\\\\n\"} 1e+16\n"
+                      "# HELP after"),
+            std::string::npos)
+      << text;
+  r.Render();
+  EXPECT_EQ(reads, 2);  // each scrape reads afresh
+}
+
+TEST(RegistryTest, FamiliesWithoutChildrenRenderTheirHeaders) {
+  Registry r;
+  r.AddCounterFamiliesFunc({{"none_total", "Nothing yet."}}, {"k"}, [](MetricRows&) {});
+  EXPECT_EQ(r.Render(), "# HELP none_total Nothing yet.\n# TYPE none_total counter\n");
+}
+
 TEST(RegistryTest, ChildIsStable) {
   Registry r;
   auto& f = r.AddCounter("x_total", "x", {"k"});

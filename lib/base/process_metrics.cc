@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -44,6 +45,13 @@ std::optional<ProcessStats> Stats() {
 }
 
 double OpenFds() {
+  // Linux >= 6.2 reports the number of open fds as the directory's size ("proc: report open
+  // files as size in stat() for /proc/pid/fd"): no walk, which with 20,000 listeners cost a
+  // scrape ~15 ms in the kernel (proc_fill_cache makes a dentry per fd). Older kernels say 0.
+  struct stat st {};
+  if (stat("/proc/self/fd", &st) == 0 && st.st_size > 0) {
+    return static_cast<double>(st.st_size);
+  }
   DIR* dir = opendir("/proc/self/fd");
   if (dir == nullptr) {
     return 0;

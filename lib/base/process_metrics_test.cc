@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "lib/base/process_metrics.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <time.h>
 
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "lib/base/unique_fd.h"
@@ -59,6 +61,26 @@ TEST(ProcessMetricsTest, ReportsThisProcess) {
   EXPECT_LE(start, static_cast<double>(time(nullptr)) + 1);
   UniqueFd extra(open("/dev/null", O_RDONLY | O_CLOEXEC));
   EXPECT_EQ(Value(registry.Render(), "process_open_fds"), Value(before, "process_open_fds") + 1);
+}
+
+// The count (from the directory's size where the kernel gives it) is what a walk of
+// /proc/self/fd lists, less the walk's own fd.
+TEST(ProcessMetricsTest, OpenFdsMatchesTheFdDirectory) {
+  Registry registry;
+  AddProcessMetrics(registry);
+  std::vector<UniqueFd> extra;
+  for (int i = 0; i < 5; ++i) {
+    extra.emplace_back(open("/dev/null", O_RDONLY | O_CLOEXEC));
+  }
+  const double reported = Value(registry.Render(), "process_open_fds");
+  DIR* dir = opendir("/proc/self/fd");
+  ASSERT_NE(dir, nullptr);
+  double listed = -1;  // the directory's own fd
+  while (const dirent* e = readdir(dir)) {
+    listed += e->d_name[0] != '.';
+  }
+  closedir(dir);
+  EXPECT_EQ(reported, listed);
 }
 
 }  // namespace

@@ -15,13 +15,12 @@
 #include "lib/base/unique_fd.h"
 
 #include "agent/control/proxier/data_path.h"
+#include "agent/control/proxier/port_counters.h"
 
 namespace sluice::proxier {
 namespace {
 
 // The part of an extnat service name (external_nat_changes.cc) before '#'.
-std::string PortOf(const std::string& name) { return name.substr(0, name.rfind('#')); }
-
 }  // namespace
 
 std::vector<std::string> SelectNodeDevices(const std::vector<NodeLink>& links,
@@ -151,22 +150,30 @@ absl::Status ExternalNat::Apply(const TableDelta& delta) {
 std::map<std::string, std::vector<std::string>> ExternalNat::Frontends() const {
   std::map<std::string, std::vector<std::string>> out;
   for (auto& [name, list] : nat_.Frontends()) {
-    auto& all = out[PortOf(name)];
+    auto& all = out[std::string(PortOf(name))];
     all.insert(all.end(), list.begin(), list.end());
   }
   return out;
 }
 
+void ExternalNat::ForEachCounter(
+    absl::FunctionRef<void(std::string_view port, const extnat::ExtNat::Counts&)> fn) const {
+  using Counts = extnat::ExtNat::Counts;
+  SumByPort<Counts>([&](auto&& each) { nat_.ForEachCounter(each); },
+                    [](Counts& sum, const Counts& c) {
+                      sum.flows += c.flows;
+                      sum.range_drops += c.range_drops;
+                      sum.packets += c.packets;
+                      sum.bytes += c.bytes;
+                    },
+                    fn);
+}
+
 std::map<std::string, extnat::ExtNat::Counts> ExternalNat::Counters() const {
   std::map<std::string, extnat::ExtNat::Counts> out;
-  for (const auto& [name, c] : nat_.Counters()) {
-    // Names come in order, and so do their ports: the hint spares the comparisons.
-    auto& sum = out.emplace_hint(out.end(), PortOf(name), extnat::ExtNat::Counts{})->second;
-    sum.flows += c.flows;
-    sum.range_drops += c.range_drops;
-    sum.packets += c.packets;
-    sum.bytes += c.bytes;
-  }
+  ForEachCounter([&](std::string_view port, const extnat::ExtNat::Counts& c) {
+    out.emplace_hint(out.end(), port, c);
+  });
   return out;
 }
 

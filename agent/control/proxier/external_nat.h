@@ -6,9 +6,11 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "lib/net/address.h"
 
@@ -86,7 +88,11 @@ class ExternalNat final : public TableConsumer {
   // Frontends served in the kernel by service port name ("ns/name:port"), for
   // /debug/services and /proxyMode.
   std::map<std::string, std::vector<std::string>> Frontends() const;
-  // Counters by service port name. Thread-safe.
+  // Calls `fn` for every service port the kernel translates, in name order, with its counters:
+  // one read of each counter map (extnat::ExtNat::ForEachCounter). Thread-safe.
+  void ForEachCounter(
+      absl::FunctionRef<void(std::string_view port, const extnat::ExtNat::Counts&)> fn) const;
+  // ForEachCounter's, by service port name. Thread-safe.
   std::map<std::string, extnat::ExtNat::Counts> Counters() const;
 
  private:

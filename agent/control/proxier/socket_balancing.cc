@@ -5,6 +5,7 @@
 #include "lib/base/log.h"
 
 #include "agent/control/proxier/backend_order.h"
+#include "agent/control/proxier/port_counters.h"
 
 namespace sluice::proxier {
 namespace {
@@ -13,8 +14,6 @@ namespace {
 std::string Name(const ServicePortName& port, bool external, bool v4) {
   return absl::StrCat(port.ToString(), "#", external ? "e" : "c", v4 ? "4" : "6");
 }
-
-std::string PortOf(const std::string& name) { return name.substr(0, name.rfind('#')); }
 
 }  // namespace
 
@@ -113,20 +112,32 @@ absl::Status SocketBalancing::Apply(const TableDelta& delta) {
 std::map<std::string, std::vector<std::string>> SocketBalancing::Frontends() const {
   std::map<std::string, std::vector<std::string>> out;
   for (auto& [name, list] : lb_.Frontends()) {
-    auto& all = out[PortOf(name)];
+    auto& all = out[std::string(PortOf(name))];
     all.insert(all.end(), list.begin(), list.end());
   }
   return out;
 }
 
+void SocketBalancing::ForEachCounter(
+    absl::FunctionRef<void(std::string_view port, const socklb::SocketLb::Counts&)> fn) const {
+  using Counts = socklb::SocketLb::Counts;
+  SumByPort<Counts>(
+      [&](auto&& each) {
+        lb_.ForEachCounter(
+            [&](const std::string& name, uint32_t, const Counts& c) { each(name, c); });
+      },
+      [](Counts& sum, const Counts& c) {
+        sum.translated += c.translated;
+        sum.refused += c.refused;
+      },
+      fn);
+}
+
 std::map<std::string, socklb::SocketLb::Counts> SocketBalancing::Counters() const {
   std::map<std::string, socklb::SocketLb::Counts> out;
-  for (const auto& [name, c] : lb_.Counters()) {
-    // Names come in order, and so do their ports: the hint spares the comparisons.
-    auto& sum = out.emplace_hint(out.end(), PortOf(name), socklb::SocketLb::Counts{})->second;
-    sum.translated += c.translated;
-    sum.refused += c.refused;
-  }
+  ForEachCounter([&](std::string_view port, const socklb::SocketLb::Counts& c) {
+    out.emplace_hint(out.end(), port, c);
+  });
   return out;
 }
 

@@ -6,8 +6,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "lib/net/address.h"
 
@@ -39,7 +41,12 @@ class SocketBalancing final : public TableConsumer {
 
   // Programmed frontends by service port name ("ns/name:port/TCP"), for /debug/services.
   std::map<std::string, std::vector<std::string>> Frontends() const;
-  // Counters by service port name. Thread-safe.
+  // Calls `fn` for every service port balanced at the socket, in name order, with its
+  // counters: one read of the kernel's counters (socklb::ServiceMaps::ForEachCounter).
+  // Thread-safe.
+  void ForEachCounter(
+      absl::FunctionRef<void(std::string_view port, const socklb::SocketLb::Counts&)> fn) const;
+  // ForEachCounter's, by service port name. Thread-safe.
   std::map<std::string, socklb::SocketLb::Counts> Counters() const;
 
  private:

@@ -277,7 +277,7 @@ void ExtNat::Settle(const std::vector<Change>& changes, const Plan& plan, bool p
   // ports, docs/performance.md). Adopted maps may hold an earlier agent's under an id new to
   // this one: removed, so the port counts from zero. Best effort, as ServiceMaps' counters.
   const bool adopted_maps = adopted();
-  const std::map<std::string, uint32_t> ids = services_.Ids();
+  const socklb::ServiceMaps::IdMap ids = services_.Ids();
   for (const auto& [name, service] : changes) {
     auto id = ids.find(name);
     if (service && id != ids.end() && !traffic_ids_.contains(name)) {
@@ -373,33 +373,45 @@ absl::Status ExtNat::ApplyAll(const std::map<std::string, Service>& all) {
 
 absl::StatusOr<uint64_t> ExtNat::CollectFlows(absl::Duration now) { return flows_.Collect(now); }
 
-std::map<std::string, ExtNat::Counts> ExtNat::Counters() const {
-  std::map<std::string, Counts> out;
-  absl::flat_hash_map<uint32_t, Counts*> by_id;
-  for (const auto& [name, id] : services_.Ids()) {
-    by_id[id] = &out.emplace_hint(out.end(), name, Counts{})->second;  // in order
-  }
-  for (const auto& [name, c] : services_.Counters()) {
-    if (auto it = out.find(name); it != out.end()) {
-      it->second.flows = c.translated;
-      it->second.range_drops = c.refused;
-    }
-  }
-  // Best effort, as ServiceMaps::Counters: a failed walk leaves this scrape's counters short.
+void ExtNat::ForEachCounter(
+    absl::FunctionRef<void(const std::string& name, const Counts&)> fn) const {
+  // Each map in one pass, then joined by id. Best effort, as ServiceMaps::ForEachCounter: a
+  // failed walk leaves this scrape's counters short.
+  struct Traffic {
+    uint64_t packets = 0;
+    uint64_t bytes = 0;
+  };
+  absl::flat_hash_map<uint32_t, Traffic> traffic;
   const size_t cpus = maps_.traffic.value_size() / sizeof(sluice_nat_traffic);
   (void)maps_.traffic.ForEach([&](const void* key, const void* value) {
-    uint32_t id;
-    std::memcpy(&id, key, sizeof(id));
-    auto it = by_id.find(id);
-    if (it == by_id.end()) {
-      return;
-    }
+    Traffic sum;
     for (size_t cpu = 0; cpu < cpus; ++cpu) {
       sluice_nat_traffic t;
       std::memcpy(&t, static_cast<const char*>(value) + cpu * sizeof(t), sizeof(t));
-      it->second->packets += t.packets;
-      it->second->bytes += t.bytes;
+      sum.packets += t.packets;
+      sum.bytes += t.bytes;
     }
+    if (sum.packets != 0 || sum.bytes != 0) {  // zero is what a missing entry reads as
+      uint32_t id;
+      std::memcpy(&id, key, sizeof(id));
+      traffic[id] = sum;
+    }
+  });
+  services_.ForEachCounter(
+      [&](const std::string& name, uint32_t id, const socklb::ServiceMaps::Counts& c) {
+        Counts out{.flows = c.translated, .range_drops = c.refused};
+        if (auto it = traffic.find(id); it != traffic.end()) {
+          out.packets = it->second.packets;
+          out.bytes = it->second.bytes;
+        }
+        fn(name, out);
+      });
+}
+
+std::map<std::string, ExtNat::Counts> ExtNat::Counters() const {
+  std::map<std::string, Counts> out;
+  ForEachCounter([&](const std::string& name, const Counts& c) {
+    out.emplace_hint(out.end(), name, c);  // in order: no comparisons
   });
   return out;
 }

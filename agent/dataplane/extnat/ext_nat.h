@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "lib/net/address.h"
@@ -51,7 +52,8 @@ using Change = std::pair<std::string, std::optional<Service>>;
 
 // eBPF NAT for remote clients: the tc programs (NatObject), their service maps programmed with
 // the socket-LB rules (socklb::ServiceMaps), the source-range trie, and the conntrack table's
-// ageing. Thread: control plane; Counters(), Drops(), Frontends() and flows() are thread-safe.
+// ageing. Thread: control plane; ForEachCounter(), Counters(), Drops(), Frontends() and flows()
+// are thread-safe.
 class ExtNat final {
  public:
   struct Maps {  // the seam: the kernel's, or FakeBpfMaps in unit tests
@@ -94,6 +96,10 @@ class ExtNat final {
     uint64_t packets = 0;      // translated, both directions
     uint64_t bytes = 0;
   };
+  // Calls `fn` for every service port programmed, in name order, with its counters: each
+  // counter map read once, no lock held meanwhile (ServiceMaps::ForEachCounter).
+  void ForEachCounter(absl::FunctionRef<void(const std::string& name, const Counts&)> fn) const;
+  // ForEachCounter's, by service port.
   std::map<std::string, Counts> Counters() const;
   // By reason label ("source_range", "conntrack_full", "fragment", "malformed", "snat_ports",
   // "no_route", "mtu", "mtu_icmp").

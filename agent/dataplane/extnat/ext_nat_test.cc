@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -307,6 +308,36 @@ TEST_F(ExtNatTest, CountersSumEveryCpuByServicePort) {
   ASSERT_TRUE(nat->Apply({{"web", std::nullopt}}).ok());
   EXPECT_EQ(traffic_.size(), 0u);
   EXPECT_THAT(nat->Counters(), IsEmpty());
+}
+
+// Each counter map is read once and joined by id: a port gets its own flows and traffic, a
+// failed walk of one map leaves only that map's counters zero.
+TEST_F(ExtNatTest, ForEachCounterJoinsEachMapById) {
+  auto nat = Make();
+  Service other = Lb({});
+  other.frontends = {{Addr("203.0.113.11:80"), false}};
+  ASSERT_TRUE(nat->Apply({{"web", Lb({})}, {"api", other}}).ok());
+  sluice_lb_svc web, api;
+  const sluice_lb_key web_key = Front("203.0.113.10:80");
+  const sluice_lb_key api_key = Front("203.0.113.11:80");
+  ASSERT_TRUE(svc_.Lookup(&web_key, &web).ok());
+  ASSERT_TRUE(svc_.Lookup(&api_key, &api).ok());
+  const sluice_lb_stats stats[kCpus] = {{.translated = 1}, {.translated = 2}};
+  const sluice_nat_traffic traffic[kCpus] = {{.packets = 4, .bytes = 400}};
+  ASSERT_TRUE(stats_.Update(&api.id, stats, BPF_NOEXIST).ok());
+  ASSERT_TRUE(traffic_.Update(&web.id, traffic, BPF_NOEXIST).ok());
+  std::vector<std::string> seen;
+  auto read = [&] {
+    seen.clear();
+    nat->ForEachCounter([&](const std::string& name, const ExtNat::Counts& c) {
+      seen.push_back(absl::StrCat(name, " ", c.flows, " ", c.packets, " ", c.bytes));
+    });
+  };
+  read();
+  EXPECT_THAT(seen, ElementsAre("api 3 0 0", "web 0 4 400"));
+  traffic_.FailNext("ForEach", absl::InternalError("injected"));
+  read();
+  EXPECT_THAT(seen, ElementsAre("api 3 0 0", "web 0 0 0"));
 }
 
 TEST_F(ExtNatTest, AdoptedTrafficCountersOfANewIdAreRemoved) {

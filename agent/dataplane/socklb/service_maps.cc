@@ -282,8 +282,13 @@ absl::Status ServiceMaps::ApplyDistinct(const Change* changes, size_t count,
     if (!s.status.ok()) {
       result.Update(s.status);
     } else if (s.next) {
+      // A service port keeps its id while programmed: most changes leave ids_ alone.
+      if (!s.old || s.old->id != s.next->id) {
+        ids_.insert_or_assign(s.name, s.next->id);
+      }
       programmed_[s.name] = std::move(*s.next);
     } else {
+      ids_.erase(s.name);
       programmed_.erase(s.name);
     }
   }
@@ -435,31 +440,35 @@ void ServiceMaps::Retire(const std::vector<Step>& steps, const std::set<std::str
   }
 }
 
-std::map<std::string, ServiceMaps::Counts> ServiceMaps::Counters() const {
-  // Names under the lock, counters after it: a scrape must not hold up Upsert.
-  absl::flat_hash_map<uint32_t, Counts*> by_id;
-  std::map<std::string, Counts> out;
-  {
-    absl::MutexLock lock(&mu_);
-    // In order: a hint at the end inserts without comparing names (10,000 per scrape).
-    for (const auto& [name, p] : programmed_) {
-      by_id[p.id] = &out.emplace_hint(out.end(), name, Counts{})->second;
-    }
-  }
-  // Best effort: a failed walk leaves this scrape's counters short.
+void ServiceMaps::ForEachCounter(
+    absl::FunctionRef<void(const std::string& name, uint32_t id, const Counts&)> fn) const {
+  const IdMap ids = Ids();
+  absl::flat_hash_map<uint32_t, Counts> by_id;
   (void)maps_.stats.ForEach([&](const void* key, const void* value) {
-    uint32_t id;
-    std::memcpy(&id, key, sizeof(id));
-    auto it = by_id.find(id);
-    if (it == by_id.end()) {
-      return;  // an id being added or removed right now
-    }
+    Counts sum;
     for (size_t cpu = 0; cpu < cpus_; ++cpu) {
       sluice_lb_stats s;
       std::memcpy(&s, static_cast<const char*>(value) + cpu * sizeof(s), sizeof(s));
-      it->second->translated += s.translated;
-      it->second->refused += s.refused;
+      sum.translated += s.translated;
+      sum.refused += s.refused;
     }
+    if (sum.translated != 0 || sum.refused != 0) {  // zero is what a missing entry reads as
+      uint32_t id;
+      std::memcpy(&id, key, sizeof(id));
+      by_id[id] = sum;
+    }
+  });
+  static constexpr Counts kNone;
+  for (const auto& [name, id] : ids) {
+    auto it = by_id.find(id);
+    fn(name, id, it == by_id.end() ? kNone : it->second);
+  }
+}
+
+std::map<std::string, ServiceMaps::Counts> ServiceMaps::Counters() const {
+  std::map<std::string, Counts> out;
+  ForEachCounter([&](const std::string& name, uint32_t, const Counts& c) {
+    out.emplace_hint(out.end(), name, c);  // in order: no comparisons
   });
   return out;
 }
@@ -476,13 +485,9 @@ std::map<std::string, std::vector<std::string>> ServiceMaps::Frontends() const {
   return out;
 }
 
-std::map<std::string, uint32_t> ServiceMaps::Ids() const {
-  std::map<std::string, uint32_t> out;
+ServiceMaps::IdMap ServiceMaps::Ids() const {
   absl::MutexLock lock(&mu_);
-  for (const auto& [name, p] : programmed_) {
-    out.emplace_hint(out.end(), name, p.id);  // in order: no comparisons
-  }
-  return out;
+  return ids_;
 }
 
 }  // namespace sluice::socklb

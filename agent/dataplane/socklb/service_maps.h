@@ -9,9 +9,11 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "lib/base/cow_map.h"
 #include "lib/net/address.h"
 
 #include "agent/dataplane/fastpath/bpf_map.h"
@@ -61,7 +63,8 @@ sluice_lb_addr LbAddr(const net::SocketAddress& a);
 // - IPv4 addresses are keyed as ::ffff:a.b.c.d (IPv6 sockets reaching a mapped address).
 // - Maps that already hold entries (adopted from an earlier agent) continue their id and set
 //   numbering; the first ApplyAll removes every entry it did not program.
-// Thread: control plane; Counters() and Frontends() are thread-safe.
+// Thread: control plane; Ids(), ForEachCounter(), Counters() and Frontends() are
+// thread-safe.
 class ServiceMaps final {
  public:
   struct Maps {
@@ -87,12 +90,22 @@ class ServiceMaps final {
     uint64_t translated = 0;
     uint64_t refused = 0;
   };
-  // Per service port, summed over CPUs. Thread-safe.
+  // The id of each service port programmed (the key of the counters maps): a copy that shares
+  // its entries with the one Apply keeps, so taking it holds the lock for a pointer per 64
+  // entries, never for a copy of every name. Thread-safe.
+  using IdMap = base::CowMap<std::string, uint32_t>;
+  IdMap Ids() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Calls `fn` for every service port programmed when called, in name order, with its id and
+  // its counters summed over CPUs (zero where the programs made none yet). The stats map is read
+  // in one pass and no lock is held meanwhile: a scrape never holds up Apply. A failed read
+  // leaves the counters zero (best effort). Thread-safe.
+  void ForEachCounter(
+      absl::FunctionRef<void(const std::string& name, uint32_t id, const Counts&)> fn) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // ForEachCounter's, by service port (for tests and callers that want a map). Thread-safe.
   std::map<std::string, Counts> Counters() const ABSL_LOCKS_EXCLUDED(mu_);
   // Frontends programmed per service port ("tcp/10.96.0.10:80"). Thread-safe.
   std::map<std::string, std::vector<std::string>> Frontends() const ABSL_LOCKS_EXCLUDED(mu_);
-  // The id of each service port programmed (the key of the counters maps). Thread-safe.
-  std::map<std::string, uint32_t> Ids() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Programmed {
@@ -141,6 +154,7 @@ class ServiceMaps final {
   std::vector<Retired> retired_;
   mutable absl::Mutex mu_;
   std::map<std::string, Programmed> programmed_ ABSL_GUARDED_BY(mu_);
+  IdMap ids_ ABSL_GUARDED_BY(mu_);  // programmed_'s ids, for Ids()
 };
 
 }  // namespace sluice::socklb

@@ -277,6 +277,46 @@ TEST_F(ServiceMapsTest, CountersSumEveryCpu) {
   EXPECT_EQ(counts.at("web").refused, 1u);
 }
 
+// One pass over the stats map serves every programmed port, in name order: a port whose
+// counters the programs have not made yet reads zero, and counters of an id no port has (being
+// removed) are left out.
+TEST_F(ServiceMapsTest, ForEachCounterListsEveryProgrammedPortInNameOrder) {
+  ServiceMaps sm(maps());
+  ASSERT_TRUE(sm.Apply({{"b", Svc({"10.96.0.2:80"}, {"10.0.0.2:80"})},
+                        {"a", Svc({"10.96.0.1:80"}, {"10.0.0.1:80"})}},
+                       gone_)
+                  .ok());
+  const uint32_t b = Value("10.96.0.2:80")->id;
+  const sluice_lb_stats per_cpu[kCpus] = {{.translated = 2, .refused = 0},
+                                          {.translated = 0, .refused = 5}};
+  ASSERT_TRUE(stats_.Update(&b, per_cpu, BPF_NOEXIST).ok());
+  const uint32_t stray = 999;
+  ASSERT_TRUE(stats_.Update(&stray, per_cpu, BPF_NOEXIST).ok());
+  std::vector<std::string> seen;
+  sm.ForEachCounter([&](const std::string& name, uint32_t id, const ServiceMaps::Counts& c) {
+    seen.push_back(absl::StrCat(name, " ", id == b ? 1 : 0, " ", c.translated, "/", c.refused));
+  });
+  EXPECT_THAT(seen, ElementsAre("a 0 0/0", "b 1 2/5"));
+}
+
+// Ids() is a snapshot: later Applys leave a copy taken before them as it was.
+TEST_F(ServiceMapsTest, IdsAreASnapshot) {
+  ServiceMaps sm(maps());
+  ASSERT_TRUE(sm.Apply({{"a", Svc({"10.96.0.1:80"}, {"10.0.0.1:80"})}}, gone_).ok());
+  const uint32_t a = Value("10.96.0.1:80")->id;
+  const ServiceMaps::IdMap before = sm.Ids();
+  ASSERT_TRUE(
+      sm.Apply({{"a", std::nullopt}, {"b", Svc({"10.96.0.2:80"}, {"10.0.0.2:80"})}}, gone_).ok());
+  // A changed backend set keeps the port's id.
+  ASSERT_TRUE(sm.Apply({{"b", Svc({"10.96.0.2:80"}, {"10.0.0.3:80"})}}, gone_).ok());
+  const uint32_t b = Value("10.96.0.2:80")->id;
+  std::map<std::string, uint32_t> then(before.begin(), before.end());
+  const ServiceMaps::IdMap after = sm.Ids();
+  std::map<std::string, uint32_t> now(after.begin(), after.end());
+  EXPECT_EQ(then, (std::map<std::string, uint32_t>{{"a", a}}));
+  EXPECT_EQ(now, (std::map<std::string, uint32_t>{{"b", b}}));
+}
+
 // An agent restarted over pinned maps: ids and sets continue above what it finds, the adopted
 // entries serve until the first complete programming, which removes what it did not program.
 TEST_F(ServiceMapsTest, AdoptedMapsAreSweptByTheFirstApplyAll) {

@@ -50,6 +50,11 @@ class SocketLb final {
   uint64_t reaped() const { return reaper_ ? reaper_->reaped() : 0; }
   // Per service port, summed over CPUs. Thread-safe.
   std::map<std::string, Counts> Counters() const { return services_->Counters(); }
+  // As ServiceMaps::ForEachCounter. Thread-safe.
+  void ForEachCounter(
+      absl::FunctionRef<void(const std::string& name, uint32_t id, const Counts&)> fn) const {
+    services_->ForEachCounter(fn);
+  }
   // Frontends programmed per service port ("tcp/10.96.0.10:80"). Thread-safe.
   std::map<std::string, std::vector<std::string>> Frontends() const {
     return services_->Frontends();
