@@ -187,8 +187,9 @@ absl::StatusOr<bool> Proxier::Sync() {
       updates.push_back(
           {.table = table, .changes = delta, .full = periodic || c.syncs < 2 || c.failed});
     }
+    // The step's first consumer runs here: a kBeside one added first has none to run beside.
     auto beside = [&](size_t i) {
-      return consumers_[i].order == Order::kBeside && updates[i - first].full;
+      return i > first && consumers_[i].order == Order::kBeside && updates[i - first].full;
     };
     std::vector<std::thread> threads;
     for (size_t i = first; i < end; ++i) {

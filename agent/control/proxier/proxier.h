@@ -53,11 +53,11 @@ class Proxier final {
   enum class Order {
     kAfter,
     // Its full deltas (the cold start's, a resync) are applied on a thread of their own while
-    // the consumers before it, back to the last kAfter one, apply theirs; the next kAfter
-    // consumer starts once all of them are done. For consumers that program disjoint kernel
-    // state and each take hundreds of milliseconds for a full table (socket LB and the eBPF
-    // NAT: their writes of ~100,000 backend slots each); a small delta stays on the sync's
-    // thread, where it costs less than a thread's start.
+    // the consumers before it, back to the last kAfter one, apply theirs (none before it: as
+    // kAfter); the next kAfter consumer starts once all of them are done. For consumers that
+    // program disjoint kernel state and each take hundreds of milliseconds for a full table
+    // (socket LB and the eBPF NAT: their writes of ~100,000 backend slots each); a small delta
+    // stays on the sync's thread, where it costs less than a thread's start.
     kBeside,
   };
   // Consumers apply each table in the order added; `name` labels

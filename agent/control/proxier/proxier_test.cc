@@ -421,5 +421,24 @@ TEST(ProxierOrderTest, BesideConsumerFailureMakesItsNextDeltaFull) {
   EXPECT_EQ(beside.tables.back()->ports().size(), 5u);
 }
 
+// With no consumer before it (socket LB off), a kBeside consumer applies on the sync's thread.
+TEST(ProxierOrderTest, BesideConsumerAddedFirstRunsOnTheSyncsThread) {
+  base::FakeClock clock;
+  base::Registry metrics;
+  config::Mux mux;
+  ChangeTracker tracker{clock, [] {}};
+  mux.AddServiceHandler(&tracker);
+  mux.AddEndpointSliceHandler(&tracker);
+  Proxier proxier{tracker, NodeInfo{}, clock, metrics};
+  Calls calls;
+  StepConsumer beside("beside", calls), next("next", calls);
+  proxier.AddConsumer(&beside, "beside", Proxier::Order::kBeside);
+  proxier.AddConsumer(&next, "next");
+  mux.Channel("file")->MarkSynced();
+  ASSERT_TRUE(proxier.Sync().ok());  // full
+  EXPECT_THAT(beside.threads, ElementsAre(std::this_thread::get_id()));
+  EXPECT_EQ(next.ended_before[0]["beside"], 1);
+}
+
 }  // namespace
 }  // namespace sluice::proxier
