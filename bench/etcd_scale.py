@@ -51,10 +51,10 @@ step 21-31 s; the 10,000 external IPs still take seconds, hence --sync-period=10
   cold start   sluice-agent start -> every NAT frontend in sluice_nat_svc (bpf(2) lookups:
                the last one written in name order every 2 ms, then all of them), and when the
                first sync's external-nat step ended (sluice_sync_consumer_applied_seconds
-               {consumer="external-nat"}; the consumers run in turn, socket LB's step first,
-               so the NAT's own step is the difference);
+               {consumer="external-nat"}; a full sync runs it beside socket LB's step, so
+               both count from the sync's start);
   change       per change, sync start -> NAT maps programmed (p50, p99; and the NAT's own
-               step), and etcd put -> the changed service's sluice_nat_svc value has its new
+               step: changes run the consumers in turn, socket LB's step first), and etcd put -> the changed service's sluice_nat_svc value has its new
                backend set (polled with bpf(2));
   maps         the kernel memory of the sluice_nat_* maps (sluice_nat_ct is preallocated:
                --external-max-flows entries, 36 MiB at the default).
@@ -303,13 +303,15 @@ def report_nat_cold_start(m, start, synced, seen, in_order, frontends, socket_lb
         return cold
     sync_start = synced - m["kubeproxy_sync_proxy_rules_duration_seconds_sum"]
     nat = m[NAT_APPLIED.format("sum")]
-    # Consumers run in turn, socket LB before the NAT: the NAT's own step is the difference.
-    own = nat - (m[LB_APPLIED.format("sum")] if socket_lb else 0)
+    # A full sync's NAT step runs beside socket LB's (Proxier::Order::kBeside): both end
+    # times count from the sync's start.
+    lb = (f", socket LB's {m[LB_APPLIED.format('sum')] * 1000:.0f} ms after"
+          if socket_lb else "")
     print(f"eBPF NAT cold start: {cold * 1000:.0f} ms to all {frontends} frontends in "
           f"sluice_nat_svc (the first sync started at {(sync_start - start) * 1000:.0f} ms, "
           f"every frontend there {(seen - sync_start) * 1000:.0f} ms after; its external-nat "
           f"step, counters and sweep included, ended {nat * 1000:.0f} ms after the sync's "
-          f"start, {own * 1000:.0f} ms of it its own{order})")
+          f"start{lb}{order})")
     return cold
 
 

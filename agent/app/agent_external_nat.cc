@@ -94,7 +94,9 @@ absl::Status Agent::WireExternalNat() {
               },
           .random = opts_.external_algorithm == "random",
           .node_name = opts_.node_name});
-  proxier_->AddConsumer(external_nat_.get(), "external-nat");
+  // Beside socket LB: a full table's maps (the cold start's) are written while socket LB
+  // writes its own, instead of after them (docs/performance.md, issue 25).
+  proxier_->AddConsumer(external_nat_.get(), "external-nat", proxier::Proxier::Order::kBeside);
   // New links and addresses: this consumer alone re-reads the devices and NodePort addresses,
   // at most once per min-sync-period (pods come and go with links of their own).
   devices_timer_ = loop_->CreateTimer([this] { RefreshExternalNat(); });

@@ -143,7 +143,7 @@ absl::Status ExternalNat::Apply(const TableDelta& delta) {
       all.emplace(std::move(name), std::move(*service));
     }
   }
-  status.Update(nat_.ApplyAll(all));
+  status.Update(nat_.ApplyAll(std::move(all)));
   return status;
 }
 

@@ -62,8 +62,9 @@ std::vector<extnat::SnatDevice> SnatDevices(const std::vector<std::string>& devi
 
 // eBPF NAT for remote clients as a TableConsumer: each changed service port becomes its
 // per-family extnat::Services (ExternalNatChanges). Full syncs re-read the node's addresses and
-// devices and set the devices the programs are attached to. Thread: control plane; Invalidate()
-// is thread-safe.
+// devices and set the devices the programs are attached to. Thread: control plane (added
+// Proxier::Order::kBeside: a full Apply may run on a thread of its own, never beside another
+// of this consumer's calls); Invalidate() is thread-safe.
 class ExternalNat final : public TableConsumer {
  public:
   struct Options {

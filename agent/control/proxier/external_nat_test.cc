@@ -3,6 +3,8 @@
 // ExternalNat over ExtNat::ForMaps with FakeBpfMap: which syncs re-read the node, unprivileged.
 #include "agent/control/proxier/external_nat.h"
 
+#include <algorithm>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -33,6 +35,9 @@ ServicePortInfo Port(std::vector<std::pair<const char*, const char*>> endpoints,
     info.endpoints.push_back({.address = Addr(address), .node_name = node});
     info.external_endpoints.push_back(Addr(address));
   }
+  // As the service table sorts them.
+  std::sort(info.endpoints.begin(), info.endpoints.end(),
+            [](const EndpointInfo& a, const EndpointInfo& b) { return a.address < b.address; });
   return info;
 }
 

@@ -2,6 +2,7 @@
 #include "agent/control/proxier/proxier.h"
 
 #include <algorithm>
+#include <thread>
 #include <utility>
 
 #include "lib/base/log.h"
@@ -173,17 +174,42 @@ absl::StatusOr<bool> Proxier::Sync() {
   }
 
   absl::Status result;
-  for (Consumer& c : consumers_) {
-    const TableDelta update{
-        .table = table, .changes = delta, .full = periodic || c.syncs < 2 || c.failed};
-    absl::Status st = c.consumer->Apply(update);
-    ++c.syncs;
-    c.failed = !st.ok();
-    if (!st.ok()) {
-      LOG(ERROR) << "sync: " << st;
-      result.Update(st);
+  for (size_t first = 0; first < consumers_.size();) {
+    // One step: a kAfter consumer and the kBeside ones after it.
+    size_t end = first + 1;
+    while (end < consumers_.size() && consumers_[end].order == Order::kBeside) {
+      ++end;
     }
-    c.applied->Observe(absl::ToDoubleSeconds(clock_.Now() - start));
+    // Decided before any thread starts: a consumer's thread updates its syncs and failed.
+    std::vector<TableDelta> updates;
+    for (size_t i = first; i < end; ++i) {
+      const Consumer& c = consumers_[i];
+      updates.push_back(
+          {.table = table, .changes = delta, .full = periodic || c.syncs < 2 || c.failed});
+    }
+    // The step's first consumer runs here: a kBeside one added first has none to run beside.
+    auto beside = [&](size_t i) {
+      return i > first && consumers_[i].order == Order::kBeside && updates[i - first].full;
+    };
+    std::vector<std::thread> threads;
+    for (size_t i = first; i < end; ++i) {
+      if (beside(i)) {
+        threads.emplace_back(
+            [this, &c = consumers_[i], &u = updates[i - first], start] { ApplyTo(c, u, start); });
+      }
+    }
+    for (size_t i = first; i < end; ++i) {
+      if (!beside(i)) {
+        ApplyTo(consumers_[i], updates[i - first], start);
+      }
+    }
+    for (std::thread& t : threads) {
+      t.join();
+    }
+    for (size_t i = first; i < end; ++i) {
+      result.Update(consumers_[i].status);
+    }
+    first = end;
   }
   {
     // Published once applied (even in part: a failed sync retries this table), so what
@@ -208,8 +234,18 @@ absl::StatusOr<bool> Proxier::Sync() {
   return true;
 }
 
-void Proxier::AddConsumer(TableConsumer* consumer, const std::string& name) {
-  consumers_.push_back({consumer, &consumer_applied_.WithLabels({name})});
+void Proxier::ApplyTo(Consumer& c, const TableDelta& update, absl::Time start) {
+  c.status = c.consumer->Apply(update);
+  ++c.syncs;
+  c.failed = !c.status.ok();
+  if (!c.status.ok()) {
+    LOG(ERROR) << "sync: " << c.status;
+  }
+  c.applied->Observe(absl::ToDoubleSeconds(clock_.Now() - start));
+}
+
+void Proxier::AddConsumer(TableConsumer* consumer, const std::string& name, Order order) {
+  consumers_.push_back({consumer, &consumer_applied_.WithLabels({name}), order});
 }
 
 void Proxier::SetZone(const std::string& zone) {

@@ -49,9 +49,21 @@ class Proxier final {
  public:
   Proxier(ChangeTracker& tracker, NodeInfo node, base::Clock& clock, base::Registry& metrics);
 
+  // Where a consumer applies a table against the one added before it.
+  enum class Order {
+    kAfter,
+    // Its full deltas (the cold start's, a resync) are applied on a thread of their own while
+    // the consumers before it, back to the last kAfter one, apply theirs (none before it: as
+    // kAfter); the next kAfter consumer starts once all of them are done. For consumers that
+    // program disjoint kernel state and each take hundreds of milliseconds for a full table
+    // (socket LB and the eBPF NAT: their writes of ~100,000 backend slots each); a small delta
+    // stays on the sync's thread, where it costs less than a thread's start.
+    kBeside,
+  };
   // Consumers apply each table in the order added; `name` labels
-  // sluice_sync_consumer_applied_seconds.
-  void AddConsumer(TableConsumer* consumer, const std::string& name);
+  // sluice_sync_consumer_applied_seconds. A kBeside consumer's Apply may run on another thread
+  // than the sync's (never at the same time as its own); the others' run on the sync's.
+  void AddConsumer(TableConsumer* consumer, const std::string& name, Order order = Order::kAfter);
 
   // Applies every pending change; returns true. Does nothing and returns false until every
   // source has synced once, so a half-loaded view never removes what is serving.
@@ -86,9 +98,14 @@ class Proxier final {
   struct Consumer {
     TableConsumer* consumer;
     base::Histogram* applied;  // seconds from the sync's start to this consumer's end
-    int syncs = 0;             // deltas applied, failed or not
-    bool failed = false;       // the last one failed: the next one is full
+    Order order;
+    int syncs = 0;        // deltas applied, failed or not
+    bool failed = false;  // the last one failed: the next one is full
+    absl::Status status;  // of the last delta
   };
+  // Hands `c` its delta and records the outcome in `c`: on the sync's thread, or a kBeside
+  // consumer's own.
+  void ApplyTo(Consumer& c, const TableDelta& update, absl::Time start);
   std::vector<Consumer> consumers_;
 
   std::map<config::NamespacedName, config::ServicePtr> services_;

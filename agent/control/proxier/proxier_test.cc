@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "agent/control/proxier/proxier.h"
 
+#include <map>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -67,6 +71,48 @@ class RecordingConsumer final : public TableConsumer {
   std::vector<std::vector<PortChange>> changes;
   std::vector<bool> full;
   bool fail = false;
+};
+
+// The Apply calls begun and ended, by consumer name, of the StepConsumers sharing it.
+struct Calls {
+  absl::Mutex mu;
+  std::map<std::string, int> begun ABSL_GUARDED_BY(mu);
+  std::map<std::string, int> ended ABSL_GUARDED_BY(mu);
+};
+
+// Records each Apply's thread and which calls of the others had ended when it began. With
+// `wait_for`, a full delta's Apply waits (30 s at most) until that consumer has begun as many
+// calls as this one, and records whether it did: only if both run at once.
+class StepConsumer final : public TableConsumer {
+ public:
+  StepConsumer(std::string name, Calls& calls, std::string wait_for = "")
+      : name_(std::move(name)), calls_(calls), wait_for_(std::move(wait_for)) {}
+
+  absl::Status Apply(const TableDelta& delta) override {
+    threads.push_back(std::this_thread::get_id());
+    absl::MutexLock lock(&calls_.mu);
+    const int n = ++calls_.begun[name_];
+    ended_before.push_back(calls_.ended);
+    if (!wait_for_.empty() && delta.full) {
+      auto other_begun = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(calls_.mu) {
+        return calls_.begun[wait_for_] >= n;
+      };
+      waited.push_back(
+          calls_.mu.AwaitWithTimeout(absl::Condition(&other_begun), absl::Seconds(30)));
+    }
+    ++calls_.ended[name_];
+    return fail ? absl::UnavailableError("injected") : absl::OkStatus();
+  }
+
+  std::vector<std::thread::id> threads;
+  std::vector<std::map<std::string, int>> ended_before;
+  std::vector<bool> waited;
+  bool fail = false;
+
+ private:
+  const std::string name_;
+  Calls& calls_;
+  const std::string wait_for_;
 };
 
 class ProxierTest : public ::testing::Test {
@@ -205,8 +251,10 @@ TEST_F(ProxierTest, ProgrammingLatencyRunsFromTheSliceTriggerTime) {
       << text;
 }
 
+using ::testing::Each;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
+using ::testing::Ne;
 
 config::ServicePtr WithPort(config::ServicePtr svc, const std::string& name, int port) {
   auto s = std::make_shared<config::Service>(*svc);
@@ -305,6 +353,91 @@ TEST_F(ProxierTest, FullResyncWhenAConsumerNeedsOne) {
   src_->UpdateServices(config::Op::kAdd, {Svc("f", "10.96.0.6", 80)});
   ASSERT_TRUE(proxier_.Sync().ok());
   EXPECT_EQ(consumer_.full.back(), false);
+}
+
+// A kBeside consumer applies a full table on a thread of its own while the consumer before it
+// applies; the next kAfter consumer begins once both ended. Its deltas stay on the sync's
+// thread, in turn.
+TEST(ProxierOrderTest, BesideConsumersApplyFullTablesAtOnce) {
+  base::FakeClock clock;
+  base::Registry metrics;
+  config::Mux mux;
+  ChangeTracker tracker{clock, [] {}};
+  mux.AddServiceHandler(&tracker);
+  mux.AddEndpointSliceHandler(&tracker);
+  Proxier proxier{tracker, NodeInfo{}, clock, metrics};
+  Calls calls;
+  StepConsumer first("first", calls, "beside"), beside("beside", calls), next("next", calls);
+  proxier.AddConsumer(&first, "first");
+  proxier.AddConsumer(&beside, "beside", Proxier::Order::kBeside);
+  proxier.AddConsumer(&next, "next");
+  config::SourceChannel* src = mux.Channel("file");
+  src->MarkSynced();
+  for (const char* name : {"a", "b", "c"}) {  // full, full, then a delta
+    src->UpdateServices(config::Op::kAdd, {Svc(name, "10.96.0.1", 80)});
+    ASSERT_TRUE(proxier.Sync().ok());
+  }
+  // `first` waited for `beside` to begin in the full syncs: they ran at once.
+  EXPECT_THAT(first.waited, ElementsAre(true, true));
+  const std::thread::id sync = std::this_thread::get_id();
+  EXPECT_THAT(first.threads, Each(sync));
+  EXPECT_THAT(beside.threads, ElementsAre(Ne(sync), Ne(sync), sync));
+  EXPECT_THAT(next.threads, Each(sync));
+  // The delta: `beside` after `first`; `next` after both, every time.
+  EXPECT_EQ(beside.ended_before[2]["first"], 3);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(next.ended_before[i]["first"], i + 1);
+    EXPECT_EQ(next.ended_before[i]["beside"], i + 1);
+  }
+}
+
+// A kBeside consumer's failure fails the sync and makes its next delta full, as any consumer's.
+TEST(ProxierOrderTest, BesideConsumerFailureMakesItsNextDeltaFull) {
+  base::FakeClock clock;
+  base::Registry metrics;
+  config::Mux mux;
+  ChangeTracker tracker{clock, [] {}};
+  mux.AddServiceHandler(&tracker);
+  mux.AddEndpointSliceHandler(&tracker);
+  Proxier proxier{tracker, NodeInfo{}, clock, metrics};
+  RecordingConsumer first, beside;
+  proxier.AddConsumer(&first, "first");
+  proxier.AddConsumer(&beside, "beside", Proxier::Order::kBeside);
+  config::SourceChannel* src = mux.Channel("file");
+  src->MarkSynced();
+  for (const char* name : {"a", "b", "c"}) {
+    src->UpdateServices(config::Op::kAdd, {Svc(name, "10.96.0.1", 80)});
+    ASSERT_TRUE(proxier.Sync().ok());
+  }
+  beside.fail = true;
+  src->UpdateServices(config::Op::kAdd, {Svc("d", "10.96.0.1", 80)});
+  EXPECT_FALSE(proxier.Sync().ok());
+  EXPECT_EQ(proxier.table()->ports().size(), 4u);  // published: the retry applies this table
+  beside.fail = false;
+  src->UpdateServices(config::Op::kAdd, {Svc("e", "10.96.0.1", 80)});
+  ASSERT_TRUE(proxier.Sync().ok());
+  EXPECT_THAT(beside.full, ElementsAre(true, true, false, false, true));
+  EXPECT_THAT(first.full, ElementsAre(true, true, false, false, false));
+  EXPECT_EQ(beside.tables.back()->ports().size(), 5u);
+}
+
+// With no consumer before it (socket LB off), a kBeside consumer applies on the sync's thread.
+TEST(ProxierOrderTest, BesideConsumerAddedFirstRunsOnTheSyncsThread) {
+  base::FakeClock clock;
+  base::Registry metrics;
+  config::Mux mux;
+  ChangeTracker tracker{clock, [] {}};
+  mux.AddServiceHandler(&tracker);
+  mux.AddEndpointSliceHandler(&tracker);
+  Proxier proxier{tracker, NodeInfo{}, clock, metrics};
+  Calls calls;
+  StepConsumer beside("beside", calls), next("next", calls);
+  proxier.AddConsumer(&beside, "beside", Proxier::Order::kBeside);
+  proxier.AddConsumer(&next, "next");
+  mux.Channel("file")->MarkSynced();
+  ASSERT_TRUE(proxier.Sync().ok());  // full
+  EXPECT_THAT(beside.threads, ElementsAre(std::this_thread::get_id()));
+  EXPECT_EQ(next.ended_before[0]["beside"], 1);
 }
 
 }  // namespace

@@ -84,7 +84,7 @@ class ExtNat final {
   // it is served and removed after it is not; one whose ranges cannot be written is left out
   // (to the proxy) and the error returned. UDP flows to a backend that left are ended.
   absl::Status Apply(const std::vector<Change>& changes);
-  absl::Status ApplyAll(const std::map<std::string, Service>& all);
+  absl::Status ApplyAll(std::map<std::string, Service> all);
 
   // Removes conntrack entries idle past their age (both entries of a flow go together);
   // `now` is bpf_ktime_get_ns()'s clock (CLOCK_MONOTONIC). Returns the entries left.

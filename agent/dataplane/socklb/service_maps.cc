@@ -90,6 +90,11 @@ class EntryBatch {
   explicit EntryBatch(const fastpath::BpfMap& map)
       : key_size_(map.key_size()), value_size_(map.value_size()) {}
 
+  void Reserve(size_t n) {
+    keys_.reserve(n * key_size_);
+    values_.reserve(n * value_size_);
+    steps_.reserve(n);
+  }
   template <typename K, typename V>
   void Add(size_t step, const K& key, const V& value) {
     SLUICE_CHECK(sizeof(K) == key_size_ && sizeof(V) == value_size_);
@@ -244,9 +249,9 @@ absl::Status ServiceMaps::Apply(const std::vector<Change>& changes, std::vector<
   return result;
 }
 
-absl::Status ServiceMaps::ApplyAll(const std::map<std::string, Service>& all,
-                                   std::vector<Gone>& gone) {
+absl::Status ServiceMaps::ApplyAll(std::map<std::string, Service> all, std::vector<Gone>& gone) {
   std::vector<Change> changes;
+  changes.reserve(all.size());
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [name, p] : programmed_) {
@@ -255,8 +260,8 @@ absl::Status ServiceMaps::ApplyAll(const std::map<std::string, Service>& all,
       }
     }
   }
-  for (const auto& [name, service] : all) {
-    changes.emplace_back(name, service);
+  for (auto& [name, service] : all) {
+    changes.emplace_back(name, std::move(service));
   }
   absl::Status result = Apply(changes, gone);
   if (result.ok() && adopted_ && !swept_) {
@@ -321,6 +326,11 @@ std::vector<ServiceMaps::Step> ServiceMaps::Plan(const Change* changes, size_t c
 
 void ServiceMaps::WriteSets(std::vector<Step>& steps) {
   EntryBatch batch(maps_.slot);
+  size_t slots = 0;
+  for (const Step& s : steps) {
+    slots += s.new_set ? s.next->service.backends.size() : 0;
+  }
+  batch.Reserve(slots);  // 100,000 slots at a cold start: no regrowth of 2 MiB buffers
   for (size_t i = 0; i < steps.size(); ++i) {
     if (!steps[i].new_set) {
       continue;

@@ -81,7 +81,7 @@ class ServiceMaps final {
   absl::Status Apply(const std::vector<Change>& changes, std::vector<Gone>& gone);
   // `all` is every service: the others are removed, and the first time, whatever else the maps
   // hold (an earlier agent's entries).
-  absl::Status ApplyAll(const std::map<std::string, Service>& all, std::vector<Gone>& gone);
+  absl::Status ApplyAll(std::map<std::string, Service> all, std::vector<Gone>& gone);
 
   // Whether the maps held entries when this was created.
   bool adopted() const { return adopted_; }
