@@ -355,27 +355,35 @@ TEST_F(ProxierTest, FullResyncWhenAConsumerNeedsOne) {
   EXPECT_EQ(consumer_.full.back(), false);
 }
 
+// Proxier and sources for the consumer-order tests.
+class ProxierOrderTest : public ::testing::Test {
+ protected:
+  ProxierOrderTest() {
+    mux_.AddServiceHandler(&tracker_);
+    mux_.AddEndpointSliceHandler(&tracker_);
+  }
+
+  base::FakeClock clock_;
+  base::Registry metrics_;
+  config::Mux mux_;
+  ChangeTracker tracker_{clock_, [] {}};
+  Proxier proxier_{tracker_, NodeInfo{}, clock_, metrics_};
+};
+
 // A kBeside consumer applies a full table on a thread of its own while the consumer before it
 // applies; the next kAfter consumer begins once both ended. Its deltas stay on the sync's
 // thread, in turn.
-TEST(ProxierOrderTest, BesideConsumersApplyFullTablesAtOnce) {
-  base::FakeClock clock;
-  base::Registry metrics;
-  config::Mux mux;
-  ChangeTracker tracker{clock, [] {}};
-  mux.AddServiceHandler(&tracker);
-  mux.AddEndpointSliceHandler(&tracker);
-  Proxier proxier{tracker, NodeInfo{}, clock, metrics};
+TEST_F(ProxierOrderTest, BesideConsumersApplyFullTablesAtOnce) {
   Calls calls;
   StepConsumer first("first", calls, "beside"), beside("beside", calls), next("next", calls);
-  proxier.AddConsumer(&first, "first");
-  proxier.AddConsumer(&beside, "beside", Proxier::Order::kBeside);
-  proxier.AddConsumer(&next, "next");
-  config::SourceChannel* src = mux.Channel("file");
+  proxier_.AddConsumer(&first, "first");
+  proxier_.AddConsumer(&beside, "beside", Proxier::Order::kBeside);
+  proxier_.AddConsumer(&next, "next");
+  config::SourceChannel* src = mux_.Channel("file");
   src->MarkSynced();
   for (const char* name : {"a", "b", "c"}) {  // full, full, then a delta
     src->UpdateServices(config::Op::kAdd, {Svc(name, "10.96.0.1", 80)});
-    ASSERT_TRUE(proxier.Sync().ok());
+    ASSERT_TRUE(proxier_.Sync().ok());
   }
   // `first` waited for `beside` to begin in the full syncs: they ran at once.
   EXPECT_THAT(first.waited, ElementsAre(true, true));
@@ -392,50 +400,36 @@ TEST(ProxierOrderTest, BesideConsumersApplyFullTablesAtOnce) {
 }
 
 // A kBeside consumer's failure fails the sync and makes its next delta full, as any consumer's.
-TEST(ProxierOrderTest, BesideConsumerFailureMakesItsNextDeltaFull) {
-  base::FakeClock clock;
-  base::Registry metrics;
-  config::Mux mux;
-  ChangeTracker tracker{clock, [] {}};
-  mux.AddServiceHandler(&tracker);
-  mux.AddEndpointSliceHandler(&tracker);
-  Proxier proxier{tracker, NodeInfo{}, clock, metrics};
+TEST_F(ProxierOrderTest, BesideConsumerFailureMakesItsNextDeltaFull) {
   RecordingConsumer first, beside;
-  proxier.AddConsumer(&first, "first");
-  proxier.AddConsumer(&beside, "beside", Proxier::Order::kBeside);
-  config::SourceChannel* src = mux.Channel("file");
+  proxier_.AddConsumer(&first, "first");
+  proxier_.AddConsumer(&beside, "beside", Proxier::Order::kBeside);
+  config::SourceChannel* src = mux_.Channel("file");
   src->MarkSynced();
   for (const char* name : {"a", "b", "c"}) {
     src->UpdateServices(config::Op::kAdd, {Svc(name, "10.96.0.1", 80)});
-    ASSERT_TRUE(proxier.Sync().ok());
+    ASSERT_TRUE(proxier_.Sync().ok());
   }
   beside.fail = true;
   src->UpdateServices(config::Op::kAdd, {Svc("d", "10.96.0.1", 80)});
-  EXPECT_FALSE(proxier.Sync().ok());
-  EXPECT_EQ(proxier.table()->ports().size(), 4u);  // published: the retry applies this table
+  EXPECT_FALSE(proxier_.Sync().ok());
+  EXPECT_EQ(proxier_.table()->ports().size(), 4u);  // published: the retry applies this table
   beside.fail = false;
   src->UpdateServices(config::Op::kAdd, {Svc("e", "10.96.0.1", 80)});
-  ASSERT_TRUE(proxier.Sync().ok());
+  ASSERT_TRUE(proxier_.Sync().ok());
   EXPECT_THAT(beside.full, ElementsAre(true, true, false, false, true));
   EXPECT_THAT(first.full, ElementsAre(true, true, false, false, false));
   EXPECT_EQ(beside.tables.back()->ports().size(), 5u);
 }
 
 // With no consumer before it (socket LB off), a kBeside consumer applies on the sync's thread.
-TEST(ProxierOrderTest, BesideConsumerAddedFirstRunsOnTheSyncsThread) {
-  base::FakeClock clock;
-  base::Registry metrics;
-  config::Mux mux;
-  ChangeTracker tracker{clock, [] {}};
-  mux.AddServiceHandler(&tracker);
-  mux.AddEndpointSliceHandler(&tracker);
-  Proxier proxier{tracker, NodeInfo{}, clock, metrics};
+TEST_F(ProxierOrderTest, BesideConsumerAddedFirstRunsOnTheSyncsThread) {
   Calls calls;
   StepConsumer beside("beside", calls), next("next", calls);
-  proxier.AddConsumer(&beside, "beside", Proxier::Order::kBeside);
-  proxier.AddConsumer(&next, "next");
-  mux.Channel("file")->MarkSynced();
-  ASSERT_TRUE(proxier.Sync().ok());  // full
+  proxier_.AddConsumer(&beside, "beside", Proxier::Order::kBeside);
+  proxier_.AddConsumer(&next, "next");
+  mux_.Channel("file")->MarkSynced();
+  ASSERT_TRUE(proxier_.Sync().ok());  // full
   EXPECT_THAT(beside.threads, ElementsAre(std::this_thread::get_id()));
   EXPECT_EQ(next.ended_before[0]["beside"], 1);
 }

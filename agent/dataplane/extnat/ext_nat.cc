@@ -343,8 +343,8 @@ absl::Status ExtNat::ApplyAll(std::map<std::string, Service> all) {
       changes.emplace_back(name, std::nullopt);
     }
   }
-  for (auto& [name, service] : all) {
-    changes.emplace_back(name, std::move(service));  // a copy of 10,000 services saved
+  for (auto& entry : all) {
+    changes.emplace_back(entry.first, std::move(entry.second));  // a copy of 10,000 saved
   }
   Plan plan = Guard(changes);
   ListRemote(changes, plan);
@@ -383,21 +383,17 @@ void ExtNat::ForEachCounter(
     uint64_t bytes = 0;
   };
   absl::flat_hash_map<uint32_t, Traffic> traffic;
-  const size_t cpus = maps_.traffic.value_size() / sizeof(sluice_nat_traffic);
-  (void)maps_.traffic.ForEach([&](const void* key, const void* value) {
-    Traffic sum;
-    for (size_t cpu = 0; cpu < cpus; ++cpu) {
-      sluice_nat_traffic t;
-      std::memcpy(&t, static_cast<const char*>(value) + cpu * sizeof(t), sizeof(t));
-      sum.packets += t.packets;
-      sum.bytes += t.bytes;
-    }
-    if (sum.packets != 0 || sum.bytes != 0) {  // zero is what a missing entry reads as
-      uint32_t id;
-      std::memcpy(&id, key, sizeof(id));
-      traffic[id] = sum;
-    }
-  });
+  (void)fastpath::ForEachPerCpu<sluice_nat_traffic>(
+      maps_.traffic, [&](uint32_t id, const std::vector<sluice_nat_traffic>& per_cpu) {
+        Traffic sum;
+        for (const sluice_nat_traffic& t : per_cpu) {
+          sum.packets += t.packets;
+          sum.bytes += t.bytes;
+        }
+        if (sum.packets != 0 || sum.bytes != 0) {  // zero is what a missing entry reads as
+          traffic[id] = sum;
+        }
+      });
   services_.ForEachCounter(
       [&](const std::string& name, uint32_t id, const socklb::ServiceMaps::Counts& c) {
         Counts out{.flows = c.translated, .range_drops = c.refused};

@@ -99,6 +99,22 @@ class TypedMap final {
   BpfMap& map_;
 };
 
+// Every entry of a per-CPU map keyed by u32 whose value is one V per possible CPU: `fn(key,
+// per-CPU values)`. Best effort, as a counters read is: returns the walk's failure.
+template <typename V, typename Fn>
+absl::Status ForEachPerCpu(const BpfMap& map, Fn fn) {
+  static_assert(std::is_trivially_copyable_v<V>);
+  SLUICE_CHECK(map.key_size() == sizeof(uint32_t) && map.value_size() % sizeof(V) == 0)
+      << map.name();
+  std::vector<V> values(map.value_size() / sizeof(V));
+  return map.ForEach([&](const void* key, const void* value) {
+    uint32_t k;
+    std::memcpy(&k, key, sizeof(k));
+    std::memcpy(values.data(), value, map.value_size());
+    fn(k, values);
+  });
+}
+
 // A map of a loaded object over bpf(2). The fd stays owned by the object (skeleton), which must
 // outlive this. Thread-safe (each call is one or a few syscalls on the shared map).
 class KernelBpfMap final : public BpfMap {

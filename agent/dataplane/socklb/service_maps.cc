@@ -152,8 +152,7 @@ sluice_lb_addr LbAddr(const net::SocketAddress& a) {
   return out;
 }
 
-ServiceMaps::ServiceMaps(Maps maps)
-    : maps_(maps), cpus_(std::max<size_t>(maps.stats.value_size() / sizeof(sluice_lb_stats), 1)) {
+ServiceMaps::ServiceMaps(Maps maps) : maps_(maps) {
   SLUICE_CHECK(maps.stats.key_size() == sizeof(uint32_t) &&
                maps.stats.value_size() % sizeof(sluice_lb_stats) == 0);
   Scan();
@@ -260,8 +259,8 @@ absl::Status ServiceMaps::ApplyAll(std::map<std::string, Service> all, std::vect
       }
     }
   }
-  for (auto& [name, service] : all) {
-    changes.emplace_back(name, std::move(service));
+  for (auto& entry : all) {
+    changes.emplace_back(entry.first, std::move(entry.second));
   }
   absl::Status result = Apply(changes, gone);
   if (result.ok() && adopted_ && !swept_) {
@@ -454,20 +453,17 @@ void ServiceMaps::ForEachCounter(
     absl::FunctionRef<void(const std::string& name, uint32_t id, const Counts&)> fn) const {
   const IdMap ids = Ids();
   absl::flat_hash_map<uint32_t, Counts> by_id;
-  (void)maps_.stats.ForEach([&](const void* key, const void* value) {
-    Counts sum;
-    for (size_t cpu = 0; cpu < cpus_; ++cpu) {
-      sluice_lb_stats s;
-      std::memcpy(&s, static_cast<const char*>(value) + cpu * sizeof(s), sizeof(s));
-      sum.translated += s.translated;
-      sum.refused += s.refused;
-    }
-    if (sum.translated != 0 || sum.refused != 0) {  // zero is what a missing entry reads as
-      uint32_t id;
-      std::memcpy(&id, key, sizeof(id));
-      by_id[id] = sum;
-    }
-  });
+  (void)fastpath::ForEachPerCpu<sluice_lb_stats>(
+      maps_.stats, [&](uint32_t id, const std::vector<sluice_lb_stats>& per_cpu) {
+        Counts sum;
+        for (const sluice_lb_stats& s : per_cpu) {
+          sum.translated += s.translated;
+          sum.refused += s.refused;
+        }
+        if (sum.translated != 0 || sum.refused != 0) {  // zero is what a missing entry reads as
+          by_id[id] = sum;
+        }
+      });
   static constexpr Counts kNone;
   for (const auto& [name, id] : ids) {
     auto it = by_id.find(id);

@@ -146,7 +146,6 @@ class ServiceMaps final {
   void FreeSet(uint32_t set, uint32_t count);
 
   const Maps maps_;
-  const size_t cpus_;  // per-CPU values in a stats value
   bool adopted_ = false;
   bool swept_ = false;
   uint32_t next_id_ = 1;
