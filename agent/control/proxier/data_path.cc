@@ -203,6 +203,16 @@ proxy::ListenKey DataPath::KeyFor(const ServicePortInfo& info, const net::IpAddr
                                                                        : proxy::Transport::kTcp};
 }
 
+std::vector<proxy::ListenKey> DataPath::RoutedKeys(const ServicePortInfo& info) {
+  std::vector<proxy::ListenKey> keys;
+  ForEachListener(info, [&](const net::IpAddress& ip, int port, bool external) {
+    if (!(external ? info.external_endpoints : info.cluster_endpoints).empty()) {
+      keys.push_back(KeyFor(info, ip, port));
+    }
+  });
+  return keys;
+}
+
 bool DataPath::AddRoute(proxy::RouteTable& routes, const ServicePortInfo& info,
                         const net::IpAddress& ip, int port, bool external, BalancerMap& next) {
   const auto& endpoints = external ? info.external_endpoints : info.cluster_endpoints;
@@ -256,18 +266,34 @@ std::shared_ptr<const proxy::RouteTable> DataPath::PatchRoutes(
   }
   std::vector<const ServicePortInfo*> gone;
   std::vector<const ServicePortInfo*> added;
+  // Of those, the ports whose listeners change: only they can move admission.
+  std::vector<const ServicePortInfo*> resized_gone;
+  std::vector<const ServicePortInfo*> resized_added;
   for (const PortChange& change : changes) {
+    // An endpoint change keeps a port's routed listeners, and admission counts listeners
+    // only: a skipped service stays skipped (no routes to patch), an admitted one admitted.
+    const bool same =
+        change.prev && change.cur && RoutedKeys(*change.prev) == RoutedKeys(*change.cur);
+    if (same && !admitted_.contains(change.cur->name.service)) {
+      continue;
+    }
     if (change.prev) {
       gone.push_back(change.prev.get());
+      if (!same) {
+        resized_gone.push_back(change.prev.get());
+      }
     }
     if (change.cur) {
       added.push_back(change.cur.get());
+      if (!same) {
+        resized_added.push_back(change.cur.get());
+      }
     }
   }
   if (gone.empty() && added.empty()) {
     return routes_;
   }
-  if (CapsInvolved(gone, prev) || CapsInvolved(added, next)) {
+  if (CapsInvolved(resized_gone, prev) || CapsInvolved(resized_added, next)) {
     return nullptr;  // admission weighs the whole table
   }
   // The copy shares routes_' chunks (workers keep reading those); a change copies its chunk.

@@ -138,6 +138,8 @@ class DataPath final : public TableConsumer {
   template <typename Fn>
   void ForEachListener(const ServicePortInfo& info, Fn&& fn);
   static proxy::ListenKey KeyFor(const ServicePortInfo& info, const net::IpAddress& ip, int port);
+  // The listen keys `info` routes (its listeners with endpoints behind them), in order.
+  std::vector<proxy::ListenKey> RoutedKeys(const ServicePortInfo& info);
   // Adds the route of one listener (none without endpoints). False if another port holds it.
   bool AddRoute(proxy::RouteTable& routes, const ServicePortInfo& info, const net::IpAddress& ip,
                 int port, bool external, BalancerMap& next);

@@ -326,6 +326,23 @@ TEST_F(DataPathTest, ServiceOverItsListenerCapIsSkippedAndReported) {
   EXPECT_THAT((*dp)->Unserved(), SizeIs(3));
   EXPECT_THAT((*dp)->Unserved()["ns/big:p0"], ::testing::HasSubstr("--max-listeners-per-service"));
   EXPECT_EQ(metrics_.unserved_ports.WithLabels({"service_cap"}).Value(), 3);
+  // Endpoint changes move no listener, so no admission: patched, not rebuilt (a rebuild
+  // reconciles every address; this patch changes none), whether the Service is skipped or
+  // served.
+  ASSERT_TRUE(feed.Apply(Table(ports)).ok());  // the second sync is full too
+  auto moved = [](const ServicePortInfoPtr& p) {
+    auto next = std::make_shared<ServicePortInfo>(*p);
+    next->cluster_endpoints = {*net::SocketAddress::Parse("10.0.0.2:8080")};
+    return next;
+  };
+  for (size_t i : {size_t{1}, size_t{0}}) {
+    ports[i] = moved(ports[i]);
+    const size_t calls = vips_.calls().size();
+    ASSERT_TRUE(feed.Apply(Table(ports)).ok());
+    EXPECT_EQ(vips_.calls().size(), calls) << i << ": " << vips_.calls().back();
+  }
+  EXPECT_THAT((*dp)->Listeners(), ElementsAre(Pair("ns/small:http", SizeIs(1))));
+  EXPECT_THAT((*dp)->Unserved(), SizeIs(3));
   ports.pop_back();  // two ports fit: served once the Service shrinks
   ASSERT_TRUE(feed.Apply(Table(ports)).ok());
   EXPECT_THAT((*dp)->Listeners(), SizeIs(3));
