@@ -65,12 +65,21 @@ def tcp(ip, port, src):
         backend, peer = body.decode().split()
         return backend, path_of(s, peer)
 def udp(ip, port, src):
+    # As a DNS resolver does: a datagram lost on a busy machine is asked again (on the same
+    # flow), and only three unanswered tries fail.
     with socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.settimeout(5)
+        s.settimeout(3)
         s.bind((src, 0))
         s.connect((ip, port))
-        s.send(b"who")
-        data = s.recv(100).decode()
+        for attempt in range(3):
+            s.send(b"who")
+            try:
+                data = s.recv(100).decode()
+                break
+            except socket.timeout:
+                print("retry udp %s %s try %d" % (ip, port, attempt + 1), flush=True)
+        else:
+            raise TimeoutError("3 tries unanswered")
         backend, peer = data.split()
         return backend, path_of(s, peer)
 def failed(what, e):
