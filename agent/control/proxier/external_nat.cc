@@ -18,10 +18,6 @@
 #include "agent/control/proxier/port_counters.h"
 
 namespace sluice::proxier {
-namespace {
-
-// The part of an extnat service name (external_nat_changes.cc) before '#'.
-}  // namespace
 
 std::vector<std::string> SelectNodeDevices(const std::vector<NodeLink>& links,
                                            const std::vector<net::Cidr>& cidrs,
