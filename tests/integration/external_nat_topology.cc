@@ -96,13 +96,7 @@ void ExternalNatTest::SetUp() {
 }
 
 std::string ExternalNatTest::Curl(const std::string& url, bool from_client) {
-  std::vector<std::string> argv = {"curl", "-sS", "--max-time", "5", url};
-  if (from_client) {
-    argv = client_->Exec(argv);
-  }
-  std::string out;
-  const int rc = testutil::RunCommand(argv, &out);
-  return rc == 0 ? out : absl::StrCat("exit ", rc);
+  return testutil::Curl(url, from_client ? client_.get() : nullptr);
 }
 
 void ExternalNatTopology::SetUp() {

@@ -142,13 +142,7 @@ class ExternalTrafficTest : public DatapathTest {
 
   // curl's body, or "exit N" when it failed.
   std::string Curl(const std::string& url, bool from_client = false) {
-    std::vector<std::string> argv = {"curl", "-sS", "--max-time", "5", url};
-    if (from_client) {
-      argv = client_->Exec(argv);
-    }
-    std::string out;
-    const int rc = testutil::RunCommand(argv, &out);
-    return rc == 0 ? out : absl::StrCat("exit ", rc);
+    return testutil::Curl(url, from_client ? client_.get() : nullptr);
   }
   std::string Udp(const std::string& ip) {
     std::string out;

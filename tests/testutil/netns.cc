@@ -114,4 +114,14 @@ std::vector<std::string> PeerHost::Exec(std::vector<std::string> argv) const {
   return argv;
 }
 
+std::string Curl(const std::string& url, const PeerHost* from) {
+  std::vector<std::string> argv = {"curl", "-sS", "--max-time", "5", url};
+  if (from != nullptr) {
+    argv = from->Exec(std::move(argv));
+  }
+  std::string out;
+  const int rc = RunCommand(std::move(argv), &out);
+  return rc == 0 ? out : absl::StrCat("exit ", rc);
+}
+
 }  // namespace sluice::testutil

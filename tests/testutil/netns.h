@@ -57,4 +57,8 @@ class PeerHost final {
   const std::string name_;
 };
 
+// curl's body for `url`, fetched from inside `from`'s namespace when given (else this
+// thread's), or "exit N" when curl failed (5 s at most).
+std::string Curl(const std::string& url, const PeerHost* from = nullptr);
+
 }  // namespace sluice::testutil
