@@ -54,8 +54,9 @@ step 21-31 s; the 10,000 external IPs still take seconds, hence --sync-period=10
                {consumer="external-nat"}; a full sync runs it beside socket LB's step, so
                both count from the sync's start);
   change       per change, sync start -> NAT maps programmed (p50, p99; and the NAT's own
-               step: changes run the consumers in turn, socket LB's step first), and etcd put -> the changed service's sluice_nat_svc value has its new
-               backend set (polled with bpf(2));
+               step: changes run the consumers in turn, socket LB's step first), and etcd
+               put -> the changed service's sluice_nat_svc value has its new backend set
+               (polled with bpf(2));
   maps         the kernel memory of the sluice_nat_* maps (sluice_nat_ct is preallocated:
                --external-max-flows entries, 36 MiB at the default).
 Targets (issue 25): cold start to every NAT frontend < 1 s; sync start -> in the NAT maps
